@@ -1,0 +1,61 @@
+"""Helpers shared by CLI commands: JSON output and a stderr progress bar."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+def echo_json(obj) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=_jsonable))
+
+
+def _jsonable(x):
+    import numpy as np
+
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+class StderrProgress:
+    """A `progress(done, total, phase)` callback drawing one bar per phase on stderr."""
+
+    def __init__(self, silent: bool = False):
+        self.silent = silent or not sys.stderr
+        self._phase = None
+        self._bar = None
+        self._done = 0
+
+    def __call__(self, done: int, total: int, phase: str) -> None:
+        if self.silent:
+            return
+        if phase != self._phase:
+            self.close()
+            self._phase = phase
+            self._bar = click.progressbar(length=max(int(total), 1), label=f"{phase:<14}", file=sys.stderr,
+                                          show_eta=False, show_percent=True)
+            self._bar.__enter__()
+            self._done = 0
+        step = int(done) - self._done
+        if step > 0:
+            self._bar.update(step)
+            self._done = int(done)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,1 @@
+"""Catalog schema, catalog reader and on-disk artifact format."""

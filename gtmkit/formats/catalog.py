@@ -1,0 +1,228 @@
+"""Read and validate an ad catalog (Parquet), streaming record batches into flat numpy columns.
+
+Every problem is one CatalogError naming the file, the column and the first offending row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..errors import CatalogError
+from ..progress import Progress, report
+from .schema import Schema
+
+BATCH_ROWS = 1 << 20
+
+
+@dataclass
+class StringLists:
+    """A list<string> column, dictionary-encoded: row i holds codes[offsets[i]:offsets[i+1]].
+
+    Shape: offsets int64 [n+1]; codes int32 [nnz]; dictionary: list of str (code -> string)."""
+
+    offsets: np.ndarray
+    codes: np.ndarray
+    dictionary: list
+
+    def row(self, i: int) -> list:
+        return [self.dictionary[c] for c in self.codes[self.offsets[i]:self.offsets[i + 1]]]
+
+
+@dataclass
+class Catalog:
+    """The catalog's columns in file order. ad_ids int64 [n]; sids int32 [n, L];
+    allowed / excluded: per attribute (bitmask attributes first, then Bloom, schema order) StringLists
+    sharing one dictionary per attribute (excluded is all-empty when there is no exclude column)."""
+
+    path: str
+    ad_ids: np.ndarray
+    sids: np.ndarray
+    allowed: list
+    excluded: list
+
+    @property
+    def num_ads(self) -> int:
+        return len(self.ad_ids)
+
+
+class _ListBuilder:
+    """Accumulates one attribute's string lists over batches with a global dictionary."""
+
+    def __init__(self, index: dict, dictionary: list):
+        self.index, self.dictionary = index, dictionary
+        self.lengths, self.codes = [], []
+
+    def add(self, lengths: np.ndarray, values: pa.Array) -> None:
+        self.lengths.append(lengths)
+        if len(values) == 0:
+            self.codes.append(np.zeros(0, np.int32))
+            return
+        enc = pc.dictionary_encode(values)
+        if isinstance(enc, pa.ChunkedArray):
+            enc = enc.combine_chunks()
+        local = enc.dictionary.to_pylist()
+        remap = np.fromiter((self.index.setdefault(s, len(self.index)) for s in local), np.int32, len(local))
+        while len(self.dictionary) < len(self.index):
+            self.dictionary.append(None)
+        for s, c in zip(local, remap):
+            self.dictionary[c] = s
+        self.codes.append(remap[enc.indices.to_numpy(zero_copy_only=False)])
+
+    def finish(self) -> StringLists:
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        codes = np.concatenate(self.codes) if self.codes else np.zeros(0, np.int32)
+        return StringLists(offsets, codes.astype(np.int32, copy=False), self.dictionary)
+
+
+def _fail(path, column, row, msg) -> CatalogError:
+    return CatalogError(f"{path}: column '{column}', row {row}: {msg}")
+
+
+def _first_true(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def _string_lists(arr: pa.Array, path, column, row0) -> tuple:
+    """-> (lengths int64 [n], flat values StringArray); null or empty = untargeted."""
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr, t = arr.cast(t.value_type), t.value_type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
+        return valid.astype(np.int64), arr.drop_null()
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
+            pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)
+            or (pa.types.is_dictionary(t.value_type) and pa.types.is_string(t.value_type.value_type))):
+        lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        values = pc.list_flatten(arr)
+        if pa.types.is_dictionary(values.type):
+            values = values.cast(values.type.value_type)
+        if values.null_count:
+            flat_row = np.repeat(np.arange(len(lengths)), lengths)
+            bad = _first_true(values.is_null().to_numpy(zero_copy_only=False))
+            raise _fail(path, column, row0 + int(flat_row[bad]), "null string inside the list")
+        return lengths, values
+    raise CatalogError(f"{path}: column '{column}' has type {t}, expected list<string> or string")
+
+
+def _sid_tokens(arr: pa.Array, schema: Schema, path, row0) -> np.ndarray:
+    col, L, V = schema.sid_column, schema.sid_length, schema.vocab
+    t = arr.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) \
+            or not pa.types.is_integer(t.value_type):
+        raise CatalogError(f"{path}: column '{col}' has type {t}, expected list<int> of {L} tokens")
+    if arr.null_count:
+        raise _fail(path, col, row0 + _first_true(arr.is_null().to_numpy(zero_copy_only=False)), "null SID")
+    lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+    if np.any(lengths != L):
+        i = _first_true(lengths != L)
+        raise _fail(path, col, row0 + i, f"SID has {int(lengths[i])} tokens, expected {L}")
+    values = pc.list_flatten(arr)
+    if values.null_count:
+        i = _first_true(values.is_null().to_numpy(zero_copy_only=False)) // L
+        raise _fail(path, col, row0 + i, "null token in SID")
+    tok = values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False).reshape(-1, L)
+    bad = (tok < 0) | (tok >= V)
+    if bad.any():
+        i = _first_true(bad.any(axis=1))
+        v = int(tok[i][bad[i]][0])
+        raise _fail(path, col, row0 + i, f"token {v} outside [0, {V})")
+    return tok.astype(np.int32)
+
+
+def _open(path) -> pq.ParquetFile:
+    p = Path(path)
+    if not p.exists():
+        raise CatalogError(f"{path}: no such file")
+    if p.is_dir():
+        raise CatalogError(f"{path}: is a directory, expected a Parquet file")
+    try:
+        return pq.ParquetFile(p)
+    except (pa.ArrowException, OSError) as exc:
+        raise CatalogError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+
+
+def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: int = BATCH_ROWS) -> Catalog:
+    """Stream the catalog's schema columns and validate every row (DESIGN §3)."""
+    pf = _open(path)
+    names = set(pf.schema_arrow.names)
+    for col in schema.columns():
+        if col not in names:
+            raise CatalogError(f"{path}: missing column '{col}' (columns: {', '.join(sorted(names))})")
+    attrs = [*schema.bitmask, *schema.bloom]
+    total = pf.metadata.num_rows
+    if total == 0:
+        raise CatalogError(f"{path}: the catalog has no rows")
+    ids, sids = [], []
+    allowed, excluded = [], []
+    for _ in attrs:
+        index, dictionary = {}, []
+        allowed.append(_ListBuilder(index, dictionary))
+        excluded.append(_ListBuilder(index, dictionary))
+    row0 = 0
+    try:
+        batches = pf.iter_batches(batch_size=batch_rows, columns=schema.columns())
+        for batch in batches:
+            n = batch.num_rows
+            ids.append(_ad_ids(batch.column(schema.ad_id_column), schema.ad_id_column, path, row0))
+            sids.append(_sid_tokens(batch.column(schema.sid_column), schema, path, row0))
+            for j, a in enumerate(attrs):
+                allowed[j].add(*_string_lists(batch.column(a.column), path, a.column, row0))
+                if a.exclude_column:
+                    excluded[j].add(*_string_lists(batch.column(a.exclude_column), path, a.exclude_column, row0))
+                else:
+                    excluded[j].add(np.zeros(n, np.int64), pa.array([], pa.string()))
+            row0 += n
+            report(progress, row0, total, "read")
+    except (pa.ArrowException, OSError) as exc:
+        raise CatalogError(f"{path}: cannot read rows near row {row0} ({str(exc).splitlines()[0]})") from None
+    ad_ids = np.concatenate(ids)
+    _check_unique(ad_ids, schema.ad_id_column, path)
+    cat = Catalog(str(path), ad_ids, np.concatenate(sids), [b.finish() for b in allowed],
+                  [b.finish() for b in excluded])
+    _check_domains(cat, schema, path)
+    return cat
+
+
+def _ad_ids(arr: pa.Array, col, path, row0) -> np.ndarray:
+    if not pa.types.is_integer(arr.type):
+        raise CatalogError(f"{path}: column '{col}' has type {arr.type}, expected int64")
+    if arr.null_count:
+        raise _fail(path, col, row0 + _first_true(arr.is_null().to_numpy(zero_copy_only=False)), "null ad_id")
+    v = arr.to_numpy(zero_copy_only=False)
+    if v.dtype == np.uint64 and np.any(v > np.iinfo(np.int64).max):
+        raise _fail(path, col, row0 + _first_true(v > np.iinfo(np.int64).max), "ad_id does not fit int64")
+    return v.astype(np.int64, copy=False)
+
+
+def _check_unique(ad_ids: np.ndarray, col, path) -> None:
+    order = np.argsort(ad_ids, kind="stable")
+    s = ad_ids[order]
+    dup = np.flatnonzero(s[1:] == s[:-1])
+    if len(dup):
+        # Report the earliest row that repeats an id seen before it.
+        later = order[dup + 1]
+        k = int(np.argmin(later))
+        raise _fail(path, col, int(later[k]), f"duplicate ad_id {int(s[dup[k]])} (first at row {int(order[dup[k]])})")
+
+
+def _check_domains(cat: Catalog, schema: Schema, path) -> None:
+    for j, a in enumerate(schema.bitmask):
+        if a.domain is None:
+            continue
+        dom = set(a.domain)
+        for lists, col in ((cat.allowed[j], a.column), (cat.excluded[j], a.exclude_column)):
+            outside = np.array([s not in dom for s in lists.dictionary] + [False], bool)
+            bad = outside[lists.codes] if len(lists.codes) else np.zeros(0, bool)
+            if bad.any():
+                k = _first_true(bad)
+                row = int(np.searchsorted(lists.offsets, k, side="right") - 1)
+                raise _fail(path, col, row, f"value {lists.dictionary[lists.codes[k]]!r} is not in the "
+                                            f"schema's domain of '{a.name}'")

@@ -1,0 +1,191 @@
+"""A loaded GTM index: trie navigation, request encoding, GTM node test and exact ad eligibility.
+
+Arrays are memory-mapped from the artifact directory; see docs/format.md for every array."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from .errors import GtmkitError, RequestError
+from .formats import index_format as fmt
+from .formats.artifact import open_artifact
+from .matcher import exact
+from .progress import Progress
+from .targeting import BitmaskLayout, Request, encode_request, row_passes
+
+
+class Index:
+    """GTM index (DESIGN §3). Node ids are BFS: root 0, then depth 1, 2, ..., L (the leaves)."""
+
+    root = 0
+
+    def __init__(self, artifact):
+        self.artifact = artifact
+        self.path = Path(artifact.path)
+        self.manifest = artifact.manifest
+        c = self.manifest["counts"]
+        self.num_sids, self.num_ads, self.num_nodes = c["sids"], c["ads"], c["nodes"]
+        self.sid_length, self.vocab_size = c["sid_length"], c["vocab"]
+        self.layout = BitmaskLayout.from_dict(self.manifest["bitmask_layout"])
+        self.bloom = self.manifest["bloom"]
+        self.partition_layout = self.manifest["partition_layout"]
+        a = artifact.array
+        self.level_offsets = np.asarray(a("level_offsets"))
+        self.node_offsets, self.child_tokens = a("node_offsets"), a("child_tokens")
+        self.max_degree = np.asarray(a("max_degree"))
+        self.part_bitmask_ids = a("part_bitmask_ids")
+        self.part_bloom_ids = a("part_bloom_ids") if self.bloom else np.zeros((len(self.part_bitmask_ids), 0), np.int32)
+        self.part_offsets = a("part_offsets") if self.partition_layout["kind"] == "jagged" else None
+        self.bitmask_table = a("bitmask_table")
+        self.bloom_tables = [a(fmt.bloom_table(b)) for b in range(len(self.bloom))]
+        self.sid_ad_offsets, self.sid_ad_ids = a("sid_ad_offsets"), a("sid_ad_ids")
+        self.ad_bitmask_ids = a("ad_bitmask_ids")
+        self.ad_allow = [tuple(a(n) for n in fmt.ad_allow(b)) for b in range(len(self.bloom))]
+        self.ad_exclude = [tuple(a(n) for n in fmt.ad_exclude(b)) for b in range(len(self.bloom))]
+
+    # --- trie -------------------------------------------------------------------------------
+    @property
+    def first_leaf(self) -> int:
+        return int(self.level_offsets[self.sid_length])
+
+    def depth(self, node: int) -> int:
+        self._check_node(node)
+        return int(np.searchsorted(self.level_offsets, node, side="right") - 1)
+
+    def _check_node(self, node: int) -> None:
+        if not 0 <= node < self.num_nodes:
+            raise GtmkitError(f"node {node} outside [0, {self.num_nodes})")
+
+    def children(self, node: int) -> tuple:
+        """(tokens int32 [deg], child node ids int32 [deg]) of a node; empty for a leaf."""
+        self._check_node(node)
+        if node >= self.first_leaf:
+            return np.zeros(0, np.int32), np.zeros(0, np.int32)
+        a, b = int(self.node_offsets[node]), int(self.node_offsets[node + 1])
+        return np.asarray(self.child_tokens[a:b], np.int32), np.arange(a + 1, b + 1, dtype=np.int32)
+
+    def child(self, node: int, token: int) -> int:
+        """Child of node reached by token, or -1."""
+        self._check_node(node)
+        if node >= self.first_leaf:
+            return -1
+        a, b = int(self.node_offsets[node]), int(self.node_offsets[node + 1])
+        j = a + int(np.searchsorted(self.child_tokens[a:b], token))
+        return j + 1 if j < b and int(self.child_tokens[j]) == token else -1
+
+    def parent(self, node: int) -> int:
+        self._check_node(node)
+        if node == 0:
+            return -1
+        return int(np.searchsorted(self.node_offsets, node - 1, side="right") - 1)
+
+    def find(self, sid) -> int:
+        """Node of a SID or SID prefix (sequence of tokens), or -1."""
+        node = 0
+        for t in sid:
+            node = self.child(node, int(t))
+            if node < 0:
+                return -1
+        return node
+
+    def leaf_sid(self, node: int) -> tuple:
+        """The SID (tuple of L ints) of a leaf node."""
+        if not self.first_leaf <= node < self.num_nodes:
+            raise GtmkitError(f"node {node} is not a leaf (leaves are {self.first_leaf}..{self.num_nodes - 1})")
+        out = []
+        while node > 0:
+            out.append(int(self.child_tokens[node - 1]))
+            node = self.parent(node)
+        return tuple(reversed(out))
+
+    def sid_ads(self, leaf_node: int) -> np.ndarray:
+        """int64 ad ids of a leaf's SID (ascending)."""
+        if not self.first_leaf <= leaf_node < self.num_nodes:
+            raise GtmkitError(f"node {leaf_node} is not a leaf")
+        s = leaf_node - self.first_leaf
+        return np.asarray(self.sid_ad_ids[self.sid_ad_offsets[s]:self.sid_ad_offsets[s + 1]], np.int64)
+
+    # --- matchers ---------------------------------------------------------------------------
+    def node_partitions(self, node: int) -> np.ndarray:
+        """Indices into part_bitmask_ids / part_bloom_ids of the node's partitions (padding dropped)."""
+        self._check_node(node)
+        if self.part_offsets is not None:
+            idx = np.arange(int(self.part_offsets[node]), int(self.part_offsets[node + 1]))
+        else:
+            d = self.depth(node)
+            w = self.partition_layout["level_width"][d]
+            base = self.partition_layout["level_base"][d] + (node - int(self.level_offsets[d])) * w
+            idx = np.arange(base, base + w)
+        return idx[np.asarray(self.part_bitmask_ids[idx]) >= 0]
+
+    def node_passes(self, node: int, request: Request) -> bool:
+        """GTM test (DESIGN §2) on the node's stored matchers: passes iff any partition passes."""
+        for p in self.node_partitions(node):
+            bm = self.bitmask_table[self.part_bitmask_ids[p]]
+            blooms = [self.bloom_tables[b][self.part_bloom_ids[p, b]] for b in range(len(self.bloom))]
+            if row_passes(bm, blooms, request):
+                return True
+        return False
+
+    # --- requests and exact eligibility ----------------------------------------------------
+    @cached_property
+    def bloom_dictionaries(self) -> list:
+        """Per Bloom attribute: {string: code} over every string the catalog mentions."""
+        out = []
+        for b in range(len(self.bloom)):
+            values = self.artifact.table(fmt.bloom_dict(b)).column("value").to_pylist()
+            out.append({s: i for i, s in enumerate(values)})
+        return out
+
+    def encode_request(self, user: dict) -> Request:
+        """user: attribute -> value or list of values, e.g. {"country": "US", "location": ["US", "US:CA"]}."""
+        lookups = [lambda vals, d=d: [d.get(s, -1) for s in vals] for d in self.bloom_dictionaries]
+        return encode_request(user, self.layout, [(b["bits"], b["hashes"], b["seed"]) for b in self.bloom],
+                              [b["name"] for b in self.bloom], lookups)
+
+    def ad_rows(self, ad_ids) -> np.ndarray:
+        """Ad-level row (position in sid_ad_ids) of each ad id; RequestError for unknown ids."""
+        ad_ids = np.asarray(ad_ids, np.int64).reshape(-1)
+        sorted_ids = self.artifact.array("ad_ids_sorted")
+        pos = np.searchsorted(sorted_ids, ad_ids)
+        pos_c = np.minimum(pos, len(sorted_ids) - 1)
+        bad = sorted_ids[pos_c] != ad_ids
+        if bad.any():
+            raise RequestError(f"unknown ad id {int(ad_ids[np.flatnonzero(bad)[0]])}")
+        return np.asarray(self.artifact.array("ad_rows_by_id")[pos_c], np.int64)
+
+    def eligible_rows(self, rows: np.ndarray, request: Request) -> np.ndarray:
+        """Exact eligibility of ad-level rows -> bool array."""
+        rows = np.ascontiguousarray(rows, np.int64)
+        out = np.ones(len(rows), bool)
+        exact.bitmask_ok(rows, self.ad_bitmask_ids, self.bitmask_table, request.bitmask, out)
+        for b in range(len(self.bloom)):
+            (ao, ac), (eo, ec) = self.ad_allow[b], self.ad_exclude[b]
+            exact.bloom_ok(rows, ao, ac, eo, ec, np.asarray(request.bloom_codes[b], np.int64), out)
+        return out
+
+    def ad_eligible(self, ad_ids, request: Request) -> np.ndarray:
+        """Exact eligibility (DESIGN §2) of each ad id -> bool array."""
+        return self.eligible_rows(self.ad_rows(ad_ids), request)
+
+    # --- reporting ---------------------------------------------------------------------------
+    def stats(self) -> dict:
+        s = dict(self.manifest.get("stats", {}))
+        s["path"] = str(self.path)
+        s["format"] = {"name": self.manifest["format"], "version": self.manifest["format_version"],
+                       "gtmkit_version": self.manifest.get("gtmkit_version")}
+        s["artifact_bytes"] = int(self.artifact.nbytes)
+        return s
+
+    def __repr__(self) -> str:
+        return (f"Index({str(self.path)!r}, sids={self.num_sids}, ads={self.num_ads}, "
+                f"L={self.sid_length}, V={self.vocab_size}, partition={self.partition_layout['kind']})")
+
+
+def load_index(path, verify: bool = True, progress: Progress = None) -> Index:
+    """Open an index directory (memory-mapped). verify=False skips checksums (sizes, dtypes, shapes
+    and the format version are always checked)."""
+    return Index(open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=verify, progress=progress))

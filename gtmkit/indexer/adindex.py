@@ -1,0 +1,62 @@
+"""SID->ad map and the exact ad-level index: ads grouped by SID, CSR string codes per Bloom attribute."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+
+def sid_ad_map(ad_sid: np.ndarray, ad_ids: np.ndarray, num_sids: int) -> tuple:
+    """-> (order int64 [N]: catalog rows grouped by SID, ascending ad id within a SID;
+    sid_ad_offsets int64 [S+1]; sid_ad_ids int64 [N])."""
+    order = np.lexsort((ad_ids, ad_sid))
+    offsets = np.zeros(num_sids + 1, np.int64)
+    np.cumsum(np.bincount(ad_sid, minlength=num_sids), out=offsets[1:])
+    return order, offsets, ad_ids[order]
+
+
+@njit(cache=True)
+def _gather_lengths(off, order, out):
+    for i in range(order.shape[0]):
+        out[i + 1] = out[i] + (off[order[i] + 1] - off[order[i]])
+
+
+@njit(parallel=True, cache=True)
+def _gather_sorted(off, codes, order, new_off, out):
+    """Row i of the result = sorted distinct codes of input row order[i] (duplicates become -1 at the
+    end, then trimmed by the caller's second pass)."""
+    for i in prange(order.shape[0]):
+        a, b = off[order[i]], off[order[i] + 1]
+        dst = new_off[i]
+        for j in range(b - a):
+            out[dst + j] = codes[a + j]
+        out[dst:dst + (b - a)].sort()
+
+
+@njit(cache=True)
+def _dedupe_rows(off, codes, new_off, out):
+    k = 0
+    for i in range(off.shape[0] - 1):
+        new_off[i] = k
+        prev = -1
+        for j in range(off[i], off[i + 1]):
+            if codes[j] != prev:
+                out[k] = codes[j]
+                k += 1
+                prev = codes[j]
+    new_off[off.shape[0] - 1] = k
+    return k
+
+
+def reorder_lists(offsets: np.ndarray, codes: np.ndarray, order: np.ndarray) -> tuple:
+    """CSR lists permuted to `order`, each list sorted ascending without repeats.
+
+    Shapes: offsets int64 [n+1], codes int32 [nnz], order int64 [n] -> (int64 [n+1], int32 [nnz'])."""
+    off = np.zeros(len(order) + 1, np.int64)
+    _gather_lengths(offsets, order, off)
+    tmp = np.empty(int(off[-1]), np.int32)
+    _gather_sorted(offsets, codes, order, off, tmp)
+    new_off = np.empty_like(off)
+    out = np.empty_like(tmp)
+    k = _dedupe_rows(off, tmp, new_off, out)
+    return new_off, out[:k].copy()

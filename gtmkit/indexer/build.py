@@ -1,0 +1,209 @@
+"""Offline build: Parquet catalog -> GTM index artifact (DESIGN §3), phase by phase with timings."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..formats import index_format as fmt
+from ..formats.artifact import ArtifactWriter
+from ..formats.catalog import read_catalog
+from ..formats.schema import PartitionSpec, Schema, make_partition, resolve_schema
+from ..progress import Progress, report
+from .adindex import reorder_lists, sid_ad_map
+from .dedup import RowDeduper
+from .partition import level_partitions
+from .rows import ad_rows, resolve_layout
+from .stats import level_table_stats, summarize
+from .trie import build_trie
+
+
+class _Timer:
+    def __init__(self):
+        self.seconds = {}
+        self._t0 = time.perf_counter()
+        self._last = self._t0
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def total(self) -> float:
+        return time.perf_counter() - self._t0
+
+
+def choose_partition(schema: Schema, partition, k, target_fill, k_max) -> PartitionSpec:
+    """Explicit arguments win; with none given, the schema's own partition setting applies."""
+    if (partition or "none") == "none" and k is None and target_fill is None and k_max is None:
+        return schema.partition
+    return make_partition(partition or "none", k, target_fill, k_max, schema.sid_length, "partition")
+
+
+def _level_k(spec: PartitionSpec, depth: int) -> int:
+    if depth == 0 or spec.mode == "none":
+        return 1
+    if spec.mode == "static":
+        return spec.k[depth - 1]
+    return spec.k_max
+
+
+def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_fill=None, k_max=None,
+                progress: Progress = None, overwrite: bool = False):
+    """Build the GTM index of a Parquet catalog into directory `out_dir` and return it loaded.
+
+    schema: Schema, dict, JSON path, or None for `<stem>.schema.json` beside the catalog.
+    partition: "none" | "static" (k: one int per SID level, or one int) | "dynamic" (target_fill, k_max).
+    progress: optional callable (done, total, phase). Nothing is left at out_dir on error."""
+    from ..index import load_index
+
+    timer = _Timer()
+    schema = resolve_schema(catalog, schema)
+    spec = choose_partition(schema, partition, k, target_fill, k_max)
+    schema = schema.with_partition(spec)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        from ..errors import ArtifactError
+        raise ArtifactError(f"{out_dir}: already exists (pass overwrite=True / --force to replace it)")
+
+    cat = read_catalog(catalog, schema, progress)
+    timer.lap("read")
+
+    L, V = schema.sid_length, schema.vocab
+    trie = build_trie(cat.sids, V)
+    S, N = len(trie.unique_sids), cat.num_ads
+    order, sid_ad_offsets, sid_ad_ids = sid_ad_map(trie.ad_sid, cat.ad_ids, S)
+    report(progress, 1, 1, "trie")
+    timer.lap("trie")
+
+    layout, code_bits, rl = resolve_layout(cat, schema)
+    rows = ad_rows(cat, schema, layout, code_bits, rl, order)
+    slices = rl.slices()
+    report(progress, 1, 1, "rows")
+    timer.lap("rows")
+
+    dedupers = [RowDeduper(s.stop - s.start) for s in slices]
+    ad_bitmask_ids = dedupers[0].add(rows[:, slices[0]])
+    ad_level = level_table_stats(rows, np.ones(N, np.int64), [ad_bitmask_ids], slices[:1], rl)
+    timer.lap("dedup")
+
+    # Per-SID unions are the members of every internal node's partitioning.
+    lo_ads, hi_ads = sid_ad_offsets[:-1], sid_ad_offsets[1:]
+    _, sid_rows = level_partitions(rows, lo_ads, hi_ads)
+    timer.lap("partitions")
+
+    level_counts, level_ids, level_stats = [], [], []
+    for d in range(L + 1):
+        kd = _level_k(spec, d)
+        dyn = spec.mode == "dynamic" and d > 0
+        if d == L:
+            M, lo, hi = rows, lo_ads, hi_ads
+        else:
+            M, (lo, hi) = sid_rows, trie.sid_ranges(d)
+        if d == L and kd == 1 and not dyn:
+            counts, parts = np.ones(S, np.int64), sid_rows
+        else:
+            counts, parts = level_partitions(M, lo, hi, kd, dyn, spec.target_fill or 1.0, spec.k_max or 1,
+                                             rl.n_bits)
+        timer.lap("partitions")
+        ids = [dd.add(parts[:, s]) for dd, s in zip(dedupers, slices)]
+        timer.lap("dedup")
+        if d > 0:
+            level_stats.append(level_table_stats(parts, counts, ids, slices, rl))
+        level_counts.append(counts)
+        level_ids.append(ids)
+        del parts
+        report(progress, d + 1, L + 1, "matchers")
+    del rows, sid_rows
+    timer.lap("partitions")
+
+    part_arrays, part_layout = _matcher_columns(spec, trie, level_counts, level_ids, L)
+    tables = [dd.table() for dd in dedupers]
+    del dedupers
+    timer.lap("dedup")
+
+    nbm = len(schema.bitmask)
+    ad_lists = []
+    for b in range(len(schema.bloom)):
+        al, ex = cat.allowed[nbm + b], cat.excluded[nbm + b]
+        ad_lists.append((reorder_lists(al.offsets, al.codes, order), reorder_lists(ex.offsets, ex.codes, order),
+                         al.dictionary))
+    id_order = np.argsort(sid_ad_ids, kind="stable")
+    report(progress, 1, 1, "ad index")
+    timer.lap("ad index")
+
+    arrays = {
+        "level_offsets": trie.level_offsets, "node_offsets": trie.node_offsets,
+        "child_tokens": trie.child_tokens, "max_degree": trie.max_degree,
+        **part_arrays,
+        "bitmask_table": tables[0],
+        "sid_ad_offsets": sid_ad_offsets, "sid_ad_ids": sid_ad_ids,
+        "ad_bitmask_ids": ad_bitmask_ids,
+        "ad_ids_sorted": sid_ad_ids[id_order], "ad_rows_by_id": id_order.astype(np.int32),
+    }
+    for b, ((a_off, a_codes), (e_off, e_codes), _) in enumerate(ad_lists):
+        arrays[fmt.bloom_table(b)] = tables[1 + b]
+        arrays.update(zip(fmt.ad_allow(b), (a_off, a_codes)))
+        arrays.update(zip(fmt.ad_exclude(b), (e_off, e_codes)))
+
+    counts = {"sids": S, "ads": N, "nodes": trie.num_nodes, "internal_nodes": int(trie.level_offsets[L]),
+              "sid_length": L, "vocab": V}
+    stats = summarize(trie, sid_ad_offsets, schema, layout, rl, tables, level_stats, ad_level, arrays,
+                      part_layout)
+    manifest = {
+        "schema": schema.to_dict(),
+        "bitmask_layout": layout.to_dict(),
+        "bloom": [{"name": a.name, "bits": a.bits, "hashes": a.hashes, "seed": a.seed, "words": a.words}
+                  for a in schema.bloom],
+        "counts": counts,
+        "partition_layout": part_layout,
+        "stats": stats,
+    }
+    with ArtifactWriter(out_dir, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=overwrite) as w:
+        for i, (name, arr) in enumerate(arrays.items()):
+            w.add_array(name, arr)
+            report(progress, i + 1, len(arrays), "write")
+        for b, (_, _, dictionary) in enumerate(ad_lists):
+            w.add_table(fmt.bloom_dict(b), pa.table({"value": pa.array(dictionary, pa.string())}))
+        timer.lap("write")
+        stats["build_seconds"] = {**{k: round(v, 4) for k, v in timer.seconds.items()},
+                                  "total": round(timer.total(), 4)}
+        w.commit(manifest)
+    return load_index(out_dir, verify=False)
+
+
+def _matcher_columns(spec: PartitionSpec, trie, level_counts, level_ids, L) -> tuple:
+    """Per-node partition ids: fixed width per level (none/static) or jagged CSR (dynamic).
+
+    Fixed: node n of depth d owns ids [base_d + (n - level_offsets[d]) * w_d, ... + w_d), -1 padded.
+    Jagged: node n owns ids [part_offsets[n], part_offsets[n+1])."""
+    n_tables = len(level_ids[0])
+    if spec.mode == "dynamic":
+        counts = np.concatenate(level_counts)
+        part_offsets = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(counts, out=part_offsets[1:])
+        ids = [np.concatenate([lv[t] for lv in level_ids]) for t in range(n_tables)]
+        arrays = {"part_offsets": part_offsets}
+        layout = {"kind": "jagged"}
+    else:
+        widths = [_level_k(spec, d) for d in range(L + 1)]
+        bases = np.zeros(L + 2, np.int64)
+        np.cumsum([len(level_counts[d]) * widths[d] for d in range(L + 1)], out=bases[1:])
+        ids = [np.full(int(bases[-1]), -1, np.int32) for _ in range(n_tables)]
+        for d in range(L + 1):
+            c = level_counts[d]
+            off = np.zeros(len(c) + 1, np.int64)
+            np.cumsum(c, out=off[1:])
+            node = np.repeat(np.arange(len(c)), c)
+            pos = bases[d] + node * widths[d] + (np.arange(int(off[-1])) - off[:-1][node])
+            for t in range(n_tables):
+                ids[t][pos] = level_ids[d][t]
+        arrays = {}
+        layout = {"kind": "fixed", "level_width": widths, "level_base": bases.tolist()}
+    arrays["part_bitmask_ids"] = ids[0].astype(np.int32)
+    if n_tables > 1:
+        arrays["part_bloom_ids"] = np.ascontiguousarray(np.stack([i.astype(np.int32) for i in ids[1:]], axis=1))
+    return arrays, layout

@@ -1,0 +1,1 @@
+"""Online side: request encoding, CD+GTM step, top-k, beam search, post-filter."""
