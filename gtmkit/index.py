@@ -121,6 +121,19 @@ class Index:
             idx = np.arange(base, base + w)
         return idx[np.asarray(self.part_bitmask_ids[idx]) >= 0]
 
+    def partition_ranges(self) -> tuple:
+        """(start, end) int64 [num_nodes]: node n's partitions are indices start[n]:end[n] (fixed layouts
+        may hold -1 padding there)."""
+        if self.part_offsets is not None:
+            po = np.asarray(self.part_offsets, np.int64)
+            return po[:-1].copy(), po[1:].copy()
+        lo = self.level_offsets
+        w = np.asarray(self.partition_layout["level_width"], np.int64)
+        base = np.asarray(self.partition_layout["level_base"], np.int64)
+        depth = np.repeat(np.arange(len(lo) - 1), np.diff(lo))
+        start = base[depth] + (np.arange(self.num_nodes) - lo[depth]) * w[depth]
+        return start, start + w[depth]
+
     def node_passes(self, node: int, request: Request) -> bool:
         """GTM test (DESIGN §2) on the node's stored matchers: passes iff any partition passes."""
         for p in self.node_partitions(node):

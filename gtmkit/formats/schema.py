@@ -195,6 +195,10 @@ def parse_schema(d: Any, src: str = "schema") -> Schema:
     meta = d.get("meta") or {}
     if not isinstance(meta, dict):
         raise SchemaError(f"{src}: meta must be a JSON object")
+    # Attributes are kept sorted by name: JSON objects carry no order we could rely on (the manifest
+    # is written with sorted keys), and the bit layout must not depend on how a file was written.
+    bitmask.sort(key=lambda a: a.name)
+    bloom.sort(key=lambda a: a.name)
     return Schema(ad_id, sid_col, length, vocab, tuple(bitmask), tuple(bloom),
                   parse_partition(d.get("partition"), length, src), meta)
 

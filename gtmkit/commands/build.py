@@ -1,0 +1,53 @@
+"""`gtmkit build`: Parquet catalog -> GTM index directory."""
+
+from __future__ import annotations
+
+import click
+
+from ..cli import handle_errors
+from ._common import StderrProgress, echo_json
+from .stats import print_summary
+
+
+def parse_k(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        ks = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter("expected comma-separated integers, e.g. 1,4,4,2") from None
+    return ks[0] if len(ks) == 1 else ks
+
+
+@click.command("build")
+@click.argument("catalog", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Index directory to write.")
+@click.option("--schema", type=click.Path(dir_okay=False), help="Schema JSON [default: <stem>.schema.json beside CATALOG].")
+@click.option("--partition", type=click.Choice(["none", "static", "dynamic"]), default=None,
+              help="k-way matcher partitioning [default: the schema's, else none].")
+@click.option("--k", "k", callback=parse_k, help="Static: partitions per SID level, e.g. 1,4,4,2 (or one value).")
+@click.option("--target-fill", type=float, help="Dynamic: grow k until the mean fill rate is <= this.")
+@click.option("--k-max", type=int, help="Dynamic: most partitions per node.")
+@click.option("-f", "--force", is_flag=True, help="Replace an existing index directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@click.option("-s", "--silent", is_flag=True, help="No progress bar.")
+@handle_errors
+def command(catalog, out_dir, schema, partition, k, target_fill, k_max, force, as_json, silent):
+    """Build the GTM index of an ad catalog.
+
+    \b
+    Example:
+        gtmkit synth catalog --ads 100000 -o catalog.parquet
+        gtmkit build catalog.parquet -o index/ --partition static --k 1,4,4,2
+        gtmkit build catalog.parquet -o index/ --partition dynamic --target-fill 0.4 --k-max 8 -f
+    """
+    from ..indexer.build import build_index
+
+    with StderrProgress(silent or as_json) as bar:
+        index = build_index(catalog, out_dir, schema=schema, partition=partition, k=k,
+                            target_fill=target_fill, k_max=k_max, progress=bar, overwrite=force)
+    stats = index.stats()
+    if as_json:
+        echo_json(stats)
+    else:
+        print_summary(stats)

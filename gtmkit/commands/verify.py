@@ -1,0 +1,41 @@
+"""`gtmkit verify`: checksums, structure, and with the catalog a full recomputation."""
+
+from __future__ import annotations
+
+import click
+
+from ..cli import handle_errors
+from ._common import StderrProgress, echo_json
+
+
+@click.command("verify")
+@click.argument("index_dir", type=click.Path(file_okay=False))
+@click.option("--catalog", type=click.Path(dir_okay=False), help="Recompute every SID path and ad row from this catalog.")
+@click.option("--schema", type=click.Path(dir_okay=False), help="Schema for --catalog [default: the index's own].")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("-s", "--silent", is_flag=True, help="No progress bar.")
+@handle_errors
+def command(index_dir, catalog, schema, as_json, silent):
+    """Check an index: checksums, trie and matcher structure, and (with --catalog) its contents.
+
+    Exits 1 when a problem is found.
+
+    \b
+    Example:
+        gtmkit verify index/
+        gtmkit verify index/ --catalog catalog.parquet --json
+    """
+    from ..indexer.verify import verify_index
+
+    with StderrProgress(silent or as_json) as bar:
+        problems = verify_index(index_dir, catalog=catalog, schema=schema, progress=bar)
+    checks = ["checksums", "structure"] + (["catalog"] if catalog else [])
+    if as_json:
+        echo_json({"index": index_dir, "ok": not problems, "checks": checks, "problems": problems})
+    elif problems:
+        for p in problems:
+            click.echo(f"FAIL {p}", err=True)
+    else:
+        click.echo(f"OK {index_dir}: {', '.join(checks)}")
+    if problems:
+        raise SystemExit(1)
