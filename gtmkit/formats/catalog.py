@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .._arrays import offsets_from_lengths
 from ..errors import CatalogError
 from ..progress import Progress, report
 from .schema import Schema
@@ -75,8 +76,7 @@ class _ListBuilder:
 
     def finish(self) -> StringLists:
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
-        offsets = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = offsets_from_lengths(lengths)
         codes = np.concatenate(self.codes) if self.codes else np.zeros(0, np.int32)
         return StringLists(offsets, codes.astype(np.int32, copy=False), self.dictionary)
 
@@ -128,13 +128,13 @@ def _sid_tokens(arr: pa.Array, schema: Schema, path, row0) -> np.ndarray:
     if values.null_count:
         i = _first_true(values.is_null().to_numpy(zero_copy_only=False)) // L
         raise _fail(path, col, row0 + i, "null token in SID")
-    tok = values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False).reshape(-1, L)
-    bad = (tok < 0) | (tok >= V)
-    if bad.any():
+    mm = pc.min_max(values).as_py()
+    if mm["min"] < 0 or mm["max"] >= V:  # only now pay for locating the row
+        tok = values.to_numpy(zero_copy_only=False).astype(np.int64).reshape(-1, L)
+        bad = (tok < 0) | (tok >= V)
         i = _first_true(bad.any(axis=1))
-        v = int(tok[i][bad[i]][0])
-        raise _fail(path, col, row0 + i, f"token {v} outside [0, {V})")
-    return tok.astype(np.int32)
+        raise _fail(path, col, row0 + i, f"token {int(tok[i][bad[i]][0])} outside [0, {V})")
+    return values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False).reshape(-1, L)
 
 
 def _open(path) -> pq.ParquetFile:
@@ -203,6 +203,10 @@ def _ad_ids(arr: pa.Array, col, path, row0) -> np.ndarray:
 
 
 def _check_unique(ad_ids: np.ndarray, col, path) -> None:
+    s = np.sort(ad_ids)
+    if not np.any(s[1:] == s[:-1]):
+        return
+    # Slow path, only to name the offending row.
     order = np.argsort(ad_ids, kind="stable")
     s = ad_ids[order]
     dup = np.flatnonzero(s[1:] == s[:-1])

@@ -6,13 +6,33 @@ import numpy as np
 from numba import njit, prange
 
 
+@njit(cache=True)
+def _group_stable(keys, n_keys, items, offsets, out):
+    """Counting sort of items by keys[item], keeping the items' order within a key."""
+    for i in items:
+        offsets[keys[i] + 1] += 1
+    for k in range(n_keys):
+        offsets[k + 1] += offsets[k]
+    pos = offsets[:-1].copy()
+    for i in items:
+        k = keys[i]
+        out[pos[k]] = i
+        pos[k] += 1
+
+
 def sid_ad_map(ad_sid: np.ndarray, ad_ids: np.ndarray, num_sids: int) -> tuple:
-    """-> (order int64 [N]: catalog rows grouped by SID, ascending ad id within a SID;
-    sid_ad_offsets int64 [S+1]; sid_ad_ids int64 [N])."""
-    order = np.lexsort((ad_ids, ad_sid))
+    """SID->ad map and the ad-id lookup, from one sort of the ad ids (ids are unique).
+
+    Returns order int64 [N] (catalog rows grouped by SID, ascending ad id within a SID),
+    sid_ad_offsets int64 [S+1], sid_ad_ids int64 [N], ad_ids_sorted int64 [N] and
+    ad_rows_by_id int32 [N] (ad-level row of the i-th smallest ad id)."""
+    by_id = np.argsort(ad_ids)
     offsets = np.zeros(num_sids + 1, np.int64)
-    np.cumsum(np.bincount(ad_sid, minlength=num_sids), out=offsets[1:])
-    return order, offsets, ad_ids[order]
+    order = np.empty(len(ad_ids), np.int64)
+    _group_stable(ad_sid, num_sids, by_id, offsets, order)
+    row_of = np.empty(len(ad_ids), np.int32)
+    row_of[order] = np.arange(len(ad_ids), dtype=np.int32)
+    return order, offsets, ad_ids[order], ad_ids[by_id], row_of[by_id]
 
 
 @njit(cache=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from .._arrays import offsets_from_lengths
 from ..formats import index_format as fmt
 from ..formats.artifact import ArtifactWriter
 from ..formats.catalog import read_catalog
@@ -75,13 +76,18 @@ def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_
     L, V = schema.sid_length, schema.vocab
     trie = build_trie(cat.sids, V)
     S, N = len(trie.unique_sids), cat.num_ads
-    order, sid_ad_offsets, sid_ad_ids = sid_ad_map(trie.ad_sid, cat.ad_ids, S)
+    order, sid_ad_offsets, sid_ad_ids, ad_ids_sorted, ad_rows_by_id = sid_ad_map(trie.ad_sid, cat.ad_ids, S)
+    del trie.ad_sid  # the largest build-only array; `order` replaces it
     report(progress, 1, 1, "trie")
     timer.lap("trie")
 
     layout, code_bits, rl = resolve_layout(cat, schema)
     rows = ad_rows(cat, schema, layout, code_bits, rl, order)
     slices = rl.slices()
+    # Bitmask lists and SIDs live on in `rows` and the trie: free them before the matcher phase peaks.
+    cat.sids = None
+    for j in range(len(schema.bitmask)):
+        cat.allowed[j] = cat.excluded[j] = None
     report(progress, 1, 1, "rows")
     timer.lap("rows")
 
@@ -131,7 +137,6 @@ def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_
         al, ex = cat.allowed[nbm + b], cat.excluded[nbm + b]
         ad_lists.append((reorder_lists(al.offsets, al.codes, order), reorder_lists(ex.offsets, ex.codes, order),
                          al.dictionary))
-    id_order = np.argsort(sid_ad_ids, kind="stable")
     report(progress, 1, 1, "ad index")
     timer.lap("ad index")
 
@@ -142,7 +147,7 @@ def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_
         "bitmask_table": tables[0],
         "sid_ad_offsets": sid_ad_offsets, "sid_ad_ids": sid_ad_ids,
         "ad_bitmask_ids": ad_bitmask_ids,
-        "ad_ids_sorted": sid_ad_ids[id_order], "ad_rows_by_id": id_order.astype(np.int32),
+        "ad_ids_sorted": ad_ids_sorted, "ad_rows_by_id": ad_rows_by_id,
     }
     for b, ((a_off, a_codes), (e_off, e_codes), _) in enumerate(ad_lists):
         arrays[fmt.bloom_table(b)] = tables[1 + b]
@@ -183,8 +188,7 @@ def _matcher_columns(spec: PartitionSpec, trie, level_counts, level_ids, L) -> t
     n_tables = len(level_ids[0])
     if spec.mode == "dynamic":
         counts = np.concatenate(level_counts)
-        part_offsets = np.zeros(len(counts) + 1, np.int64)
-        np.cumsum(counts, out=part_offsets[1:])
+        part_offsets = offsets_from_lengths(counts)
         ids = [np.concatenate([lv[t] for lv in level_ids]) for t in range(n_tables)]
         arrays = {"part_offsets": part_offsets}
         layout = {"kind": "jagged"}
@@ -195,8 +199,7 @@ def _matcher_columns(spec: PartitionSpec, trie, level_counts, level_ids, L) -> t
         ids = [np.full(int(bases[-1]), -1, np.int32) for _ in range(n_tables)]
         for d in range(L + 1):
             c = level_counts[d]
-            off = np.zeros(len(c) + 1, np.int64)
-            np.cumsum(c, out=off[1:])
+            off = offsets_from_lengths(c)
             node = np.repeat(np.arange(len(c)), c)
             pos = bases[d] + node * widths[d] + (np.arange(int(off[-1])) - off[:-1][node])
             for t in range(n_tables):

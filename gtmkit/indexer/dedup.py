@@ -56,9 +56,17 @@ class RowDeduper:
         self._uniq = np.zeros((0, width), np.uint64)
         self._slots = np.full(16, -1, np.int32)
 
-    def add(self, rows: np.ndarray) -> np.ndarray:
+    def add(self, rows: np.ndarray, chunk: int = 1 << 20) -> np.ndarray:
         rows = np.asarray(rows, np.uint64)
-        need = self.n + len(rows)
+        ids = np.empty(len(rows), np.int32)
+        # Chunks bound the worst-case growth: buffers track the distinct rows, not the rows offered.
+        for a in range(0, len(rows), chunk):
+            part = rows[a:a + chunk]
+            self._reserve(self.n + len(part))
+            self.n = _insert(part, self._slots, self._uniq, self.n, ids[a:a + chunk])
+        return ids
+
+    def _reserve(self, need: int) -> None:
         if need >= 2**31 - 1:
             raise ValueError("more than 2^31 distinct matcher rows")
         if need > len(self._uniq):
@@ -66,12 +74,8 @@ class RowDeduper:
             grown[: self.n] = self._uniq[: self.n]
             self._uniq = grown
         if 2 * need > len(self._slots):
-            size = 1 << (2 * need).bit_length()
-            self._slots = np.full(size, -1, np.int32)
+            self._slots = np.full(1 << (2 * need).bit_length(), -1, np.int32)
             _rehash(self._uniq, self.n, self._slots)
-        ids = np.empty(len(rows), np.int32)
-        self.n = _insert(rows, self._slots, self._uniq, self.n, ids)
-        return ids
 
     def table(self) -> np.ndarray:
         return np.ascontiguousarray(self._uniq[: self.n])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .._arrays import offsets_from_lengths
 from .._bits import popcount
 
 N_CHUNKS = 512
@@ -113,8 +114,7 @@ def level_partitions(M: np.ndarray, lo: np.ndarray, hi: np.ndarray, k: int = 1, 
     if dynamic or k > 1:
         assign_partitions(M, lo, hi, int(k), bool(dynamic), float(target_fill), int(k_max), int(n_bits),
                           assign, counts)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=offsets[1:])
+    offsets = offsets_from_lengths(counts)
     rows = np.zeros((int(offsets[-1]), M.shape[1]), np.uint64)
     emit_partitions(M, lo, hi, assign, offsets, rows)
     return counts, rows

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._arrays import offsets_from_lengths
+
 
 @dataclass
 class TrieBuild:
@@ -76,7 +78,7 @@ def sort_sids(sids: np.ndarray, vocab: int) -> tuple:
         new = np.empty(n, bool)
         new[0] = True
         np.any(s[1:] != s[:-1], axis=1, out=new[1:])
-    group = np.cumsum(new, dtype=np.int64) - 1
+    group = offsets_from_lengths(new.view(np.uint8))[1:] - 1
     inverse = np.empty(n, np.int64)
     inverse[order] = group
     unique = sids[order[new]].astype(np.int32, copy=False)
