@@ -54,31 +54,39 @@ class Catalog:
 class _ListBuilder:
     """Accumulates one attribute's string lists over batches with a global dictionary."""
 
-    def __init__(self, index: dict, dictionary: list):
+    def __init__(self, index: dict, dictionary: list, total_rows: int):
         self.index, self.dictionary = index, dictionary
-        self.lengths, self.codes = [], []
+        # Filled in place: fresh large allocations cost page faults, so no per-batch concatenation.
+        self.offsets = np.zeros(total_rows + 1, np.int64)
+        self.rows = 0
+        self.codes = []
+        self._last = (None, None)  # (batch dictionary, its remap): row groups repeat dictionaries
 
     def add(self, lengths: np.ndarray, values: pa.Array) -> None:
-        self.lengths.append(lengths)
+        r, n = self.rows, len(lengths)
+        seg = offsets_from_lengths(lengths)
+        self.offsets[r + 1:r + n + 1] = seg[1:] + self.offsets[r]
+        self.rows += n
         if len(values) == 0:
             self.codes.append(np.zeros(0, np.int32))
             return
-        enc = pc.dictionary_encode(values)
+        enc = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
         if isinstance(enc, pa.ChunkedArray):
             enc = enc.combine_chunks()
-        local = enc.dictionary.to_pylist()
-        remap = np.fromiter((self.index.setdefault(s, len(self.index)) for s in local), np.int32, len(local))
-        while len(self.dictionary) < len(self.index):
-            self.dictionary.append(None)
-        for s, c in zip(local, remap):
-            self.dictionary[c] = s
+        last, remap = self._last
+        if last is None or not enc.dictionary.equals(last):
+            local = enc.dictionary.to_pylist()
+            remap = np.fromiter((self.index.setdefault(s, len(self.index)) for s in local), np.int32, len(local))
+            while len(self.dictionary) < len(self.index):
+                self.dictionary.append(None)
+            for s, c in zip(local, remap):
+                self.dictionary[c] = s
+            self._last = (enc.dictionary, remap)
         self.codes.append(remap[enc.indices.to_numpy(zero_copy_only=False)])
 
     def finish(self) -> StringLists:
-        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
-        offsets = offsets_from_lengths(lengths)
         codes = np.concatenate(self.codes) if self.codes else np.zeros(0, np.int32)
-        return StringLists(offsets, codes.astype(np.int32, copy=False), self.dictionary)
+        return StringLists(self.offsets, codes.astype(np.int32, copy=False), self.dictionary)
 
 
 def _fail(path, column, row, msg) -> CatalogError:
@@ -92,8 +100,9 @@ def _first_true(mask: np.ndarray) -> int:
 def _string_lists(arr: pa.Array, path, column, row0) -> tuple:
     """-> (lengths int64 [n], flat values StringArray); null or empty = untargeted."""
     t = arr.type
-    if pa.types.is_dictionary(t):
-        arr, t = arr.cast(t.value_type), t.value_type
+    if pa.types.is_dictionary(t) and pa.types.is_string(t.value_type):
+        valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
+        return valid.astype(np.int64), arr.drop_null()
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
         return valid.astype(np.int64), arr.drop_null()
@@ -102,8 +111,6 @@ def _string_lists(arr: pa.Array, path, column, row0) -> tuple:
             or (pa.types.is_dictionary(t.value_type) and pa.types.is_string(t.value_type.value_type))):
         lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         values = pc.list_flatten(arr)
-        if pa.types.is_dictionary(values.type):
-            values = values.cast(values.type.value_type)
         if values.null_count:
             flat_row = np.repeat(np.arange(len(lengths)), lengths)
             bad = _first_true(values.is_null().to_numpy(zero_copy_only=False))
@@ -137,21 +144,27 @@ def _sid_tokens(arr: pa.Array, schema: Schema, path, row0) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False).reshape(-1, L)
 
 
-def _open(path) -> pq.ParquetFile:
+def _open(path, string_columns=()) -> pq.ParquetFile:
+    """Open the file; string columns come back dictionary-encoded straight from Parquet's own
+    dictionary pages, which saves materialising and re-hashing every string."""
     p = Path(path)
     if not p.exists():
         raise CatalogError(f"{path}: no such file")
     if p.is_dir():
         raise CatalogError(f"{path}: is a directory, expected a Parquet file")
     try:
-        return pq.ParquetFile(p)
+        pf = pq.ParquetFile(p)
+        leaves = [pf.schema.column(i) for i in range(len(pf.schema))]
+        wanted = set(string_columns)
+        dict_paths = [c.path for c in leaves if c.path.split(".")[0] in wanted and c.physical_type == "BYTE_ARRAY"]
+        return pq.ParquetFile(p, read_dictionary=dict_paths) if dict_paths else pf
     except (pa.ArrowException, OSError) as exc:
         raise CatalogError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
 
 
 def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: int = BATCH_ROWS) -> Catalog:
     """Stream the catalog's schema columns and validate every row (DESIGN §3)."""
-    pf = _open(path)
+    pf = _open(path, [c for a in (*schema.bitmask, *schema.bloom) for c in (a.column, a.exclude_column) if c])
     names = set(pf.schema_arrow.names)
     for col in schema.columns():
         if col not in names:
@@ -160,32 +173,34 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
     total = pf.metadata.num_rows
     if total == 0:
         raise CatalogError(f"{path}: the catalog has no rows")
-    ids, sids = [], []
+    ad_ids = np.empty(total, np.int64)
+    sids = np.empty((total, schema.sid_length), np.int32)
     allowed, excluded = [], []
     for _ in attrs:
         index, dictionary = {}, []
-        allowed.append(_ListBuilder(index, dictionary))
-        excluded.append(_ListBuilder(index, dictionary))
+        allowed.append(_ListBuilder(index, dictionary, total))
+        excluded.append(_ListBuilder(index, dictionary, total))
     row0 = 0
     try:
         batches = pf.iter_batches(batch_size=batch_rows, columns=schema.columns())
         for batch in batches:
             n = batch.num_rows
-            ids.append(_ad_ids(batch.column(schema.ad_id_column), schema.ad_id_column, path, row0))
-            sids.append(_sid_tokens(batch.column(schema.sid_column), schema, path, row0))
+            ad_ids[row0:row0 + n] = _ad_ids(batch.column(schema.ad_id_column), schema.ad_id_column, path, row0)
+            sids[row0:row0 + n] = _sid_tokens(batch.column(schema.sid_column), schema, path, row0)
             for j, a in enumerate(attrs):
                 allowed[j].add(*_string_lists(batch.column(a.column), path, a.column, row0))
                 if a.exclude_column:
                     excluded[j].add(*_string_lists(batch.column(a.exclude_column), path, a.exclude_column, row0))
                 else:
-                    excluded[j].add(np.zeros(n, np.int64), pa.array([], pa.string()))
+                    excluded[j].rows += n
             row0 += n
             report(progress, row0, total, "read")
     except (pa.ArrowException, OSError) as exc:
         raise CatalogError(f"{path}: cannot read rows near row {row0} ({str(exc).splitlines()[0]})") from None
-    ad_ids = np.concatenate(ids)
+    if row0 != total:
+        raise CatalogError(f"{path}: metadata says {total} rows, read {row0}")
     _check_unique(ad_ids, schema.ad_id_column, path)
-    cat = Catalog(str(path), ad_ids, np.concatenate(sids), [b.finish() for b in allowed],
+    cat = Catalog(str(path), ad_ids, sids, [b.finish() for b in allowed],
                   [b.finish() for b in excluded])
     _check_domains(cat, schema, path)
     return cat

@@ -20,13 +20,25 @@ def _group_stable(keys, n_keys, items, offsets, out):
         pos[k] += 1
 
 
+def _argsort_ids(ad_ids: np.ndarray) -> np.ndarray:
+    """argsort of distinct ids; packs (id - min, row) into one word when it fits (~10x faster)."""
+    n = len(ad_ids)
+    lo, hi = int(ad_ids.min()), int(ad_ids.max())
+    idx_bits = max(1, (n - 1).bit_length())
+    if (hi - lo).bit_length() + idx_bits <= 64:
+        packed = ((ad_ids - lo).astype(np.uint64) << np.uint64(idx_bits)) | np.arange(n, dtype=np.uint64)
+        packed.sort()
+        return (packed & np.uint64((1 << idx_bits) - 1)).astype(np.int64)
+    return np.argsort(ad_ids)
+
+
 def sid_ad_map(ad_sid: np.ndarray, ad_ids: np.ndarray, num_sids: int) -> tuple:
     """SID->ad map and the ad-id lookup, from one sort of the ad ids (ids are unique).
 
     Returns order int64 [N] (catalog rows grouped by SID, ascending ad id within a SID),
     sid_ad_offsets int64 [S+1], sid_ad_ids int64 [N], ad_ids_sorted int64 [N] and
     ad_rows_by_id int32 [N] (ad-level row of the i-th smallest ad id)."""
-    by_id = np.argsort(ad_ids)
+    by_id = _argsort_ids(ad_ids)
     offsets = np.zeros(num_sids + 1, np.int64)
     order = np.empty(len(ad_ids), np.int64)
     _group_stable(ad_sid, num_sids, by_id, offsets, order)

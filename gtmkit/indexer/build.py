@@ -15,7 +15,7 @@ from ..formats.catalog import read_catalog
 from ..formats.schema import PartitionSpec, Schema, make_partition, resolve_schema
 from ..progress import Progress, report
 from .adindex import reorder_lists, sid_ad_map
-from .dedup import RowDeduper
+from .dedup import RowDeduper, add_columns
 from .partition import level_partitions
 from .rows import ad_rows, resolve_layout
 from .stats import level_table_stats, summarize
@@ -115,7 +115,7 @@ def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_
             counts, parts = level_partitions(M, lo, hi, kd, dyn, spec.target_fill or 1.0, spec.k_max or 1,
                                              rl.n_bits)
         timer.lap("partitions")
-        ids = [dd.add(parts[:, s]) for dd, s in zip(dedupers, slices)]
+        ids = add_columns(dedupers, parts, slices)
         timer.lap("dedup")
         if d > 0:
             level_stats.append(level_table_stats(parts, counts, ids, slices, rl))

@@ -4,13 +4,15 @@ Ids are assigned in first-seen order, so the table is deterministic for a given 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from numba import njit
 
 from .._bits import row_hash
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _insert(rows, slots, uniq, n_uniq, ids):
     mask = slots.shape[0] - 1
     W = rows.shape[1]
@@ -37,7 +39,7 @@ def _insert(rows, slots, uniq, n_uniq, ids):
     return n_uniq
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _rehash(uniq, n_uniq, slots):
     mask = slots.shape[0] - 1
     for s in range(n_uniq):
@@ -79,3 +81,12 @@ class RowDeduper:
 
     def table(self) -> np.ndarray:
         return np.ascontiguousarray(self._uniq[: self.n])
+
+
+def add_columns(dedupers: list, rows: np.ndarray, slices: list) -> list:
+    """dedupers[t].add(rows[:, slices[t]]) for every table t, the tables in parallel threads
+    (the numba inserts release the GIL; tables are independent)."""
+    if len(dedupers) == 1:
+        return [dedupers[0].add(rows[:, slices[0]])]
+    with ThreadPoolExecutor(len(dedupers)) as ex:
+        return list(ex.map(lambda t: dedupers[t].add(rows[:, slices[t]]), range(len(dedupers))))
