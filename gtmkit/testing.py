@@ -61,3 +61,40 @@ def union_rows(rows: list) -> np.ndarray:
     for r in rows[1:]:
         out |= r
     return out
+
+
+def step_reference(index, node_ids, logprobs, beam_scores, row_request, requests, k, gtm=True):
+    """CD+GTM step by brute force: every child of every live row, GTM via Index.node_passes, full sort.
+    Returns (parent_rows, tokens, nodes, scores) lists per request."""
+    B = len(requests)
+    cands = [[] for _ in range(B)]
+    for r, n in enumerate(node_ids):
+        if n < 0 or n >= index.first_leaf:
+            continue
+        b = int(row_request[r])
+        toks, kids = index.children(int(n))
+        for tok, kid in zip(toks, kids):
+            if gtm and not index.node_passes(int(kid), requests[b]):
+                continue
+            s = np.float32(np.float32(beam_scores[r]) + np.float32(logprobs[r, tok]))
+            s = np.float32(-np.inf) if np.isnan(s) else s
+            cands[b].append((-float(s), r, int(tok), int(kid)))
+    out = []
+    for b in range(B):
+        best = sorted(cands[b])[:k]
+        out.append(([c[1] for c in best], [c[2] for c in best], [c[3] for c in best], [-c[0] for c in best],
+                    len(cands[b])))
+    return out
+
+
+def mask_reference(index, node_ids, row_request, requests, gtm=True) -> np.ndarray:
+    words = -(-index.vocab_size // 32)
+    out = np.zeros((len(node_ids), words), np.uint32)
+    for r, n in enumerate(node_ids):
+        if n < 0 or n >= index.first_leaf:
+            continue
+        toks, kids = index.children(int(n))
+        for tok, kid in zip(toks, kids):
+            if not gtm or index.node_passes(int(kid), requests[int(row_request[r])]):
+                out[r, tok // 32] |= np.uint32(1 << (int(tok) % 32))
+    return out.view(np.int32)

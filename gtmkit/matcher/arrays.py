@@ -1,0 +1,148 @@
+"""Flat arrays the matcher kernels read: the index's trie + matcher columns, and a batch of requests.
+
+Both are NamedTuples of C-contiguous arrays (pynndescent style), so numba and CuPy take them as is."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from ..errors import RequestError
+from ..targeting import Request
+
+
+class TrieArrays(NamedTuple):
+    """node_offsets int64 [n_internal+1]; child_tokens int32 [nodes-1]; level_offsets int64 [L+2];
+    part_start / part_count: how to find node n's partition slots (see part_range in the kernels):
+      fixed layout (jagged=False): level_base int64 [L+1], level_width int64 [L+1];
+      jagged layout: part_offsets int64 [nodes+1];
+    part_bitmask int32 [P] (-1 padding); part_bloom int32 [P, nb] (row within attribute b's table);
+    bitmask_table uint64 [U, W]; bloom_table uint64 [sum U_b, Wb] (attribute b's rows start at
+    bloom_base[b]; rows narrower than Wb are zero padded); sid_ad_offsets int64 [S+1];
+    ad_bitmask int32 [N]; allow_off / excl_off int64 [nb, N+1]; allow_codes / excl_codes int32 [nb, max nnz]."""
+
+    node_offsets: np.ndarray
+    child_tokens: np.ndarray
+    level_offsets: np.ndarray
+    jagged: bool
+    level_base: np.ndarray
+    level_width: np.ndarray
+    part_offsets: np.ndarray
+    part_bitmask: np.ndarray
+    part_bloom: np.ndarray
+    bitmask_table: np.ndarray
+    bloom_table: np.ndarray
+    bloom_base: np.ndarray
+    sid_ad_offsets: np.ndarray
+    sid_ad_ids: np.ndarray
+    ad_bitmask: np.ndarray
+    allow_off: np.ndarray
+    allow_codes: np.ndarray
+    excl_off: np.ndarray
+    excl_codes: np.ndarray
+
+
+def _stack_csr(pairs: Sequence[tuple], n_rows: int) -> tuple:
+    nb = len(pairs)
+    width = max([len(c) for _, c in pairs] + [1])
+    off = np.zeros((max(nb, 1), n_rows + 1), np.int64)
+    codes = np.zeros((max(nb, 1), width), np.int32)
+    for b, (o, c) in enumerate(pairs):
+        off[b] = o
+        codes[b, :len(c)] = c
+    return off, codes
+
+
+def trie_arrays(index) -> TrieArrays:
+    layout = index.partition_layout
+    nb = len(index.bloom)
+    jagged = layout["kind"] == "jagged"
+    L = index.sid_length
+    if nb:
+        wb = max(t.shape[1] for t in index.bloom_tables)
+        sizes = [t.shape[0] for t in index.bloom_tables]
+        base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        bloom = np.zeros((sum(sizes), wb), np.uint64)
+        for b, t in enumerate(index.bloom_tables):
+            bloom[base[b]:base[b] + len(t), :t.shape[1]] = t
+        part_bloom = np.ascontiguousarray(index.part_bloom_ids, np.int32)
+    else:
+        base, bloom = np.zeros(1, np.int64), np.zeros((1, 1), np.uint64)
+        part_bloom = np.zeros((len(index.part_bitmask_ids), 0), np.int32)
+    allow_off, allow_codes = _stack_csr(index.ad_allow, index.num_ads)
+    excl_off, excl_codes = _stack_csr(index.ad_exclude, index.num_ads)
+    return TrieArrays(
+        node_offsets=np.asarray(index.node_offsets, np.int64),
+        child_tokens=np.asarray(index.child_tokens, np.int32),
+        level_offsets=np.asarray(index.level_offsets, np.int64),
+        jagged=jagged,
+        level_base=np.asarray(layout.get("level_base", [0] * (L + 2))[:L + 1], np.int64),
+        level_width=np.asarray(layout.get("level_width", [0] * (L + 1)), np.int64),
+        part_offsets=np.asarray(index.part_offsets, np.int64) if jagged else np.zeros(1, np.int64),
+        part_bitmask=np.ascontiguousarray(index.part_bitmask_ids, np.int32),
+        part_bloom=part_bloom,
+        bitmask_table=np.ascontiguousarray(index.bitmask_table),
+        bloom_table=bloom,
+        bloom_base=base,
+        sid_ad_offsets=np.asarray(index.sid_ad_offsets, np.int64),
+        sid_ad_ids=np.asarray(index.sid_ad_ids, np.int64),
+        ad_bitmask=np.asarray(index.ad_bitmask_ids, np.int32),
+        allow_off=allow_off, allow_codes=allow_codes, excl_off=excl_off, excl_codes=excl_codes,
+    )
+
+
+class RequestBatch(NamedTuple):
+    """B encoded requests, flat.
+
+    bitmask uint64 [B, A, W]; sig_off int64 [B, nb+1] and sigs uint64 [n_sigs, Wb] (request b's
+    signatures of attribute t are sigs[sig_off[b, t]:sig_off[b, t+1]], zero padded to Wb);
+    code_off int64 [B, nb+1] and codes int64 [n_codes] likewise (dictionary codes, -1 unknown)."""
+
+    bitmask: np.ndarray
+    sig_off: np.ndarray
+    sigs: np.ndarray
+    code_off: np.ndarray
+    codes: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return self.bitmask.shape[0]
+
+
+def stack_requests(requests, n_bitmask: int, words: int, n_bloom: int, bloom_words: int) -> RequestBatch:
+    if isinstance(requests, RequestBatch):
+        return requests
+    if isinstance(requests, Request):
+        requests = [requests]
+    requests = list(requests)
+    if not requests:
+        raise RequestError("no requests given")
+    B = len(requests)
+    bm = np.zeros((B, max(n_bitmask, 0), words), np.uint64)
+    sig_off = np.zeros((B, n_bloom + 1), np.int64)
+    code_off = np.zeros((B, n_bloom + 1), np.int64)
+    sigs, codes = [], []
+    ns = nc = 0
+    for b, r in enumerate(requests):
+        if not isinstance(r, Request):
+            raise RequestError(f"request {b}: expected an encoded Request (index.encode_request(user)), "
+                               f"got {type(r).__name__}")
+        if r.bitmask.shape != (n_bitmask, words) or len(r.bloom_sigs) != n_bloom:
+            raise RequestError(f"request {b} was encoded for another index")
+        bm[b] = r.bitmask
+        for t in range(n_bloom):
+            sig_off[b, t] = ns
+            code_off[b, t] = nc
+            s = r.bloom_sigs[t]
+            pad = np.zeros((len(s), bloom_words), np.uint64)
+            pad[:, :s.shape[1]] = s
+            sigs.append(pad)
+            codes.append(np.asarray(r.bloom_codes[t], np.int64))
+            ns += len(s)
+            nc += len(r.bloom_codes[t])
+        sig_off[b, n_bloom] = ns
+        code_off[b, n_bloom] = nc
+    sigs_arr = np.concatenate(sigs) if sigs else np.zeros((1, max(bloom_words, 1)), np.uint64)
+    codes_arr = np.concatenate(codes) if codes else np.zeros(1, np.int64)
+    return RequestBatch(bm, sig_off, sigs_arr, code_off, codes_arr)

@@ -1,0 +1,86 @@
+"""CPU matcher: step, mask and postfilter equal plain-Python references on random small indexes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gtmkit
+from gtmkit.matcher.matcher import Matcher
+from gtmkit.testing import catalog_rows, eligible, mask_reference, step_reference
+
+from catalogs import random_catalog, random_user, schema_dict, write
+from test_build import MODES, _build
+
+
+def _rows_for(idx, rng, B, per_req, depth):
+    """Random live rows at one depth, some dead (-1), rows of a request contiguous."""
+    lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
+    nodes = rng.integers(lo, hi, size=B * per_req)
+    nodes[rng.random(len(nodes)) < 0.2] = -1
+    return nodes.astype(np.int32), np.repeat(np.arange(B), per_req).astype(np.int32)
+
+
+@pytest.mark.parametrize("mode,kw", MODES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_step_and_mask_equal_reference(tmp_path, mode, kw, seed):
+    idx, _, _ = _build(tmp_path, seed + 10, mode, kw, n_ads=120, L=3, V=6)
+    m = Matcher(idx)
+    rng = np.random.default_rng(seed)
+    B = 3
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
+    for depth in range(idx.sid_length):
+        for per_req, k in [(4, 3), (5, 40), (1, 1)]:
+            nodes, rr = _rows_for(idx, rng, B, per_req, depth)
+            # coarse values make ties common; one NaN and one -inf exercise the ordering rules
+            lp = np.round(rng.normal(size=(len(nodes), idx.vocab_size)), 1).astype(np.float32)
+            lp.flat[rng.integers(lp.size)] = np.nan
+            lp.flat[rng.integers(lp.size)] = -np.inf
+            bs = np.round(rng.normal(size=len(nodes)), 1).astype(np.float32)
+            for gtm in (True, False):
+                st = m.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=True)
+                ref = step_reference(idx, nodes, lp, bs, rr, reqs, k, gtm)
+                for b, (par, tok, kid, sc, n) in enumerate(ref):
+                    got = st.parent_rows[b]
+                    assert list(got[:len(par)]) == par and np.all(got[len(par):] == -1)
+                    assert list(st.tokens[b][:len(tok)]) == tok and list(st.nodes[b][:len(kid)]) == kid
+                    assert np.array_equal(st.scores[b][:len(sc)], np.array(sc, np.float32))
+                    assert np.all(st.scores[b][len(sc):] == -np.inf)
+                    assert st.num_candidates[b] == n
+                mk = m.mask(nodes, rr, reqs, gtm=gtm)
+                assert np.array_equal(mk, mask_reference(idx, nodes, rr, reqs, gtm))
+
+
+@pytest.mark.parametrize("mode,kw", MODES)
+def test_postfilter_equals_brute_force(tmp_path, mode, kw):
+    idx, table, schema = _build(tmp_path, 31, mode, kw, n_ads=150, L=3, V=5)
+    rows = catalog_rows(table, schema)
+    m = Matcher(idx)
+    rng = np.random.default_rng(5)
+    users = [random_user(rng) for _ in range(4)]
+    reqs = [idx.encode_request(u) for u in users]
+    leaves = np.full((4, 9), -1, np.int64)
+    for b in range(4):
+        pick = rng.choice(np.arange(idx.first_leaf, idx.num_nodes), size=min(7, idx.num_sids), replace=False)
+        leaves[b, :len(pick)] = pick
+    out = m.postfilter(leaves, reqs)
+    by_id = {ad["ad_id"]: ad for ad in rows}
+    for b, (ads, rank) in enumerate(out):
+        want = [(ad_id, m_) for m_, n in enumerate(leaves[b]) if n >= 0
+                for ad_id in sorted(idx.sid_ads(int(n))) if eligible(by_id[ad_id], users[b], schema)]
+        assert list(zip(ads.tolist(), rank.tolist())) == want
+    # without the exact filter every ad of every SID comes back
+    raw = m.postfilter(leaves, reqs, exact=False)
+    assert all(len(a) == sum(len(idx.sid_ads(int(n))) for n in leaves[b] if n >= 0) for b, (a, _) in enumerate(raw))
+
+
+def test_step_input_errors(tmp_path):
+    idx, _, _ = _build(tmp_path, 40, "none", {})
+    m = Matcher(idx)
+    req = [idx.encode_request({})]
+    with pytest.raises(gtmkit.GtmkitError, match="expected logprobs"):
+        m.step([0], np.zeros((1, 3), np.float32), [0.0], [0], req, 2)
+    with pytest.raises(gtmkit.GtmkitError, match="non-decreasing"):
+        m.step([0, 0], np.zeros((2, idx.vocab_size), np.float32), [0.0, 0.0], [1, 0], req * 2, 2)
+    with pytest.raises(gtmkit.GtmkitError, match="device"):
+        Matcher(idx, device="tpu")
