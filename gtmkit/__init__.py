@@ -6,7 +6,9 @@ from ._version import __version__
 from .errors import ArtifactError, CatalogError, GtmkitError, RequestError, SchemaError
 from .index import Index, load_index
 from .indexer.build import build_index
+from .matcher.beam import Result, beam_search
+from .matcher.matcher import Matcher, Step
 from .targeting import Request
 
-__all__ = ["__version__", "build_index", "load_index", "Index", "Request", "GtmkitError", "CatalogError",
+__all__ = ["__version__", "build_index", "load_index", "Index", "Request", "Matcher", "Step", "beam_search", "Result", "GtmkitError", "CatalogError",
            "SchemaError", "ArtifactError", "RequestError"]

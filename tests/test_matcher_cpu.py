@@ -84,3 +84,55 @@ def test_step_input_errors(tmp_path):
         m.step([0, 0], np.zeros((2, idx.vocab_size), np.float32), [0.0, 0.0], [1, 0], req * 2, 2)
     with pytest.raises(gtmkit.GtmkitError, match="device"):
         Matcher(idx, device="tpu")
+
+
+def _random_logits(V, seed):
+    rng = np.random.default_rng(seed)
+
+    def fn(step, prev_tokens, parent_rows):
+        assert prev_tokens.shape == parent_rows.shape
+        x = rng.normal(size=(len(prev_tokens), V)).astype(np.float32)
+        return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+
+    return fn
+
+
+@pytest.mark.parametrize("mode,kw", MODES)
+def test_wide_beam_search_returns_every_valid_sid(tmp_path, mode, kw):
+    idx, table, schema = _build(tmp_path, 50, mode, kw, n_ads=150, L=3, V=6)
+    rows = catalog_rows(table, schema)
+    m = Matcher(idx)
+    rng = np.random.default_rng(3)
+    users = [random_user(rng) for _ in range(5)]
+    reqs = [idx.encode_request(u) for u in users]
+    wide = (1,) + (idx.num_sids,) * (idx.sid_length - 1)
+    cd = gtmkit.beam_search(m, reqs, _random_logits(idx.vocab_size, 1), wide, gtm=False)
+    catalog_sids = {ad["sid"] for ad in rows}
+    for b in range(len(reqs)):
+        got = [tuple(s) for s, n in zip(cd.sids[b], cd.leaf_nodes[b]) if n >= 0]
+        assert len(got) == len(set(got)) and set(got) == catalog_sids
+        assert all(idx.leaf_sid(int(n)) == s for s, n in zip(got, cd.leaf_nodes[b][:len(got)]))
+        assert np.all(np.diff(cd.scores[b][:len(got)]) <= 0)
+    res = gtmkit.beam_search(m, reqs, _random_logits(idx.vocab_size, 2), wide, gtm=True, count_candidates=True)
+    for b, user in enumerate(users):
+        got = {tuple(s) for s, n in zip(res.sids[b], res.leaf_nodes[b]) if n >= 0}
+        holding = {ad["sid"] for ad in rows if eligible(ad, user, schema)}
+        assert holding <= got
+        for n in res.leaf_nodes[b][res.leaf_nodes[b] >= 0]:
+            node = int(n)
+            while node > 0:
+                assert idx.node_passes(node, reqs[b])
+                node = idx.parent(node)
+        ads, _ = res.ads[b]
+        assert set(ads.tolist()) == {ad["ad_id"] for ad in rows if eligible(ad, user, schema)}
+    assert np.all(res.candidates[0] == res.beams[0])
+
+
+def test_beam_search_narrow_and_errors(tmp_path):
+    idx, _, _ = _build(tmp_path, 51, "static", {"k": [2, 2, 2]}, n_ads=150, L=3, V=6)
+    m = Matcher(idx)
+    reqs = [idx.encode_request({"country": "US"}), idx.encode_request({})]
+    res = gtmkit.beam_search(m, reqs, _random_logits(idx.vocab_size, 4), (1, 2, 3))
+    assert res.sids.shape == (2, 3, 3) and res.scores.shape == (2, 3) and np.all(res.beams <= [[2], [3], [3]])
+    with pytest.raises(gtmkit.GtmkitError, match="beam_sizes"):
+        gtmkit.beam_search(m, reqs, _random_logits(idx.vocab_size, 4), (2, 2, 2))

@@ -1,0 +1,86 @@
+"""Beam search over SIDs with per-step beam sizes (GRACE §3.3), CD+GTM at every step, post-filter."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, NamedTuple, Optional
+
+import numpy as np
+
+from ..errors import GtmkitError
+
+
+class Result(NamedTuple):
+    """sids int32 [B, M, L] and leaf_nodes int32 [B, M] (-1 padded), scores float32 [B, M] (-inf padded),
+    ads: post-filter output (per request (ad_ids int64, sid_rank int32)) or None,
+    candidates int64 [L, B]: candidates that survived CD(+GTM) at each step (-1: not counted),
+    beams int64 [L, B]: beams kept after each step's top-k, seconds: wall time per step."""
+
+    sids: np.ndarray
+    scores: np.ndarray
+    leaf_nodes: np.ndarray
+    ads: Optional[list]
+    candidates: np.ndarray
+    beams: np.ndarray
+    seconds: np.ndarray
+
+
+def as_numpy(x) -> np.ndarray:
+    """numpy view of an array-like; CPU torch tensors come through DLPack without a copy."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack__"):
+        try:
+            return np.from_dlpack(x)
+        except (TypeError, RuntimeError, BufferError):
+            pass
+    return np.asarray(x)
+
+
+def beam_search(matcher, requests, logits_fn: Callable, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
+                postfilter: bool = True, count_candidates: bool = False) -> Result:
+    """Decode every request's best SIDs under CD (+GTM).
+
+    logits_fn(step, prev_tokens int32 [R], parent_rows int32 [R]) -> log-probs [R, V]: the decoder
+    first reorders its state by parent_rows (row of the previous step each row extends; -1 for a
+    dead row, whose output is ignored), then feeds prev_tokens. Step 0 has one start row per request
+    (prev_tokens -1, parent_rows = request number). Step t runs on beam_sizes[t] rows per request and
+    keeps beam_sizes[t+1]; the last step keeps beam_sizes[-1] SIDs."""
+    index = matcher.index
+    L = index.sid_length
+    sizes = [int(x) for x in beam_sizes]
+    if len(sizes) != L or sizes[0] != 1 or min(sizes) < 1:
+        raise GtmkitError(f"beam_sizes must hold {L} positive sizes starting with 1 (one start row per "
+                          f"request), got {tuple(beam_sizes)}")
+    q = matcher.batch(requests)
+    B = q.size
+    node_ids = np.zeros(B, np.int32)
+    scores = np.zeros(B, np.float32)
+    prev = np.full(B, -1, np.int32)
+    parents = np.arange(B, dtype=np.int32)
+    history = np.zeros((B, 0), np.int32)  # tokens so far, one row per live row
+    candidates = np.full((L, B), -1, np.int64)
+    beams = np.zeros((L, B), np.int64)
+    seconds = np.zeros(L)
+    for t in range(L):
+        rows = sizes[t]
+        t0 = time.perf_counter()
+        logprobs = as_numpy(logits_fn(t, prev, parents))
+        k = sizes[t + 1] if t + 1 < L else sizes[-1]
+        st = matcher.step(node_ids, logprobs, scores, np.repeat(np.arange(B, dtype=np.int32), rows), q, k,
+                          gtm=gtm, count_candidates=count_candidates)
+        seconds[t] = time.perf_counter() - t0
+        flat_parent = st.parent_rows.reshape(-1)
+        alive = flat_parent >= 0
+        new_hist = np.full((B * k, t + 1), -1, np.int32)
+        new_hist[alive, :t] = history[flat_parent[alive]]
+        new_hist[:, t] = st.tokens.reshape(-1)
+        history = new_hist
+        node_ids, scores = st.nodes.reshape(-1), st.scores.reshape(-1)
+        prev, parents = st.tokens.reshape(-1), flat_parent
+        candidates[t] = st.num_candidates
+        beams[t] = (st.nodes >= 0).sum(axis=1)
+    M = sizes[-1]
+    leaves = node_ids.reshape(B, M)
+    ads = matcher.postfilter(leaves, q) if postfilter else None
+    return Result(history.reshape(B, M, L), scores.reshape(B, M), leaves, ads, candidates, beams, seconds)
