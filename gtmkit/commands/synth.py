@@ -1,0 +1,165 @@
+"""`gtmkit synth`: synthetic ad catalogs (Parquet + schema JSON) and users (JSON lines)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import click
+
+from ..errors import ArtifactError, SchemaError
+from ..synth import TargetingRates, synth_users, write_catalog, write_users
+from ._common import StderrProgress, echo_json
+
+
+def _handle_errors(fn):
+    """gtmkit.cli.handle_errors, looked up at call time: importing gtmkit.cli registers every command,
+    this one included, so importing it at module level would be circular when this module loads first."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from ..cli import handle_errors
+
+        return handle_errors(fn)(*args, **kwargs)
+
+    return wrapper
+
+
+def _rate_options(fn):
+    for f in reversed(fields(TargetingRates)):
+        fn = click.option(f"--{f.name.replace('_', '-')}", f.name, type=click.FloatRange(0.0, 1.0), default=None,
+                          help=f"{f.metadata['help'][0].upper()}{f.metadata['help'][1:]} (default {f.default}).")(fn)
+    return fn
+
+
+@click.group("synth", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def command():
+    """Generate synthetic ad catalogs and users, deterministic from their seeds.
+
+    Catalogs follow the GRACE shape (ads/SID p50/p90/p99 = 1/2/11, Zipf first SID token, ~250
+    countries, 7 age buckets, 3 genders, hierarchical locations) with targeting correlated with
+    SID clusters; users come from the same world.
+
+    \b
+    Example:
+        gtmkit synth catalog --ads 100000 --seed 1 -o catalog.parquet
+        gtmkit synth users --schema catalog.schema.json -n 1000 -o users.jsonl
+    """
+
+
+@command.command("catalog")
+@click.option("--ads", "n_ads", required=True, type=click.IntRange(min=1), help="Number of ads (rows).")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Catalog seed.")
+@click.option("--vocab", type=click.IntRange(2, 2**31 - 1), default=512, show_default=True, help="SID vocabulary size.")
+@click.option("--sid-length", type=click.IntRange(1, 64), default=4, show_default=True, help="Tokens per SID.")
+@click.option("--world-seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Seed of the world (countries, places, SID-cluster profiles) shared with users.")
+@_rate_options
+@click.option("--bloom-bits", type=int, default=256, show_default=True, help="Location Bloom row bits (schema).")
+@click.option("--bloom-hashes", type=int, default=3, show_default=True, help="Location Bloom hashes (schema).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Parquet file to write; the schema goes to <stem>.schema.json beside it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("-s", "--silent", is_flag=True, help="No progress bar.")
+@_handle_errors
+def catalog(n_ads, seed, vocab, sid_length, world_seed, bloom_bits, bloom_hashes, output, as_json, silent, **rates):
+    """Write a synthetic ad catalog (Parquet) and its schema JSON.
+
+    Same options give byte-identical files. The rate options are shares in [0, 1].
+
+    \b
+    Example:
+        gtmkit synth catalog --ads 1000000 --seed 7 -o data/catalog.parquet
+        gtmkit synth catalog --ads 20000 --untargeted-country 0.5 -o small.parquet --json
+    """
+    t0 = time.perf_counter()
+    with StderrProgress(silent=silent or as_json) as progress:
+        cat_path, schema_path = write_catalog(output, n_ads, seed=seed, vocab=vocab, sid_length=sid_length,
+                                              world_seed=world_seed, bloom_bits=bloom_bits,
+                                              bloom_hashes=bloom_hashes, progress=progress, **rates)
+    seconds = time.perf_counter() - t0
+    meta = json.loads(Path(schema_path).read_text())["meta"]
+    q = meta["ads_per_sid"]
+    if as_json:
+        echo_json({"catalog": cat_path, "schema": schema_path, "ads": meta["ads"], "sids": meta["sids"],
+                   "ads_per_sid": q, "seconds": round(seconds, 3)})
+    else:
+        click.echo(f"{cat_path}: {meta['ads']} ads, {meta['sids']} SIDs, ads/SID p50/p90/p99 "
+                   f"{q['p50']}/{q['p90']}/{q['p99']} (schema {schema_path}, {seconds:.1f} s)")
+
+
+def _why(exc: ValueError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno}: {exc.msg}"
+    return "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+
+
+def _schema_from_index(index_dir) -> dict:
+    manifest = Path(index_dir) / "manifest.json"
+    try:
+        text = manifest.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"{index_dir}: cannot read manifest.json ({exc.strerror or exc}); "
+                            "is this a gtmkit index directory?") from None
+    try:
+        schema = json.loads(text)["schema"]
+    except ValueError as exc:
+        raise ArtifactError(f"{manifest}: not valid JSON ({_why(exc)})") from None
+    except (KeyError, TypeError):
+        raise ArtifactError(f"{manifest}: no 'schema' entry") from None
+    if not isinstance(schema, dict):
+        raise ArtifactError(f"{manifest}: 'schema' is not a JSON object")
+    return schema
+
+
+def _schema_from_file(path) -> dict:
+    try:
+        schema = json.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise SchemaError(f"{path}: cannot read schema ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise SchemaError(f"{path}: not valid JSON ({_why(exc)})") from None
+    if not isinstance(schema, dict):
+        raise SchemaError(f"{path}: a schema must be a JSON object")
+    return schema
+
+
+@command.command("users")
+@click.option("--index", "index_dir", type=click.Path(file_okay=False),
+              help="Index directory: read the schema from its manifest.json.")
+@click.option("--schema", "schema_file", type=click.Path(dir_okay=False),
+              help="Schema JSON written by `gtmkit synth catalog`.")
+@click.option("-n", "--count", "n", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="Number of users.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Users seed.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="JSON-lines file [default: stdout].")
+@click.option("--json", "as_json", is_flag=True, help="With -o: print the summary as JSON.")
+@_handle_errors
+def users(index_dir, schema_file, n, seed, output, as_json):
+    """Write synthetic users (JSON lines) drawn from a synth catalog's world.
+
+    Give exactly one of --index and --schema. A user is {"country", "age", "gender" (absent for
+    ~10%), "location": [country, region, city], "_interests": [first SID tokens]}; keys starting
+    with "_" are metadata that request encoding ignores.
+
+    \b
+    Example:
+        gtmkit synth users --index index/ -n 100 --seed 3 -o users.jsonl
+        gtmkit synth users --schema catalog.schema.json -n 5 | head -1
+    """
+    if (index_dir is None) == (schema_file is None):
+        raise click.UsageError("give exactly one of --index DIR and --schema FILE")
+    schema = _schema_from_index(index_dir) if index_dir is not None else _schema_from_file(schema_file)
+    people = synth_users(schema, n, seed=seed)
+    if output is None:
+        write_users(click.get_text_stream("stdout"), people)
+        return
+    write_users(output, people)
+    if as_json:
+        echo_json({"users": output, "count": len(people), "seed": seed})
+    else:
+        click.echo(f"{output}: {len(people)} users")
+
