@@ -41,9 +41,9 @@ def cli():
 
 def _register():
     # Imported here so `gtmkit --help` stays cheap and each command file has one job.
-    from .commands import build, demo, stats, synth, verify
+    from .commands import build, demo, eval, match, stats, synth, verify
 
-    for mod in (synth, build, stats, verify, demo):
+    for mod in (synth, build, stats, verify, eval, match, demo):
         cli.add_command(mod.command)
 
 

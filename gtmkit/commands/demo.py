@@ -1,4 +1,4 @@
-"""`gtmkit demo`: the main job on built-in synthetic data (synthesize, build, report)."""
+"""`gtmkit demo`: the main job on built-in synthetic data (synthesize, build, stats, eval, match)."""
 
 from __future__ import annotations
 
@@ -10,26 +10,33 @@ import click
 
 from ..cli import handle_errors
 from ._common import StderrProgress, echo_json
+from .eval import _print as print_eval
 from .stats import print_summary
 
 
 @click.command("demo")
 @click.option("--ads", default=200_000, show_default=True, help="Ads in the synthetic catalog.")
-@click.option("--seed", default=0, show_default=True, help="Random seed of the synthetic catalog.")
+@click.option("--seed", default=0, show_default=True, help="Random seed of catalog, users and logits.")
+@click.option("--users", "n_users", default=64, show_default=True, help="Users to evaluate.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep the catalog and index here [default: a temporary folder].")
-@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar.")
 @handle_errors
-def command(ads, seed, workdir, as_json, silent):
-    """Synthesize an ad catalog, build its GTM index and print the index statistics.
+def command(ads, seed, n_users, device, workdir, as_json, silent):
+    """Synthesize an ad catalog, build its GTM index, print its statistics, evaluate CD-only against
+    CD+GTM for synthetic users and run one request end to end.
 
     \b
     Example:
         gtmkit demo
         gtmkit demo --ads 1000000 --workdir demo/
     """
+    from ..evaluate import evaluate
     from ..indexer.build import build_index
-    from ..synth import write_catalog
+    from ..matcher.matcher import Matcher
+    from ..synth import synth_users, write_catalog
+    from .match import match_user
 
     with tempfile.TemporaryDirectory(prefix="gtmkit-demo-") as tmp:
         work = Path(workdir or tmp)
@@ -40,9 +47,23 @@ def command(ads, seed, workdir, as_json, silent):
         with StderrProgress(silent or as_json) as bar:
             index = build_index(catalog, work / "index", partition="static", k=[1, 4, 4, 2], progress=bar,
                                 overwrite=True)
-        stats = index.stats()
+            users = synth_users(index.manifest["schema"], n_users + 1, seed)
+            device = Matcher(index, device=device).device
+            ev = evaluate(index, users[:n_users], seed=seed, device=device, progress=bar)
+        example = match_user(index, users[-1], (1, 512, 1024, 1024), seed=seed, device=device, top=5)
+        total = time.perf_counter() - t0
         if as_json:
-            echo_json({"synth_seconds": t_synth, "stats": stats})
+            echo_json({"synth_seconds": t_synth, "stats": index.stats(), "eval": ev, "match": example,
+                       "seconds": total})
             return
-        click.echo(f"synthesized {ads:,} ads in {t_synth:.1f} s -> {catalog}")
-        print_summary(stats)
+        click.echo(f"== synthesized {ads:,} ads in {t_synth:.1f} s: {catalog}")
+        click.echo("== index statistics (gtmkit stats)")
+        print_summary(index.stats())
+        click.echo("\n== CD-only vs CD+GTM (gtmkit eval)")
+        print_eval(ev)
+        u = {k: v for k, v in users[-1].items() if not k.startswith("_")}
+        click.echo(f"\n== one request (gtmkit match): {u}")
+        click.echo(f"{example['sids_returned']} SIDs -> {example['eligible_ads']} eligible ads in {example['ms']:.1f} ms")
+        for x in example["top"]:
+            click.echo(f"  ad {x['ad_id']}  SID {tuple(x['sid'])}  score {x['score']:.3f}")
+        click.echo(f"\ndemo finished in {total:.1f} s")

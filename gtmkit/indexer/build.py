@@ -160,6 +160,7 @@ def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_
                       part_layout)
     manifest = {
         "schema": schema.to_dict(),
+        "source": {"catalog": str(Path(catalog).resolve())},
         "bitmask_layout": layout.to_dict(),
         "bloom": [{"name": a.name, "bits": a.bits, "hashes": a.hashes, "seed": a.seed, "words": a.words}
                   for a in schema.bloom],
