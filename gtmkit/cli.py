@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 
 import click
 
 from ._version import __version__
-from .errors import GtmkitError
+from .commands._common import handle_errors  # noqa: F401  (re-exported for plugins and tests)
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def handle_errors(fn):
-    """Turn library input errors into one clear line and exit code 1, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except GtmkitError as exc:
-            raise click.ClickException(str(exc)) from None
-
-    return wrapper
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)

@@ -9,7 +9,7 @@ import gtmkit
 from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing import catalog_rows, eligible, mask_reference, step_reference
 
-from catalogs import random_catalog, random_user, schema_dict, write
+from catalogs import random_user
 from test_build import MODES, _build
 
 

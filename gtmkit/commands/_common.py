@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
 import click
+
+from ..errors import GtmkitError
+
+
+def handle_errors(fn):
+    """Turn library input errors into one clear line and exit code 1, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except GtmkitError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
 
 
 def echo_json(obj) -> None:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..cli import handle_errors
-from ._common import StderrProgress, echo_json
+from ._common import StderrProgress, echo_json, handle_errors
 from .eval import _print as print_eval
 from .stats import print_summary
 

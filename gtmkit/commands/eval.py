@@ -8,9 +8,8 @@ from pathlib import Path
 
 import click
 
-from ..cli import handle_errors
 from ..errors import GtmkitError
-from ._common import StderrProgress, echo_json
+from ._common import StderrProgress, echo_json, handle_errors
 from ._users import parse_beams, read_users_file, synth_users_for
 
 SWEEP = [("none", {}), ("static", {"k": [1, 4, 4, 2]}), ("static", {"k": [1, 8, 8, 4]}),

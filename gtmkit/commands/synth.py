@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from dataclasses import fields
@@ -12,20 +11,7 @@ import click
 
 from ..errors import ArtifactError, SchemaError
 from ..synth import TargetingRates, synth_users, write_catalog, write_users
-from ._common import StderrProgress, echo_json
-
-
-def _handle_errors(fn):
-    """gtmkit.cli.handle_errors, looked up at call time: importing gtmkit.cli registers every command,
-    this one included, so importing it at module level would be circular when this module loads first."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from ..cli import handle_errors
-
-        return handle_errors(fn)(*args, **kwargs)
-
-    return wrapper
+from ._common import StderrProgress, echo_json, handle_errors
 
 
 def _rate_options(fn):
@@ -64,7 +50,7 @@ def command():
               help="Parquet file to write; the schema goes to <stem>.schema.json beside it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar.")
-@_handle_errors
+@handle_errors
 def catalog(n_ads, seed, vocab, sid_length, world_seed, bloom_bits, bloom_hashes, output, as_json, silent, **rates):
     """Write a synthetic ad catalog (Parquet) and its schema JSON.
 
@@ -137,7 +123,7 @@ def _schema_from_file(path) -> dict:
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Users seed.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="JSON-lines file [default: stdout].")
 @click.option("--json", "as_json", is_flag=True, help="With -o: print the summary as JSON.")
-@_handle_errors
+@handle_errors
 def users(index_dir, schema_file, n, seed, output, as_json):
     """Write synthetic users (JSON lines) drawn from a synth catalog's world.
 

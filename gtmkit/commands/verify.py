@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import handle_errors
-from ._common import StderrProgress, echo_json
+from ._common import StderrProgress, echo_json, handle_errors
 
 
 @click.command("verify")
