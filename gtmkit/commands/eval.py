@@ -12,8 +12,12 @@ from ..errors import GtmkitError
 from ._common import StderrProgress, echo_json, handle_errors
 from ._users import parse_beams, read_users_file, synth_users_for
 
-SWEEP = [("none", {}), ("static", {"k": [1, 4, 4, 2]}), ("static", {"k": [1, 8, 8, 4]}),
-         ("dynamic", {"target_fill": 0.4, "k_max": 8}), ("dynamic", {"target_fill": 0.2, "k_max": 16})]
+def sweep_settings(L: int) -> list:
+    """none, static k=(1,4,..,4,2) and (1,8,..,8,4) as in GRACE's p1..p3 layout, and two dynamic targets."""
+    def static(mid, last):
+        return [last] if L == 1 else [1] + [mid] * (L - 2) + [last]
+    return [("none", {}), ("static", {"k": static(4, 2)}), ("static", {"k": static(8, 4)}),
+            ("dynamic", {"target_fill": 0.4, "k_max": 8}), ("dynamic", {"target_fill": 0.2, "k_max": 16})]
 
 
 def _print(r: dict) -> None:
@@ -96,7 +100,7 @@ def _sweep(index, users, beams, logits, seed, device, recall_sample, peak, catal
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="gtmkit-sweep-"))
     try:
-        for mode, kw in SWEEP:
+        for mode, kw in sweep_settings(index.sid_length):
             idx = build_index(catalog, tmp / "idx", schema=index.manifest["schema"], partition=mode, overwrite=True,
                               progress=bar, **kw)
             r = evaluate(idx, users, beams, logits, seed, device, recall_sample, peak, progress=bar)
