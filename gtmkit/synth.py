@@ -83,6 +83,9 @@ class TargetingRates:
         "help": "share of ads excluding one region or city"})
     null_rate: float = field(default=0.20, metadata={
         "help": "share of untargeted (or exclusion-free) rows stored as null rather than an empty list"})
+    sid_coherence: float = field(default=0.0, metadata={
+        "help": "share of ads of a multi-ad SID that copy the SID's leader targeting (all columns, exclusions "
+                "included): ads sharing a SID are near-identical, often one advertiser's campaign"})
 
     @classmethod
     def make(cls, rates: Optional["TargetingRates"] = None, **overrides) -> "TargetingRates":
@@ -687,6 +690,7 @@ class _Generation:
         # ad ids: a bijection of the row number on [0, 2^40) (odd multiplies and xor-shifts), shifted
         h = _hash(plan.seed, 0xAD1D)[0]
         self._id_keys = (np.uint64(int(h) | 1), np.uint64(int(_hash(plan.seed, 0xAD1E)[0]) | 1))
+        self._leader_cache = None
 
     @property
     def n_batches(self) -> int:
@@ -702,8 +706,45 @@ class _Generation:
                                        pa.array(toks.ravel()))
         cols = _targeting(self.world, self.clusters, toks[:, 0].astype(np.int64),
                           _rng(self.plan.seed, 5, b), self.plan.rates)
+        if self.plan.rates.sid_coherence > 0.0:
+            cols = self._cohere(cols, self.ad_sid[lo:hi], _rng(self.plan.seed, 6, b))
         return pa.Table.from_arrays([pa.array(ad_id), sid] + [cols[name] for name in ARROW_SCHEMA.names[2:]],
                                     schema=ARROW_SCHEMA)
+
+    def _leaders(self) -> tuple:
+        """(rank int32 [n_sids]: row of the SID's leader profile, -1 for single-ad SIDs; leader
+        targeting columns). One `_targeting` draw per SID holding >= 2 ads (a single ad copying its
+        own leader would only swap one independent draw for another), made once, lazily, in chunks
+        of ROWS_PER_GROUP SIDs, each from its own seeded generator."""
+        if self._leader_cache is None:
+            multi = self.counts > 1
+            rank = np.cumsum(multi, dtype=np.int32) - 1
+            rank[~multi] = -1
+            lead_sids = np.flatnonzero(multi)
+            del multi
+            parts = {name: [] for name in ARROW_SCHEMA.names[2:]}
+            for c, i in enumerate(range(0, len(lead_sids), ROWS_PER_GROUP)):
+                t1 = self.codec.decode(self.sid_keys[lead_sids[i:i + ROWS_PER_GROUP]])[:, 0].astype(np.int64)
+                cols = _targeting(self.world, self.clusters, t1, _rng(self.plan.seed, 7, c), self.plan.rates)
+                for name, col in cols.items():
+                    parts[name].append(col)
+            self._leader_cache = (rank, {name: (pa.concat_arrays(ch) if ch else pa.array([], ARROW_SCHEMA.field(name).type))
+                                         for name, ch in parts.items()})
+        return self._leader_cache
+
+    def _cohere(self, cols: dict, ad_sid: np.ndarray, rng: np.random.Generator) -> dict:
+        """Ads of multi-ad SIDs take their SID's leader targeting (every column) with probability
+        sid_coherence; the others keep their own draw."""
+        rank, leaders = self._leaders()
+        n = len(ad_sid)
+        lead = rank[ad_sid]
+        src = np.flatnonzero((rng.random(n) < self.plan.rates.sid_coherence) & (lead >= 0))
+        if not len(src):
+            return cols
+        idx = np.arange(n, dtype=np.int64)
+        idx[src] = n + np.arange(len(src))
+        idx, lead = pa.array(idx), pa.array(lead[src])
+        return {name: pa.concat_arrays([col, leaders[name].take(lead)]).take(idx) for name, col in cols.items()}
 
     def batches(self) -> Iterator[pa.Table]:
         for b in range(self.n_batches):

@@ -53,27 +53,30 @@ def beam_search(matcher, requests, logits_fn: Callable, beam_sizes=(1, 512, 1024
         raise GtmkitError(f"beam_sizes must hold {L} positive sizes starting with 1 (one start row per "
                           f"request), got {tuple(beam_sizes)}")
     q = matcher.batch(requests)
+    xp = matcher.xp
+    gpu = xp is not np
     B = q.size
-    node_ids = np.zeros(B, np.int32)
-    scores = np.zeros(B, np.float32)
-    prev = np.full(B, -1, np.int32)
-    parents = np.arange(B, dtype=np.int32)
-    history = np.zeros((B, 0), np.int32)  # tokens so far, one row per live row
-    candidates = np.full((L, B), -1, np.int64)
-    beams = np.zeros((L, B), np.int64)
-    seconds = np.zeros(L)
+    node_ids = xp.zeros(B, xp.int32)
+    scores = xp.zeros(B, xp.float32)
+    prev = xp.full(B, -1, xp.int32)
+    parents = xp.arange(B, dtype=xp.int32)
+    history = xp.zeros((B, 0), xp.int32)  # tokens so far, one row per live row
+    candidates = xp.full((L, B), -1, xp.int64)
+    beams = xp.zeros((L, B), xp.int64)
+    seconds = np.zeros(L)  # host wall time per step (on the GPU: launch time, the device runs ahead)
     for t in range(L):
         rows = sizes[t]
         t0 = time.perf_counter()
-        logprobs = as_numpy(logits_fn(t, prev, parents))
+        logprobs = logits_fn(t, prev, parents)
         k = sizes[t + 1] if t + 1 < L else sizes[-1]
-        st = matcher.step(node_ids, logprobs, scores, np.repeat(np.arange(B, dtype=np.int32), rows), q, k,
-                          gtm=gtm, count_candidates=count_candidates)
+        st = matcher.step(node_ids, logprobs if gpu else as_numpy(logprobs), scores,
+                          xp.repeat(xp.arange(B, dtype=xp.int32), rows), q, k, gtm=gtm,
+                          count_candidates=count_candidates, max_children=int(index.max_degree[t]))
         seconds[t] = time.perf_counter() - t0
         flat_parent = st.parent_rows.reshape(-1)
-        alive = flat_parent >= 0
-        new_hist = np.full((B * k, t + 1), -1, np.int32)
-        new_hist[alive, :t] = history[flat_parent[alive]]
+        # Reorder without boolean indexing: no device sync on the GPU.
+        new_hist = xp.empty((B * k, t + 1), xp.int32)
+        new_hist[:, :t] = xp.where(flat_parent[:, None] >= 0, history[xp.maximum(flat_parent, 0)], -1)
         new_hist[:, t] = st.tokens.reshape(-1)
         history = new_hist
         node_ids, scores = st.nodes.reshape(-1), st.scores.reshape(-1)

@@ -45,20 +45,43 @@ class Matcher:
             device = "cuda" if cuda_available() else "cpu"
         if device not in ("cpu", "cuda"):
             raise GtmkitError(f"device must be 'cpu', 'cuda' or 'auto', got {device!r}")
-        if device == "cuda":
-            raise GtmkitError("device 'cuda': the GPU matcher is not available in this version")
+        if device == "cuda" and not cuda_available():
+            raise GtmkitError("device 'cuda' needs CuPy and a visible GPU (pip install 'gtmkit[gpu]')")
         self.index = index
         self.device = device
         self.arrays = trie_arrays(index)
         self.vocab_size = index.vocab_size
         self.first_leaf = index.first_leaf
         self._bloom_words = int(self.arrays.bloom_table.shape[1])
+        self.cuda = None
+        if device == "cuda":
+            from .backend_cuda import CudaBackend
+            self.cuda = CudaBackend(self.arrays, index)
+
+    @property
+    def xp(self):
+        """The array module of this matcher's outputs (numpy, or cupy on the GPU)."""
+        if self.cuda is None:
+            return np
+        import cupy
+        return cupy
+
+    @property
+    def device_bytes(self) -> int:
+        """Bytes of index tables resident on the GPU (0 on the CPU)."""
+        return self.cuda.nbytes if self.cuda is not None else 0
 
     # --- inputs -----------------------------------------------------------------------------
-    def batch(self, requests) -> RequestBatch:
-        """Stack encoded requests once (beam_search does this; pass the batch to every step)."""
+    def batch(self, requests):
+        """Stack encoded requests once (beam_search does this; pass the batch to every step).
+        On the GPU the batch is uploaded once too."""
+        if self.cuda is not None:
+            from .backend_cuda import DeviceBatch
+            if isinstance(requests, DeviceBatch):
+                return requests
         ix = self.index
-        return stack_requests(requests, len(ix.layout.names), ix.layout.words, len(ix.bloom), self._bloom_words)
+        q = stack_requests(requests, len(ix.layout.names), ix.layout.words, len(ix.bloom), self._bloom_words)
+        return self.cuda.batch(q) if self.cuda is not None else q
 
     def _rows(self, node_ids, row_request, n_requests):
         node_ids = np.ascontiguousarray(node_ids, np.int64).reshape(-1)
@@ -73,14 +96,21 @@ class Matcher:
 
     # --- operations --------------------------------------------------------------------------
     def step(self, node_ids, logprobs, beam_scores, row_request, requests, k: int, gtm: bool = True,
-             count_candidates: bool = False) -> Step:
+             count_candidates: bool = False, max_children: int = None) -> Step:
         """One fused CD+GTM step with top-k per request (DESIGN §5).
 
         node_ids int [R] (-1 = dead row), logprobs float [R, V], beam_scores float [R],
         row_request int [R] (non-decreasing: rows of a request are contiguous), requests: encoded
-        requests or a RequestBatch. Ties: score desc, then parent row asc, then token asc."""
+        requests or a RequestBatch. Ties: score desc, then parent row asc, then token asc.
+        On the GPU, inputs may be numpy, CuPy or torch CUDA tensors (DLPack, no copy; logprobs float32,
+        float16 or bfloat16), outputs are CuPy arrays, and nothing waits for the device; max_children
+        (the largest out-degree among the rows' nodes, e.g. index.max_degree[depth]) sizes the
+        candidate buffer, default the index's largest."""
         q = self.batch(requests)
         B = q.size
+        if self.cuda is not None:
+            return self._step_cuda(node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates,
+                                   max_children)
         node_ids, _, starts = self._rows(node_ids, row_request, B)
         logprobs = np.ascontiguousarray(logprobs, np.float32)
         beam_scores = np.ascontiguousarray(beam_scores, np.float32).reshape(-1)
@@ -99,6 +129,9 @@ class Matcher:
     def mask(self, node_ids, row_request, requests, gtm: bool = True) -> np.ndarray:
         """int32 [R, ceil(V/32)]: bit v % 32 of word v // 32 set iff token v is allowed for row r."""
         q = self.batch(requests)
+        if self.cuda is not None:
+            with _stream_of(node_ids):
+                return self.cuda.mask(_dev(node_ids, "int64"), _dev(row_request, "int64"), q, bool(gtm))
         node_ids, row_request, _ = self._rows(node_ids, row_request, q.size)
         out = np.zeros((len(node_ids), -(-self.vocab_size // 32)), np.uint32)
         K.mask_kernel(self.arrays, q, node_ids, row_request, bool(gtm), out)
@@ -108,6 +141,10 @@ class Matcher:
         """Expand each request's SIDs (leaf_nodes [B, M], -1 padded) to ads and keep the exactly
         eligible ones. Returns per request (ad_ids int64, sid_rank int32): SID rank order, then ad id."""
         q = self.batch(requests)
+        if self.cuda is not None:
+            ads, rank, n = self.postfilter_padded(leaf_nodes, q, exact)
+            counts = n.get()  # the one host round trip: per-request lengths
+            return [(ads[b, :counts[b]], rank[b, :counts[b]]) for b in range(q.size)]
         leaves = np.ascontiguousarray(leaf_nodes, np.int64)
         if leaves.ndim != 2 or leaves.shape[0] != q.size:
             raise GtmkitError(f"leaf_nodes must be [num_requests={q.size}, M], got {list(leaves.shape)}")
@@ -119,3 +156,70 @@ class Matcher:
         rank = np.empty(int(offsets[-1]), np.int32)
         K.postfilter_fill(self.arrays, q, leaves, self.first_leaf, bool(exact), offsets, ads, rank)
         return [(ads[offsets[b]:offsets[b + 1]], rank[offsets[b]:offsets[b + 1]]) for b in range(q.size)]
+
+    def postfilter_padded(self, leaf_nodes, requests, exact: bool = True):
+        """GPU post-filter without a host round trip: (ad_ids int64 [B, cap] -1 padded, sid_rank int32
+        [B, cap], counts int64 [B]), cap = M * the largest number of ads of one SID."""
+        if self.cuda is None:
+            raise GtmkitError("postfilter_padded is the GPU form; use postfilter on the CPU")
+        q = self.batch(requests)
+        with _stream_of(leaf_nodes):
+            return self.cuda.postfilter_padded(_dev(leaf_nodes, "int64"), q, bool(exact))
+
+    def _step_cuda(self, node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates, max_children):
+        import cupy as cp
+
+        with _stream_of(logprobs):
+            nodes = _dev(node_ids, "int64").reshape(-1)
+            R = int(nodes.shape[0])
+            lp, lp_dtype = _dev_logprobs(logprobs)
+            if tuple(lp.shape) != (R, self.vocab_size):
+                raise GtmkitError(f"expected logprobs [{R}, {self.vocab_size}], got {list(lp.shape)}")
+            bs = _dev(beam_scores, "float32").reshape(-1)
+            rr = _dev(row_request, "int64").reshape(-1)
+            if bs.shape[0] != R or rr.shape[0] != R:
+                raise GtmkitError(f"beam_scores and row_request need {R} rows")
+            req_rows = cp.searchsorted(rr, cp.arange(q.size + 1, dtype=cp.int64)).astype(cp.int64)
+            mc = int(max_children) if max_children is not None else max(self.cuda.max_degree)
+            out = self.cuda.step(nodes, lp, lp_dtype, bs, rr, req_rows, q, int(k), bool(gtm),
+                                 bool(count_candidates), mc)
+        return Step(*out)
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _stream_of(x):
+    """Run on the caller's torch stream when handed torch tensors, else on CuPy's current stream."""
+    import contextlib
+
+    if _is_torch(x):
+        import cupy as cp
+        import torch
+        return cp.cuda.ExternalStream(torch.cuda.current_stream(x.device).cuda_stream)
+    return contextlib.nullcontext()
+
+
+def _dev(x, dtype):
+    import cupy as cp
+
+    if _is_torch(x):
+        x = cp.from_dlpack(x.detach())
+    return cp.ascontiguousarray(cp.asarray(x), dtype=dtype)
+
+
+def _dev_logprobs(x):
+    """-> (contiguous device array, dtype code 0 float32 / 1 float16 / 2 bfloat16 bits)."""
+    import cupy as cp
+
+    if _is_torch(x):
+        import torch
+        x = x.detach()
+        if x.dtype == torch.bfloat16:
+            return cp.ascontiguousarray(cp.from_dlpack(x.contiguous().view(torch.int16))), 2
+        x = cp.from_dlpack(x.contiguous())
+    x = cp.asarray(x)
+    if x.dtype == cp.float16:
+        return cp.ascontiguousarray(x), 1
+    return cp.ascontiguousarray(x, dtype=cp.float32), 0

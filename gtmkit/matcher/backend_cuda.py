@@ -1,0 +1,143 @@
+"""CUDA backend of the Matcher: the index uploaded once, CuPy RawKernels from kernels/gtm_step.cu.
+
+Imported only when device="cuda" is chosen. Every operation runs on the current CuPy stream (the
+caller's torch stream when inputs are torch tensors) with no host synchronisation inside a step:
+buffers are sized from the row count and the index's maximum out-degree, never from a count read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+from ..errors import GtmkitError
+from .arrays import RequestBatch, TrieArrays
+
+KERNEL_FILE = Path(__file__).with_name("kernels") / "gtm_step.cu"
+MAX_K = 2048
+_modules = {}
+
+
+def module() -> cp.RawModule:
+    """The compiled kernels of the current device (NVRTC, compiled once per device; CuPy caches to disk)."""
+    dev = cp.cuda.Device().id
+    if dev not in _modules:
+        _modules[dev] = cp.RawModule(code=KERNEL_FILE.read_text(), options=("--std=c++14",))
+    return _modules[dev]
+
+
+def _ptr(a) -> int:
+    return int(a.data.ptr)
+
+
+class DeviceBatch:
+    """A RequestBatch on the device plus its pointer table (QP in the kernels)."""
+
+    def __init__(self, q: RequestBatch):
+        self.host = q
+        self.size = q.size
+        self.bitmask = cp.asarray(q.bitmask)
+        self.sig_off, self.sigs = cp.asarray(q.sig_off), cp.asarray(q.sigs)
+        self.code_off, self.codes = cp.asarray(q.code_off), cp.asarray(q.codes)
+        self.params = cp.asarray(np.array([_ptr(self.bitmask), q.bitmask.shape[1], _ptr(self.sig_off), _ptr(self.sigs),
+                                           _ptr(self.code_off), _ptr(self.codes)], np.int64))
+
+
+class CudaBackend:
+    def __init__(self, t: TrieArrays, index):
+        self.mod = module()
+        self.k_count = self.mod.get_function("count_kernel")
+        self.k_base = self.mod.get_function("base_kernel")
+        self.k_expand = self.mod.get_function("expand_kernel")
+        self.k_select = self.mod.get_function("select_kernel")
+        self.k_gather = self.mod.get_function("gather_kernel")
+        self.k_mask = self.mod.get_function("mask_kernel")
+        self.k_post = self.mod.get_function("postfilter_kernel")
+        d = {name: cp.asarray(np.ascontiguousarray(getattr(t, name))) for name in t._fields if name != "jagged"}
+        self.d = d
+        self.vocab = index.vocab_size
+        self.first_leaf = index.first_leaf
+        self.max_degree = [int(x) for x in index.max_degree]
+        self.max_ads_per_sid = int(np.diff(np.asarray(index.sid_ad_offsets)).max())
+        self.params = cp.asarray(np.array([
+            _ptr(d["node_offsets"]), _ptr(d["child_tokens"]), _ptr(d["level_offsets"]), len(t.level_offsets),
+            int(t.jagged), _ptr(d["level_base"]), _ptr(d["level_width"]), _ptr(d["part_offsets"]),
+            _ptr(d["part_bitmask"]), _ptr(d["part_bloom"]), t.part_bloom.shape[1], _ptr(d["bitmask_table"]),
+            t.bitmask_table.shape[1], _ptr(d["bloom_table"]), t.bloom_table.shape[1], _ptr(d["bloom_base"]),
+            len(t.node_offsets) - 1], np.int64))
+        self.ad_params = cp.asarray(np.array([
+            _ptr(d["sid_ad_offsets"]), _ptr(d["sid_ad_ids"]), _ptr(d["ad_bitmask"]), _ptr(d["allow_off"]),
+            _ptr(d["allow_codes"]), t.allow_codes.shape[1], _ptr(d["excl_off"]), _ptr(d["excl_codes"]),
+            t.excl_codes.shape[1], index.num_ads], np.int64))
+        self.nbytes = int(sum(a.nbytes for a in d.values()))
+        self._buffers = {}
+
+    def batch(self, q: RequestBatch) -> DeviceBatch:
+        return q if isinstance(q, DeviceBatch) else DeviceBatch(q)
+
+    def _buf(self, name, shape, dtype):
+        # One scratch buffer per (name, shape): a fixed beam schedule reuses them step after step, so
+        # after a warm-up run nothing is allocated (what CUDA graph capture requires).
+        key = (name, shape, np.dtype(dtype).str)
+        b = self._buffers.get(key)
+        if b is None:
+            b = self._buffers[key] = cp.empty(shape, dtype)
+        return b
+
+    # --- step -----------------------------------------------------------------------------
+    def step(self, node_ids, logprobs, lp_dtype: int, beam_scores, row_req, req_rows, q: DeviceBatch, k: int,
+             gtm: bool, count_all: bool, max_children: int, out=None):
+        """-> (parent, token, node, score, count); `out` (same tuple, preallocated) makes the step
+        allocation-free, as graph capture needs."""
+        if not 1 <= k <= MAX_K:
+            raise GtmkitError(f"k must be in [1, {MAX_K}] on the GPU, got {k}")
+        R = int(node_ids.shape[0])
+        B = q.size
+        cap = max(R * int(max_children), 1)
+        row_off = self._buf("row_off", (max(R, 1),), cp.int64)
+        count = self._buf("count", (B,), cp.int64)
+        base = self._buf("base", (B + 1,), cp.int64)
+        cand = self._buf("cand", (cap,), cp.uint64)
+        child = self._buf("child", (cap,), cp.int32)
+        sel = self._buf("sel", (cap,), cp.uint64)
+        best = self._buf("best", (B,), cp.uint32)
+        comp = self._buf("comp", (B, k), cp.uint64)
+        n_out = self._buf("n_out", (B,), cp.int32)
+        if out is None:
+            out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
+                   cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
+        parent, token, node, score, out_count = out
+        best.fill(0)
+        self.k_count((B,), (1024,), (self.params, node_ids, req_rows, np.int32(B), row_off, count))
+        self.k_base((1,), (1,), (count, np.int32(B), base))
+        if R:
+            self.k_expand(((R * 32 + 255) // 256,), (256,),
+                          (self.params, node_ids, logprobs, np.int32(lp_dtype), np.int32(self.vocab), beam_scores,
+                           row_req, req_rows, row_off, np.int64(R), base, cand, child, best))
+        self.k_select((B,), (1024,), (self.params, q.params, cand, child, count, best, base, np.int32(k),
+                                      np.int32(gtm), np.int32(count_all), sel, comp, n_out, out_count))
+        self.k_gather(((B * k + 255) // 256,), (256,), (self.params, node_ids, req_rows, row_off, comp, n_out,
+                                                       np.int32(B), np.int32(k), parent, token, node, score))
+        return out
+
+    def mask(self, node_ids, row_req, q: DeviceBatch, gtm: bool):
+        R = int(node_ids.shape[0])
+        words = -(-self.vocab // 32)
+        out = cp.zeros((R, words), cp.uint32)
+        if R:
+            self.k_mask(((R * 32 + 255) // 256,), (256,), (self.params, q.params, node_ids, row_req, np.int64(R),
+                                                          np.int32(words), np.int32(gtm), out))
+        return out.view(cp.int32)
+
+    def postfilter_padded(self, leaves, q: DeviceBatch, exact: bool, out=None):
+        """(ads int64 [B, cap], sid_rank int32 [B, cap], counts int64 [B]) with cap = M * max ads per SID;
+        entries past counts[b] are unspecified."""
+        B, M = leaves.shape
+        cap = max(M * self.max_ads_per_sid, 1)
+        if out is None:
+            out = (cp.empty((B, cap), cp.int64), cp.empty((B, cap), cp.int32), cp.empty(B, cp.int64))
+        ads, rank, n = out
+        self.k_post((B,), (1024,), (self.params, q.params, self.ad_params, leaves, np.int32(M),
+                                    np.int64(self.first_leaf), np.int32(exact), np.int64(cap), ads, rank, n))
+        return ads, rank, n

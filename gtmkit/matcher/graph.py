@@ -1,0 +1,158 @@
+"""The fixed-schedule beam search as one CUDA graph: every buffer is allocated before capture, every
+step is kernel launches only, so one `replay()` runs steps, top-k, beam reordering (and the decoder,
+when it is capturable too) and the post-filter with no host involvement.
+
+    searcher = GraphedBeamSearch(matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024))
+    result = searcher.replay()        # device arrays, rewritten in place by every replay
+
+The decoder is called as decoder(step, prev_tokens, parent_rows) -> log-probs [R, V] (CuPy, float32
+or float16) and must be capturable: no host synchronisation and no allocation after its first call
+(GpuSyntheticDecoder below is; a torch model can instead be captured with torch.cuda.graph)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import cupy as cp
+import numpy as np
+
+from ..errors import GtmkitError
+from ..logits import DEFAULT_PEAK
+
+BEAM_KERNELS = Path(__file__).with_name("kernels") / "beam.cu"
+_modules = {}
+
+
+def beam_module() -> cp.RawModule:
+    dev = cp.cuda.Device().id
+    if dev not in _modules:
+        _modules[dev] = cp.RawModule(code=BEAM_KERNELS.read_text(), options=("--std=c++14",))
+    return _modules[dev]
+
+
+class GpuSyntheticDecoder:
+    """gtmkit.logits.SyntheticDecoder on the GPU (same hash and boosts; log/exp in device precision).
+
+    Keeps one buffer set per step, so after the first search it allocates nothing (graph-safe)."""
+
+    def __init__(self, users, vocab: int, kind: str = "peaked", seed: int = 0, peak: float = DEFAULT_PEAK,
+                 scale: float = 1.0):
+        from ..logits import SyntheticDecoder
+
+        host = SyntheticDecoder(users, vocab, kind, seed, peak, scale)
+        self.vocab, self.scale = int(vocab), float(scale)
+        self.user_keys = cp.asarray(host.user_keys)
+        self.boosts = cp.asarray(host.boosts)
+        mod = beam_module()
+        self.k_extend = mod.get_function("extend_keys")
+        self.k_logits = mod.get_function("synthetic_logits")
+        self._bufs = {}
+        self._keys = None
+
+    def __call__(self, step, prev_tokens, parent_rows):
+        R = int(parent_rows.shape[0])
+        bufs = self._bufs.get(step)
+        if bufs is None or bufs[0].shape[0] != R:
+            bufs = (cp.empty(R, cp.uint64), cp.empty(R, cp.int64), cp.empty((R, self.vocab), cp.float32))
+            self._bufs[step] = bufs
+        keys, boost_row, out = bufs
+        old = self._keys if self._keys is not None else self.user_keys
+        grid = ((R + 255) // 256,)
+        self.k_extend(grid, (256,), (old, self.user_keys, parent_rows, prev_tokens, np.int32(step), np.int64(R),
+                                     keys, boost_row))
+        self.k_logits((R,), (128,), (keys, boost_row, self.boosts, np.int32(self.vocab), np.float32(self.scale), out))
+        self._keys = keys
+        return out
+
+
+class GraphResult(NamedTuple):
+    """Device arrays rewritten by every replay: sids int32 [B, M, L], scores float32 [B, M],
+    leaf_nodes int32 [B, M], ads int64 [B, cap] / sid_rank int32 [B, cap] / ad_counts int64 [B]
+    (valid up to ad_counts[b])."""
+
+    sids: object
+    scores: object
+    leaf_nodes: object
+    ads: object
+    sid_rank: object
+    ad_counts: object
+
+
+class GraphedBeamSearch:
+    """Capture beam search (per-step beam sizes, CD+GTM, reordering, post-filter) once; replay it."""
+
+    def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
+                 postfilter: bool = True):
+        if matcher.cuda is None:
+            raise GtmkitError("GraphedBeamSearch needs a Matcher on device 'cuda'")
+        index = matcher.index
+        L = index.sid_length
+        self.sizes = [int(x) for x in beam_sizes]
+        if len(self.sizes) != L or self.sizes[0] != 1:
+            raise GtmkitError(f"beam_sizes must hold {L} sizes starting with 1, got {tuple(beam_sizes)}")
+        self.matcher, self.decoder, self.gtm, self.postfilter = matcher, decoder, bool(gtm), bool(postfilter)
+        self.q = matcher.batch(requests)
+        self.k_reorder = beam_module().get_function("reorder_history")
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        with self.stream:
+            self._allocate(index, L)
+            self._run()                      # eager warm-up: compiles kernels, sizes every buffer
+            self.stream.synchronize()
+            self.stream.begin_capture()
+            try:
+                self._run()
+            finally:
+                self.graph = self.stream.end_capture()
+
+    def _allocate(self, index, L):
+        B, be = self.q.size, self.matcher.cuda
+        self.rows, self.outs, self.hist = [], [], []
+        for t in range(L):
+            R, k = B * self.sizes[t], self.sizes[t + 1] if t + 1 < L else self.sizes[-1]
+            self.rows.append((cp.repeat(cp.arange(B, dtype=cp.int64), self.sizes[t]),
+                              cp.arange(B + 1, dtype=cp.int64) * self.sizes[t]))
+            self.outs.append((cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
+                              cp.empty((B, k), cp.float32), cp.empty(B, cp.int64)))
+            self.hist.append(cp.empty((B * k, t + 1), cp.int32))
+        self.start_nodes = cp.zeros(B, cp.int64)
+        self.start_scores = cp.zeros(B, cp.float32)
+        self.start_prev = cp.full(B, -1, cp.int32)
+        self.start_parent = cp.arange(B, dtype=cp.int32)
+        self.nodes64 = [cp.empty(B * (self.sizes[t + 1] if t + 1 < L else self.sizes[-1]), cp.int64)
+                        for t in range(L)]
+        M = self.sizes[-1]
+        cap = max(M * be.max_ads_per_sid, 1)
+        self.post = (cp.empty((B, cap), cp.int64), cp.empty((B, cap), cp.int32), cp.zeros(B, cp.int64))
+        self.leaves64 = cp.empty((B, M), cp.int64)
+
+    def _run(self):
+        index, be, q = self.matcher.index, self.matcher.cuda, self.q
+        nodes, scores, prev, parent = self.start_nodes, self.start_scores, self.start_prev, self.start_parent
+        hist = None
+        L = len(self.sizes)
+        for t in range(L):
+            row_req, req_rows = self.rows[t]
+            k = self.sizes[t + 1] if t + 1 < L else self.sizes[-1]
+            lp = self.decoder(t, prev, parent)
+            lp_dtype = 1 if lp.dtype == cp.float16 else 0
+            out = be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, self.gtm, False,
+                          int(index.max_degree[t]), out=self.outs[t])
+            p, tok, node, sc, _ = out
+            R = p.size
+            self.k_reorder(((R + 255) // 256,), (256,),
+                           (hist if hist is not None else self.hist[t], np.int32(t), p, tok, np.int64(R), self.hist[t]))
+            hist = self.hist[t]
+            self.nodes64[t][...] = node.reshape(-1)
+            nodes, scores, prev, parent = self.nodes64[t], sc.reshape(-1), tok.reshape(-1), p.reshape(-1)
+        self.leaves64[...] = nodes.reshape(self.leaves64.shape)
+        if self.postfilter:
+            be.postfilter_padded(self.leaves64, q, True, out=self.post)
+        B, M = self.leaves64.shape
+        self.result = GraphResult(hist.reshape(B, M, L), scores.reshape(B, M), self.outs[-1][2], *self.post)
+
+    def replay(self) -> GraphResult:
+        """Launch the captured graph on its stream and wait for it."""
+        self.graph.launch(self.stream)
+        self.stream.synchronize()
+        return self.result

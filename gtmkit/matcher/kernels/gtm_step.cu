@@ -1,0 +1,458 @@
+// CD+GTM step, token mask and exact post-filter for CuPy (NVRTC: built-in types only, no std headers).
+//
+// Candidates of request b live in cand[base[b] .. base[b] + count[b]) as 64-bit composites
+//   (sortable(score) << 32) | (0xFFFFFFFF - i)
+// where i is the candidate's index within the request in (row asc, token asc) order: ordering the
+// composites descending is exactly "score desc, then parent row asc, then token asc", and no two
+// are equal, so an exact k-th largest exists and selection needs no tie handling.
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef long long i64;
+
+#define NB 4096            // linear score bins of the select kernel (best first)
+#define SPAN 64.0f         // bins cover [max - SPAN, max]; lower scores share the last bin
+#define SEL_CAP 2048       // most outputs a request can ask for (k <= SEL_CAP)
+#define RADIX 2048
+
+struct Trie {
+    const i64* node_offsets; const int* child_tokens; const i64* level_offsets; int n_levels;  // n_levels = L + 2
+    int jagged; const i64* level_base; const i64* level_width; const i64* part_offsets;
+    const int* part_bitmask; const int* part_bloom; int nb;
+    const u64* bitmask_table; int W; const u64* bloom_table; int Wb; const i64* bloom_base;
+    i64 n_internal;
+};
+
+struct Req {
+    const u64* bitmask; int A;              // [B, A, W]
+    const i64* sig_off; const u64* sigs;    // [B, nb+1], [n, Wb]
+    const i64* code_off; const i64* codes;  // [B, nb+1], [n]
+};
+
+// Kernels receive their tables as one int64 array of pointers and sizes (built once on the host:
+// gtmkit/matcher/backend_cuda.py, same order), which keeps launches short and CuPy-friendly.
+__device__ __forceinline__ Trie load_trie(const i64* P) {
+    Trie t;
+    t.node_offsets = (const i64*)P[0]; t.child_tokens = (const int*)P[1]; t.level_offsets = (const i64*)P[2];
+    t.n_levels = (int)P[3]; t.jagged = (int)P[4]; t.level_base = (const i64*)P[5]; t.level_width = (const i64*)P[6];
+    t.part_offsets = (const i64*)P[7]; t.part_bitmask = (const int*)P[8]; t.part_bloom = (const int*)P[9];
+    t.nb = (int)P[10]; t.bitmask_table = (const u64*)P[11]; t.W = (int)P[12]; t.bloom_table = (const u64*)P[13];
+    t.Wb = (int)P[14]; t.bloom_base = (const i64*)P[15]; t.n_internal = P[16];
+    return t;
+}
+
+__device__ __forceinline__ Req load_req(const i64* P) {
+    Req q;
+    q.bitmask = (const u64*)P[0]; q.A = (int)P[1]; q.sig_off = (const i64*)P[2]; q.sigs = (const u64*)P[3];
+    q.code_off = (const i64*)P[4]; q.codes = (const i64*)P[5];
+    return q;
+}
+
+__device__ __forceinline__ u32 sortable(float f) {
+    u32 u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float unsortable(u32 k) {
+    u32 u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+    return __uint_as_float(u);
+}
+
+__device__ __forceinline__ int depth_of(const Trie& t, i64 node) {
+    int a = 0, b = t.n_levels - 1;
+    while (b - a > 1) { int m = (a + b) >> 1; if (t.level_offsets[m] <= node) a = m; else b = m; }
+    return a;
+}
+
+__device__ bool node_passes(const Trie& t, const Req& q, int b, i64 node, int depth) {
+    i64 s0, s1;
+    if (t.jagged) { s0 = t.part_offsets[node]; s1 = t.part_offsets[node + 1]; }
+    else { i64 w = t.level_width[depth]; s0 = t.level_base[depth] + (node - t.level_offsets[depth]) * w; s1 = s0 + w; }
+    for (i64 p = s0; p < s1; ++p) {
+        int bid = t.part_bitmask[p];
+        if (bid < 0) break;  // fixed layouts pad at the end
+        bool ok = true;
+        const u64* row = t.bitmask_table + (i64)bid * t.W;
+        const u64* rq = q.bitmask + (i64)b * q.A * t.W;
+        for (int a = 0; a < q.A && ok; ++a) {
+            u64 hit = 0;
+            for (int w = 0; w < t.W; ++w) hit |= row[w] & rq[a * t.W + w];
+            ok = hit != 0;
+        }
+        for (int k = 0; k < t.nb && ok; ++k) {
+            const u64* br = t.bloom_table + (t.bloom_base[k] + t.part_bloom[p * t.nb + k]) * t.Wb;
+            bool found = false;
+            for (i64 s = q.sig_off[b * (t.nb + 1) + k]; s < q.sig_off[b * (t.nb + 1) + k + 1] && !found; ++s) {
+                const u64* sg = q.sigs + s * t.Wb;
+                bool inside = true;
+                for (int w = 0; w < t.Wb; ++w) inside &= (br[w] & sg[w]) == sg[w];
+                found = inside;
+            }
+            ok = found;
+        }
+        if (ok) return true;
+    }
+    return false;
+}
+
+__device__ __forceinline__ float load_lp(const void* lp, int dtype, i64 idx) {
+    if (dtype == 0) return ((const float*)lp)[idx];
+    unsigned short h = ((const unsigned short*)lp)[idx];
+    if (dtype == 2) return __uint_as_float(((u32)h) << 16);  // bfloat16
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));             // float16
+    return f;
+}
+
+// One block per request: exclusive prefix sums of the live rows' child counts.
+extern "C" __global__ void __launch_bounds__(1024) count_kernel(const i64* TP, const i64* node_ids, const i64* req_rows, int B,
+                                        i64* row_off, i64* cand_count) {
+    __shared__ i64 part[1024];
+    Trie t = load_trie(TP);
+    int b = blockIdx.x;
+    if (b >= B) return;
+    i64 r0 = req_rows[b], r1 = req_rows[b + 1];
+    i64 carry = 0;
+    for (i64 base = r0; base < r1; base += blockDim.x) {
+        i64 r = base + threadIdx.x;
+        i64 deg = 0;
+        if (r < r1) {
+            i64 n = node_ids[r];
+            if (n >= 0 && n < t.n_internal) deg = t.node_offsets[n + 1] - t.node_offsets[n];
+        }
+        part[threadIdx.x] = deg;
+        __syncthreads();
+        for (int s = 1; s < blockDim.x; s <<= 1) {  // Hillis-Steele inclusive scan
+            i64 v = threadIdx.x >= s ? part[threadIdx.x - s] : 0;
+            __syncthreads();
+            part[threadIdx.x] += v;
+            __syncthreads();
+        }
+        if (r < r1) row_off[r] = carry + part[threadIdx.x] - deg;
+        i64 tot = part[blockDim.x - 1];
+        __syncthreads();
+        carry += tot;
+    }
+    if (threadIdx.x == 0) cand_count[b] = carry;
+}
+
+// Exclusive prefix of the per-request candidate counts: request b's candidates start at cand_base[b].
+extern "C" __global__ void base_kernel(const i64* cand_count, int B, i64* cand_base) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        i64 acc = 0;
+        for (int b = 0; b < B; ++b) { cand_base[b] = acc; acc += cand_count[b]; }
+        cand_base[B] = acc;
+    }
+}
+
+// One warp per row: composites of its children, their child nodes, and the request's best score.
+extern "C" __global__ void expand_kernel(const i64* TP, const i64* node_ids, const void* logprobs, int lp_dtype, int V,
+                                         const float* beam_scores, const i64* row_req, const i64* req_rows,
+                                         const i64* row_off, i64 R, const i64* cand_base, u64* cand, int* cand_child,
+                                         u32* best_key) {
+    Trie t = load_trie(TP);
+    i64 r = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (r >= R) return;
+    i64 n = node_ids[r];
+    if (n < 0 || n >= t.n_internal) return;
+    i64 b = row_req[r];
+    i64 j0 = t.node_offsets[n], j1 = t.node_offsets[n + 1];
+    float bs = beam_scores[r];
+    u64* out = cand + cand_base[b] + row_off[r];
+    int* oc = cand_child + cand_base[b] + row_off[r];
+    u32 idx0 = (u32)row_off[r];
+    u32 best = 0;
+    for (i64 j = j0 + lane; j < j1; j += 32) {
+        float s = bs + load_lp(logprobs, lp_dtype, r * (i64)V + t.child_tokens[j]);
+        if (s != s) s = -__int_as_float(0x7f800000);  // NaN ranks as -inf
+        u32 key = sortable(s);
+        best = max(best, key);
+        out[j - j0] = ((u64)key << 32) | (u64)(0xFFFFFFFFu - (idx0 + (u32)(j - j0)));
+        oc[j - j0] = (int)(j + 1);
+    }
+    for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+    if (lane == 0) atomicMax(best_key + b, best);
+}
+
+__device__ __forceinline__ int bin_of(u64 comp, float top) {
+    float s = unsortable((u32)(comp >> 32));
+    if (!(s > -3.0e38f)) return NB - 1;
+    float x = (top - s) * (NB / SPAN);
+    return x >= (float)(NB - 1) ? NB - 1 : (int)x;
+}
+
+// Largest composite v such that at least `want` of vals[0..n) are >= v (n >= want > 0), radix 11 bits.
+__device__ u64 kth_largest(const u64* vals, i64 n, int want, u32* hist, u64* s_prefix, int* s_want) {
+    u64 prefix = 0, mask = 0;
+    int remaining = want;
+    for (int shift = 53; shift >= 0; shift -= 11) {
+        for (int i = threadIdx.x; i < RADIX; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            u64 v = vals[i];
+            if ((v & mask) == prefix) atomicAdd(hist + ((v >> shift) & (RADIX - 1)), 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int acc = 0, d = RADIX - 1;
+            for (; d > 0; --d) { if (acc + (int)hist[d] >= remaining) break; acc += hist[d]; }
+            *s_prefix = prefix | ((u64)d << shift);
+            *s_want = remaining - acc;
+        }
+        __syncthreads();
+        prefix = *s_prefix;
+        remaining = *s_want;
+        mask |= (u64)(RADIX - 1) << shift;
+        __syncthreads();
+    }
+    // shifts 53, 42, 31, 20, 9 cover bits 9..63; finish the low 9 bits
+    for (int i = threadIdx.x; i < 512; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        u64 v = vals[i];
+        if ((v & mask) == prefix) atomicAdd(hist + (v & 511), 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int acc = 0, d = 511;
+        for (; d > 0; --d) { if (acc + (int)hist[d] >= remaining) break; acc += hist[d]; }
+        *s_prefix = prefix | (u64)d;
+    }
+    __syncthreads();
+    return *s_prefix;
+}
+
+// One block (1024 threads) per request: visit score bins best-first, test GTM only on the candidates
+// of newly reached bins until k pass (lazy GTM), then pick the exact top k of the passers.
+extern "C" __global__ void __launch_bounds__(1024) select_kernel(const i64* TP, const i64* QP, const u64* cand, const int* cand_child,
+                                         const i64* cand_count, const u32* best_key, const i64* cand_base, int k, int gtm,
+                                         int count_all, u64* sel, u64* out_comp, int* out_n, i64* out_count) {
+    __shared__ u32 hist[NB];
+    __shared__ u64 buf[SEL_CAP];
+    __shared__ int s_npass, s_hi, s_want;
+    __shared__ u64 s_prefix;
+    Trie t = load_trie(TP);
+    Req q = load_req(QP);
+    int b = blockIdx.x;
+    i64 C = cand_count[b];
+    const u64* cb = cand + cand_base[b];
+    const int* ch = cand_child + cand_base[b];
+    u64* sb = sel + cand_base[b];
+    float top = unsortable(best_key[b]);
+    for (int i = threadIdx.x; i < NB; i += blockDim.x) hist[i] = 0;
+    if (threadIdx.x == 0) s_npass = 0;
+    __syncthreads();
+    for (i64 i = threadIdx.x; i < C; i += blockDim.x) atomicAdd(hist + bin_of(cb[i], top), 1u);
+    __syncthreads();
+    if (threadIdx.x == 0) {  // cumulative counts, best bin first
+        u32 acc = 0;
+        for (int i = 0; i < NB; ++i) { acc += hist[i]; hist[i] = acc; }
+    }
+    __syncthreads();
+    int lo = -1;
+    i64 target = k;
+    while (true) {
+        if (threadIdx.x == 0) {
+            int h = lo + 1;
+            while (h < NB - 1 && (i64)hist[h] < target) ++h;
+            s_hi = h;
+        }
+        __syncthreads();
+        int hi = s_hi;
+        for (i64 i = threadIdx.x; i < C; i += blockDim.x) {
+            u64 c = cb[i];
+            int bn = bin_of(c, top);
+            if (bn > lo && bn <= hi) {
+                i64 child = ch[i];
+                if (!gtm || node_passes(t, q, b, child, depth_of(t, child))) sb[atomicAdd(&s_npass, 1)] = c;
+            }
+        }
+        __syncthreads();
+        int np = s_npass;
+        if (np >= k || hi >= NB - 1) break;
+        // Grow the reach by the observed pass rate (at least double it) so few rounds are needed.
+        i64 seen = hist[hi];
+        double rate = np > 0 ? (double)np / (double)seen : 1.0 / 64.0;
+        i64 need = (i64)((double)(k - np) / rate * 1.25) + 1;
+        target = seen + (need > seen ? need : seen);
+        lo = hi;
+        __syncthreads();
+    }
+    int np = s_npass;
+    int m = np < k ? np : k;
+    if (m > 0) {
+        u64 thr = np > k ? kth_largest(sb, np, k, hist, &s_prefix, &s_want) : 0;
+        if (threadIdx.x == 0) s_npass = 0;
+        __syncthreads();
+        for (i64 i = threadIdx.x; i < np; i += blockDim.x) {
+            u64 v = sb[i];
+            if (v >= thr) buf[atomicAdd(&s_npass, 1)] = v;
+        }
+        __syncthreads();
+        int size = 1;
+        while (size < m) size <<= 1;
+        for (int i = m + threadIdx.x; i < size; i += blockDim.x) buf[i] = 0;
+        __syncthreads();
+        for (int len = 2; len <= size; len <<= 1)  // bitonic sort, descending
+            for (int st = len >> 1; st > 0; st >>= 1) {
+                for (int i = threadIdx.x; i < size; i += blockDim.x) {
+                    int p = i ^ st;
+                    if (p > i) {
+                        bool desc = (i & len) == 0;
+                        u64 x = buf[i], y = buf[p];
+                        if (desc ? (x < y) : (x > y)) { buf[i] = y; buf[p] = x; }
+                    }
+                }
+                __syncthreads();
+            }
+        for (int i = threadIdx.x; i < m; i += blockDim.x) out_comp[(i64)b * k + i] = buf[i];
+    }
+    if (threadIdx.x == 0) out_n[b] = m;
+    if (count_all) {
+        __syncthreads();
+        if (threadIdx.x == 0) s_npass = 0;
+        __syncthreads();
+        int local = 0;
+        for (i64 i = threadIdx.x; i < C; i += blockDim.x) {
+            i64 child = ch[i];
+            local += (!gtm || node_passes(t, q, b, child, depth_of(t, child)));
+        }
+        atomicAdd(&s_npass, local);
+        __syncthreads();
+        if (threadIdx.x == 0) out_count[b] = s_npass;
+    } else if (threadIdx.x == 0) {
+        out_count[b] = gtm ? -1 : C;
+    }
+}
+
+// One thread per output slot: composite -> (parent row, token, child node, score); -1 / -inf padding.
+extern "C" __global__ void gather_kernel(const i64* TP, const i64* node_ids, const i64* req_rows, const i64* row_off,
+                                         const u64* out_comp, const int* out_n, int B, int k,
+                                         int* parent, int* token, int* child, float* score) {
+    Trie t = load_trie(TP);
+    i64 x = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= (i64)B * k) return;
+    int b = (int)(x / k), i = (int)(x % k);
+    if (i >= out_n[b]) {
+        parent[x] = -1; token[x] = -1; child[x] = -1; score[x] = -__int_as_float(0x7f800000);
+        return;
+    }
+    u64 c = out_comp[x];
+    i64 idx = (i64)(0xFFFFFFFFu - (u32)(c & 0xFFFFFFFFu));
+    i64 a = req_rows[b], z = req_rows[b + 1];  // last row with row_off <= idx (and children)
+    while (z - a > 1) { i64 m = (a + z) >> 1; if (row_off[m] <= idx) a = m; else z = m; }
+    i64 n = node_ids[a];
+    i64 j = t.node_offsets[n] + (idx - row_off[a]);
+    parent[x] = (int)a;
+    token[x] = t.child_tokens[j];
+    child[x] = (int)(j + 1);
+    score[x] = unsortable((u32)(c >> 32));
+}
+
+// One warp per row: allowed-token bitmask (bit v % 32 of word v / 32).
+extern "C" __global__ void mask_kernel(const i64* TP, const i64* QP, const i64* node_ids, const i64* row_req, i64 R, int words,
+                                       int gtm, u32* out) {
+    Trie t = load_trie(TP);
+    Req q = load_req(QP);
+    i64 r = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (r >= R) return;
+    i64 n = node_ids[r];
+    if (n < 0 || n >= t.n_internal) return;
+    int d = depth_of(t, n) + 1;
+    int b = (int)row_req[r];
+    for (i64 j = t.node_offsets[n] + lane; j < t.node_offsets[n + 1]; j += 32) {
+        if (!gtm || node_passes(t, q, b, j + 1, d)) {
+            int v = t.child_tokens[j];
+            atomicOr(out + r * words + (v >> 5), 1u << (v & 31));
+        }
+    }
+}
+
+struct AdIndex {
+    const i64* sid_ad_offsets; const i64* sid_ad_ids; const int* ad_bitmask;
+    const i64* allow_off; const int* allow_codes; i64 allow_stride;
+    const i64* excl_off; const int* excl_codes; i64 excl_stride; i64 n_ads;
+};
+
+__device__ __forceinline__ AdIndex load_ads(const i64* P) {
+    AdIndex a;
+    a.sid_ad_offsets = (const i64*)P[0]; a.sid_ad_ids = (const i64*)P[1]; a.ad_bitmask = (const int*)P[2];
+    a.allow_off = (const i64*)P[3]; a.allow_codes = (const int*)P[4]; a.allow_stride = P[5];
+    a.excl_off = (const i64*)P[6]; a.excl_codes = (const int*)P[7]; a.excl_stride = P[8]; a.n_ads = P[9];
+    return a;
+}
+
+__device__ __forceinline__ bool has(const int* codes, i64 lo, i64 hi, i64 c) {
+    i64 a = lo, z = hi;
+    while (a < z) { i64 m = (a + z) >> 1; if (codes[m] < c) a = m + 1; else z = m; }
+    return a < hi && codes[a] == c;
+}
+
+__device__ bool ad_eligible(const Trie& t, const Req& q, const AdIndex& ai, int b, i64 r) {
+    const u64* row = t.bitmask_table + (i64)ai.ad_bitmask[r] * t.W;
+    const u64* rq = q.bitmask + (i64)b * q.A * t.W;
+    for (int a = 0; a < q.A; ++a) {
+        u64 hit = 0;
+        for (int w = 0; w < t.W; ++w) hit |= row[w] & rq[a * t.W + w];
+        if (!hit) return false;
+    }
+    for (int k = 0; k < t.nb; ++k) {
+        const i64* ao = ai.allow_off + k * (ai.n_ads + 1);
+        const int* ac = ai.allow_codes + k * ai.allow_stride;
+        const i64* eo = ai.excl_off + k * (ai.n_ads + 1);
+        const int* ec = ai.excl_codes + k * ai.excl_stride;
+        i64 c0 = q.code_off[b * (t.nb + 1) + k], c1 = q.code_off[b * (t.nb + 1) + k + 1];
+        bool ok = ao[r] == ao[r + 1];
+        for (i64 x = c0; x < c1 && !ok; ++x) ok = q.codes[x] >= 0 && has(ac, ao[r], ao[r + 1], q.codes[x]);
+        if (!ok) return false;
+        for (i64 x = c0; x < c1; ++x)
+            if (q.codes[x] >= 0 && has(ec, eo[r], eo[r + 1], q.codes[x])) return false;
+    }
+    return true;
+}
+
+// One block per request: expand its SIDs (rank order) to ads, keep the exactly eligible ones.
+// Output is padded per request ([B, cap_ads]) so no host round trip is needed; out_n[b] = count.
+extern "C" __global__ void __launch_bounds__(1024) postfilter_kernel(const i64* TP, const i64* QP, const i64* AP, const i64* leaves, int M, i64 first_leaf,
+                                             int exact, i64 cap_ads, i64* out_ads, int* out_rank, i64* out_n) {
+    __shared__ int s_base;
+    __shared__ int scan[1024];
+    Trie t = load_trie(TP);
+    Req q = load_req(QP);
+    AdIndex ai = load_ads(AP);
+    int b = blockIdx.x;
+    if (threadIdx.x == 0) s_base = 0;
+    __syncthreads();
+    // rank order is required: process ranks in chunks of blockDim, one SID per thread, then scan.
+    for (int m0 = 0; m0 < M; m0 += blockDim.x) {
+        int m = m0 + threadIdx.x;
+        i64 s = -1, a0 = 0, a1 = 0;
+        if (m < M) {
+            i64 n = leaves[(i64)b * M + m];
+            if (n >= first_leaf) { s = n - first_leaf; a0 = ai.sid_ad_offsets[s]; a1 = ai.sid_ad_offsets[s + 1]; }
+        }
+        int cnt = 0;
+        for (i64 r = a0; r < a1; ++r) cnt += (!exact || ad_eligible(t, q, ai, b, r));
+        scan[threadIdx.x] = cnt;
+        __syncthreads();
+        for (int st = 1; st < blockDim.x; st <<= 1) {
+            int v = threadIdx.x >= st ? scan[threadIdx.x - st] : 0;
+            __syncthreads();
+            scan[threadIdx.x] += v;
+            __syncthreads();
+        }
+        i64 pos = s_base + scan[threadIdx.x] - cnt;
+        for (i64 r = a0; r < a1; ++r) {
+            if (!exact || ad_eligible(t, q, ai, b, r)) {
+                if (pos < cap_ads) { out_ads[(i64)b * cap_ads + pos] = ai.sid_ad_ids[r]; out_rank[(i64)b * cap_ads + pos] = m; }
+                ++pos;
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == blockDim.x - 1) s_base += scan[blockDim.x - 1];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out_n[b] = s_base;
+}

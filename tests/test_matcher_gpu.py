@@ -1,0 +1,130 @@
+"""GPU matcher (CuPy) equals the CPU matcher: step, mask, postfilter, beam search, dtypes, torch, graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gtmkit.matcher.matcher import Matcher, cuda_available
+
+pytestmark = pytest.mark.gpu
+if not cuda_available():
+    pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
+
+import cupy as cp  # noqa: E402
+
+import gtmkit  # noqa: E402
+from gtmkit.logits import SyntheticDecoder  # noqa: E402
+from gtmkit.synth import synth_users, write_catalog  # noqa: E402
+
+from catalogs import random_user  # noqa: E402
+from test_build import MODES, _build  # noqa: E402
+
+
+def _same_step(a, b):
+    for name, x, y in zip(a._fields, a, b):
+        y = cp.asnumpy(y)
+        assert np.array_equal(x, y), name
+
+
+def _case(idx, rng, B, per_req, depth):
+    lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
+    nodes = rng.integers(lo, hi, size=B * per_req)
+    nodes[rng.random(len(nodes)) < 0.2] = -1
+    rr = np.repeat(np.arange(B), per_req)
+    lp = np.round(rng.normal(size=(len(nodes), idx.vocab_size)), 1).astype(np.float32)
+    lp.flat[rng.integers(lp.size)] = np.nan
+    lp.flat[rng.integers(lp.size)] = -np.inf
+    bs = np.round(rng.normal(size=len(nodes)), 1).astype(np.float32)
+    return nodes, rr, lp, bs
+
+
+@pytest.mark.parametrize("mode,kw", MODES)
+def test_step_mask_postfilter_equal_cpu(tmp_path, mode, kw):
+    idx, _, _ = _build(tmp_path, 70, mode, kw, n_ads=400, L=3, V=9)
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+    rng = np.random.default_rng(1)
+    B = 4
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
+    for depth in range(idx.sid_length):
+        for per_req, k in [(6, 5), (9, 200), (1, 1)]:
+            nodes, rr, lp, bs = _case(idx, rng, B, per_req, depth)
+            for gtm in (True, False):
+                for count in (True, False):
+                    a = cpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
+                    b = gpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
+                    _same_step(a, b)
+                assert np.array_equal(cpu.mask(nodes, rr, reqs, gtm), cp.asnumpy(gpu.mask(nodes, rr, reqs, gtm)))
+    leaves = rng.integers(idx.first_leaf - 2, idx.num_nodes, size=(B, 12))
+    for exact in (True, False):
+        for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs, exact), gpu.postfilter(leaves, reqs, exact)):
+            assert np.array_equal(a1, cp.asnumpy(a2)) and np.array_equal(r1, cp.asnumpy(r2))
+
+
+def test_half_precision_and_torch_inputs(tmp_path):
+    torch = pytest.importorskip("torch")
+    idx, _, _ = _build(tmp_path, 71, "static", {"k": [2, 3, 2]}, n_ads=400, L=3, V=9)
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+    rng = np.random.default_rng(2)
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
+    nodes, rr, lp, bs = _case(idx, rng, 3, 7, 1)
+    lp16 = lp.astype(np.float16)
+    _same_step(cpu.step(nodes, lp16.astype(np.float32), bs, rr, reqs, 6),
+               gpu.step(nodes, cp.asarray(lp16), bs, rr, reqs, 6))
+    t_lp = torch.tensor(lp, device="cuda").to(torch.bfloat16)
+    t_nodes, t_bs, t_rr = (torch.tensor(x, device="cuda") for x in (nodes, bs, rr))
+    _same_step(cpu.step(nodes, t_lp.float().cpu().numpy(), bs, rr, reqs, 6),
+               gpu.step(t_nodes, t_lp, t_bs, t_rr, reqs, 6))
+    _same_step(cpu.step(nodes, lp, bs, rr, reqs, 6), gpu.step(t_nodes, torch.tensor(lp, device="cuda"), t_bs, t_rr, reqs, 6))
+
+
+@pytest.fixture(scope="module")
+def synth_index(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpuidx")
+    cat, _ = write_catalog(d / "c.parquet", 30000, seed=5)
+    return gtmkit.build_index(cat, d / "idx", partition="dynamic", target_fill=0.4, k_max=4)
+
+
+def _host_decoder(users, V):
+    dec = SyntheticDecoder(users, V, "peaked", 3)
+
+    def fn(step, prev, parents):
+        out = dec(step, cp.asnumpy(prev) if isinstance(prev, cp.ndarray) else prev,
+                  cp.asnumpy(parents) if isinstance(parents, cp.ndarray) else parents)
+        return cp.asarray(out) if isinstance(prev, cp.ndarray) else out
+
+    return fn
+
+
+def test_beam_search_equals_cpu(synth_index):
+    idx = synth_index
+    users = synth_users(idx.manifest["schema"], 5, seed=1)
+    reqs = [idx.encode_request(u) for u in users]
+    sizes = (1, 64, 128, 128)
+    for gtm in (True, False):
+        a = gtmkit.beam_search(Matcher(idx, "cpu"), reqs, _host_decoder(users, idx.vocab_size), sizes, gtm=gtm)
+        b = gtmkit.beam_search(Matcher(idx, "cuda"), reqs, _host_decoder(users, idx.vocab_size), sizes, gtm=gtm)
+        for name in ("sids", "scores", "leaf_nodes", "beams"):
+            assert np.array_equal(getattr(a, name), cp.asnumpy(getattr(b, name))), name
+        for (x1, r1), (x2, r2) in zip(a.ads, b.ads):
+            assert np.array_equal(x1, cp.asnumpy(x2)) and np.array_equal(r1, cp.asnumpy(r2))
+
+
+def test_graph_replay_equals_eager(synth_index):
+    from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch
+
+    idx = synth_index
+    users = synth_users(idx.manifest["schema"], 4, seed=2)
+    reqs = [idx.encode_request(u) for u in users]
+    m = Matcher(idx, "cuda")
+    sizes = (1, 32, 64, 64)
+    eager = gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
+    g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
+    for _ in range(2):
+        r = g.replay()
+        assert np.array_equal(cp.asnumpy(r.sids), cp.asnumpy(eager.sids))
+        assert np.array_equal(cp.asnumpy(r.scores), cp.asnumpy(eager.scores))
+        assert np.array_equal(cp.asnumpy(r.leaf_nodes), cp.asnumpy(eager.leaf_nodes))
+        counts = cp.asnumpy(r.ad_counts)
+        for b, (ads, rank) in enumerate(eager.ads):
+            assert np.array_equal(cp.asnumpy(r.ads[b, :counts[b]]), cp.asnumpy(ads))
