@@ -1,0 +1,302 @@
+"""GPU matcher benchmark: CD+GTM step per depth, whole 4-step search (eager and CUDA graph), post-filter,
+side by side in one run with (a) the same CD+GTM step in plain PyTorch (eager, torch.compile, CUDA
+graph), (b) a STATIC-style CD-only step (padded CSR gather + torch.topk), (c) the CPU matcher; plus the
+bytes each step must move and that floor at the measured copy bandwidth.
+
+    python benchmarks/step_gpu.py --index /tmp/idx10m --out benchmarks/results
+
+B=16 requests, beams (1, 512, 1024, 1024), V=512, L=4. Step inputs are recorded from one real search
+with peaked synthetic logits, then every variant is timed on exactly those inputs (CUDA events, median)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import gtmkit  # noqa: E402
+from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch  # noqa: E402
+from gtmkit.synth import synth_users  # noqa: E402
+
+
+def cuda_time(fn, reps=50, warmup=5):
+    """Median milliseconds of fn() by CUDA events on the current stream."""
+    for _ in range(warmup):
+        fn()
+    cp.cuda.Device().synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(cp.cuda.get_elapsed_time(a, b))
+    return float(np.median(times))
+
+
+def copy_bandwidth():
+    x = cp.empty(1 << 28, cp.float32)  # 1 GiB
+    y = cp.empty_like(x)
+    ms = cuda_time(lambda: y.__setitem__(Ellipsis, x), reps=20)
+    return 2 * x.nbytes / (ms * 1e-3)  # bytes read + written per second
+
+
+def record_inputs(m, reqs, users, sizes):
+    """Run one eager search and keep every step's inputs."""
+    steps = []
+    dec = GpuSyntheticDecoder(users, m.index.vocab_size, seed=7)
+    q = m.batch(reqs)
+    B = q.size
+
+    orig = m.cuda.step
+
+    def spy(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q_, k, gtm, count_all, max_children, out=None):
+        steps.append(dict(node_ids=node_ids.copy(), logprobs=logprobs.copy(), beam_scores=beam_scores.copy(),
+                          row_req=row_req.copy(), req_rows=req_rows.copy(), k=k, max_children=max_children))
+        return orig(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q_, k, gtm, count_all,
+                    max_children, out)
+
+    m.cuda.step = spy
+    try:
+        res = gtmkit.beam_search(m, q, dec, sizes, gtm=True, postfilter=False)
+    finally:
+        m.cuda.step = orig
+    return steps, res, q, B
+
+
+class TorchStep:
+    """The CD+GTM step in plain PyTorch over a padded CSR (what one writes without custom kernels)."""
+
+    def __init__(self, index, reqs_batch, device="cuda"):
+        import torch
+        self.torch = torch
+        t = gtmkit.matcher.arrays.trie_arrays(index)
+        no = t.node_offsets
+        deg = np.diff(no)
+        D = int(deg.max())
+        n_int = len(no) - 1
+        pad_tok = np.full((n_int, D), -1, np.int64)
+        idx = np.arange(D)[None, :]
+        valid = idx < deg[:, None]
+        ent = no[:-1, None] + idx
+        pad_tok[valid] = t.child_tokens[ent[valid]]
+        pad_child = np.where(valid, ent + 1, -1)
+        self.D, self.n_internal = D, n_int
+        dev = device
+        self.pad_tok = torch.tensor(pad_tok, device=dev)
+        self.pad_child = torch.tensor(pad_child, device=dev)
+        # fixed partition layout per node: [nodes, P] ids (-1 pad) for bitmask and bloom
+        index_parts = index.partition_ranges()
+        start, end = index_parts
+        P = int((end - start).max())
+        n = index.num_nodes
+        pid = start[:, None] + np.arange(P)[None, :]
+        ok = pid < end[:, None]
+        pb = np.full((n, P), -1, np.int64)
+        pb[ok] = np.asarray(index.part_bitmask_ids)[pid[ok]]
+        pl = np.full((n, P), -1, np.int64)
+        pl[ok] = np.asarray(index.part_bloom_ids)[pid[ok], 0]
+        self.P = P
+        self.part_bm = torch.tensor(pb, device=dev)
+        self.part_bl = torch.tensor(pl, device=dev)
+        self.bm_table = torch.tensor(np.asarray(index.bitmask_table).view(np.int64), device=dev)
+        self.bl_table = torch.tensor(np.asarray(index.bloom_tables[0]).view(np.int64), device=dev)
+        q = reqs_batch.host
+        self.req_bm = torch.tensor(q.bitmask.view(np.int64), device=dev)                 # [B, A, W]
+        S = int(np.diff(q.sig_off[:, :2], axis=1).max())
+        sigs = np.zeros((q.size, S, q.sigs.shape[1]), np.uint64)
+        has = np.zeros((q.size, S), bool)
+        for b in range(q.size):
+            s0, s1 = q.sig_off[b, 0], q.sig_off[b, 1]
+            sigs[b, :s1 - s0] = q.sigs[s0:s1]
+            has[b, :s1 - s0] = True
+        self.req_sig = torch.tensor(sigs.view(np.int64), device=dev)                   # [B, S, Wb]
+        self.req_has = torch.tensor(has, device=dev)
+
+    def __call__(self, node_ids, logprobs, beam_scores, B, M, k, gtm=True):
+        torch = self.torch
+        live = (node_ids >= 0) & (node_ids < self.n_internal)
+        nid = torch.where(live, node_ids, torch.zeros_like(node_ids))
+        tok = self.pad_tok[nid]                                        # [R, D]
+        child = self.pad_child[nid]
+        valid = (tok >= 0) & live[:, None]
+        lp = torch.gather(logprobs, 1, tok.clamp(min=0))
+        score = beam_scores[:, None] + lp
+        if gtm:
+            c = child.clamp(min=0)
+            bm = self.bm_table[self.part_bm[c].clamp(min=0)]          # [R, D, P, W]
+            rb = torch.repeat_interleave(self.req_bm, M, dim=0)        # [R, A, W]
+            hit = ((bm[:, :, :, None, :] & rb[:, None, None, :, :]) != 0).any(-1).all(-1)  # [R, D, P]
+            bl = self.bl_table[self.part_bl[c].clamp(min=0)]          # [R, D, P, Wb]
+            sg = torch.repeat_interleave(self.req_sig, M, dim=0)       # [R, S, Wb]
+            hs = torch.repeat_interleave(self.req_has, M, dim=0)       # [R, S]
+            inside = ((bl[:, :, :, None, :] & sg[:, None, None, :, :]) == sg[:, None, None, :, :]).all(-1)
+            inside = (inside & hs[:, None, None, :]).any(-1)           # [R, D, P]
+            ok = (hit & inside & (self.part_bm[c] >= 0)).any(-1)
+            valid = valid & ok
+        score = torch.where(valid, score, torch.full_like(score, -float("inf")))
+        flat = score.view(B, M * self.D)
+        top, pos = torch.topk(flat, k, dim=1)
+        return top, pos
+
+    def static_cd(self, node_ids, logprobs, beam_scores, B, M, k):
+        return self(node_ids, logprobs, beam_scores, B, M, k, gtm=False)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--beams", default="1,512,1024,1024")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--cpu-reps", type=int, default=3)
+    ap.add_argument("--compile-steps", default="2,3", help="steps whose torch variant is also compiled (slow to compile)")
+    args = ap.parse_args()
+    sizes = tuple(int(x) for x in args.beams.split(","))
+    idx = gtmkit.load_index(args.index, verify=False)
+    users = synth_users(idx.manifest["schema"], args.requests, seed=11)
+    reqs = [idx.encode_request(u) for u in users]
+    t0 = time.perf_counter()
+    m = gtmkit.Matcher(idx, "cuda")
+    upload_s = time.perf_counter() - t0
+    bw = copy_bandwidth()
+    steps, res, q, B = record_inputs(m, reqs, users, sizes)
+    rows = []
+    be = m.cuda
+    cpu = gtmkit.Matcher(idx, "cpu")
+    qc = cpu.batch(reqs)
+    tstep = TorchStep(idx, q) if not args.no_torch else None
+    for t, s in enumerate(steps):
+        R = int(s["node_ids"].shape[0])
+        M = R // B
+        row = {"step": t + 1, "rows": R, "k": s["k"], "max_children": s["max_children"]}
+        for gtm in (False, True):
+            fn = lambda gtm=gtm: be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"],  # noqa: E731
+                                         s["req_rows"], q, s["k"], gtm, False, s["max_children"])
+            row["gpu_ms_" + ("gtm" if gtm else "cd")] = cuda_time(fn)
+        cnt = be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True,
+                      True, s["max_children"])[4]
+        row["candidates_per_request_gtm"] = float(cp.asnumpy(cnt).mean())
+        cd_cnt = be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], False,
+                         False, s["max_children"])[4]
+        row["candidates_per_request_cd"] = float(cp.asnumpy(cd_cnt).mean())
+        floor_bytes = R * idx.vocab_size * 4 + R * 8 * 3 + B * s["k"] * 16
+        row["floor_bytes"] = floor_bytes
+        row["floor_ms"] = floor_bytes / bw * 1e3
+        # (c) CPU matcher on the same inputs
+        nh, lh, bh, rh = (cp.asnumpy(s[x]) for x in ("node_ids", "logprobs", "beam_scores", "row_req"))
+        cpu.step(nh, lh, bh, rh, qc, s["k"])
+        ts = []
+        for _ in range(args.cpu_reps):
+            a = time.perf_counter()
+            cpu.step(nh, lh, bh, rh, qc, s["k"])
+            ts.append(time.perf_counter() - a)
+        row["cpu_ms_gtm"] = 1e3 * float(np.median(ts))
+        if tstep is not None:
+            import torch
+            n_t = torch.from_dlpack(s["node_ids"])
+            l_t = torch.from_dlpack(s["logprobs"])
+            b_t = torch.from_dlpack(s["beam_scores"])
+            k = s["k"]
+            try:
+                row["torch_ms_gtm"] = cuda_time(lambda: tstep(n_t, l_t, b_t, B, M, k), reps=10)
+            except torch.OutOfMemoryError:
+                row["torch_ms_gtm"] = None
+            torch.cuda.empty_cache()
+            row["static_ms_cd"] = cuda_time(lambda: tstep.static_cd(n_t, l_t, b_t, B, M, k), reps=20)
+            try:
+                if str(t + 1) not in args.compile_steps.split(","):
+                    raise RuntimeError("not compiled for this step (--compile-steps)")
+                comp = torch.compile(lambda a, b_, c: tstep(a, b_, c, B, M, k))
+                comp(n_t, l_t, b_t)
+                row["torch_compiled_ms_gtm"] = cuda_time(lambda: comp(n_t, l_t, b_t), reps=10)
+                g = torch.cuda.CUDAGraph()
+                st = torch.cuda.Stream()
+                st.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(st):
+                    comp(n_t, l_t, b_t)
+                torch.cuda.current_stream().wait_stream(st)
+                with torch.cuda.graph(g):
+                    comp(n_t, l_t, b_t)
+                row["torch_compiled_graph_ms_gtm"] = cuda_time(g.replay, reps=10)
+            except Exception as exc:  # report, don't die: compile support varies by image
+                row["torch_compiled_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    # whole search: eager (decoder replaced by recorded logits, so only gtmkit's work is timed)
+    recorded = [s["logprobs"] for s in steps]
+
+    def replayed(step, prev, parents):
+        return recorded[step]
+
+    whole = {}
+    for gtm in (False, True):
+        whole["eager_ms_" + ("gtm" if gtm else "cd")] = cuda_time(
+            lambda gtm=gtm: gtmkit.beam_search(m, q, replayed, sizes, gtm=gtm, postfilter=False), reps=10)
+    g = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True)
+    whole["graph_ms_gtm_postfilter"] = cuda_time(lambda: g.graph.launch(g.stream), reps=50)
+    g2 = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=False)
+    whole["graph_ms_gtm"] = cuda_time(lambda: g2.graph.launch(g2.stream), reps=50)
+    g3 = GraphedBeamSearch(m, q, replayed, sizes, gtm=False, postfilter=False)
+    whole["graph_ms_cd"] = cuda_time(lambda: g3.graph.launch(g3.stream), reps=50)
+    leaves = cp.asarray(res.leaf_nodes, cp.int64)
+    whole["postfilter_ms"] = cuda_time(lambda: m.cuda.postfilter_padded(leaves, q, True), reps=50)
+    # the graphed search must give the eager answer
+    eager = gtmkit.beam_search(m, q, replayed, sizes, gtm=True)
+    gr = g.replay()
+    whole["graph_equals_eager"] = bool(cp.array_equal(gr.sids, eager.sids) and cp.array_equal(gr.scores, eager.scores))
+    print(json.dumps(whole), flush=True)
+
+    dev = cp.cuda.runtime.getDeviceProperties(0)
+    result = {"benchmark": "step_gpu", "date": datetime.date.today().isoformat(),
+              "gpu": dev["name"].decode() if isinstance(dev["name"], bytes) else dev["name"],
+              "command": "python " + " ".join(sys.argv), "index": {"sids": idx.num_sids, "ads": idx.num_ads,
+                                                                   "partition": idx.stats()["partition"]},
+              "requests": B, "beams": list(sizes), "copy_bandwidth_gbs": bw / 1e9, "upload_s": upload_s,
+              "device_bytes": m.device_bytes, "steps": rows, "whole": whole}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "step_gpu.json").write_text(json.dumps(result, indent=1))
+    (out / "step_gpu.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+def markdown(r):
+    def f(x):
+        return "n/a" if x is None else f"{x:.3f}"
+    lines = [f"# GPU matcher ({r['gpu']}, {r['date']})", "",
+             f"Command: `{r['command']}`. Index: {r['index']['sids']:,} SIDs, {r['index']['ads']:,} ads, "
+             f"partition {r['index']['partition']['mode']}. B={r['requests']}, beams {r['beams']}. "
+             f"Copy bandwidth {r['copy_bandwidth_gbs']:.0f} GB/s. Index on GPU: {r['device_bytes'] / 1e6:.0f} MB.", "",
+             "| step | rows | cand/req CD | cand/req GTM | ours CD ms | ours CD+GTM ms | floor ms | (a) torch CD+GTM ms | "
+             "(a) compiled ms | (a) compiled+graph ms | (b) STATIC CD ms | (c) CPU CD+GTM ms | (a)/ours | (b)/ours |",
+             "|" + "---|" * 14]
+    for s in r["steps"]:
+        ours = s["gpu_ms_gtm"]
+        a = s.get("torch_compiled_graph_ms_gtm") or s.get("torch_compiled_ms_gtm") or s.get("torch_ms_gtm")
+        b = s.get("static_ms_cd")
+        lines.append(f"| {s['step']} | {s['rows']} | {s['candidates_per_request_cd']:.0f} | {s['candidates_per_request_gtm']:.0f} | "
+                     f"{f(s['gpu_ms_cd'])} | {f(ours)} | {f(s['floor_ms'])} | {f(s.get('torch_ms_gtm'))} | "
+                     f"{f(s.get('torch_compiled_ms_gtm'))} | {f(s.get('torch_compiled_graph_ms_gtm'))} | {f(b)} | "
+                     f"{f(s['cpu_ms_gtm'])} | {f(a / ours) if a else 'n/a'} | {f(b / ours) if b else 'n/a'} |")
+    w = r["whole"]
+    lines += ["", "| whole search | ms |", "|---|---|"] + [f"| {k} | {v if isinstance(v, bool) else f'{v:.3f}'} |"
+                                                           for k, v in w.items()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
