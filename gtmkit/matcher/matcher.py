@@ -197,7 +197,9 @@ def _stream_of(x):
     if _is_torch(x):
         import cupy as cp
         import torch
-        return cp.cuda.ExternalStream(torch.cuda.current_stream(x.device).cuda_stream)
+        ptr = torch.cuda.current_stream(x.device).cuda_stream
+        from_external = getattr(cp.cuda.Stream, "from_external", None)
+        return from_external(torch.cuda.current_stream(x.device)) if from_external else cp.cuda.ExternalStream(ptr)
     return contextlib.nullcontext()
 
 

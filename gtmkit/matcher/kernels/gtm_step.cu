@@ -179,7 +179,7 @@ __device__ __forceinline__ int bin_of(u64 comp, float top) {
     float s = unsortable((u32)(comp >> 32));
     if (!(s > -3.0e38f)) return NB - 1;
     float x = (top - s) * (NB / SPAN);
-    return x >= (float)(NB - 1) ? NB - 1 : (int)x;
+    return x < (float)(NB - 1) ? (int)x : NB - 1;  // NaN (no finite best) lands in the last bin too
 }
 
 // Largest composite v such that at least `want` of vals[0..n) are >= v (n >= want > 0), radix 11 bits.
@@ -281,6 +281,7 @@ extern "C" __global__ void __launch_bounds__(1024) select_kernel(const i64* TP, 
     }
     int np = s_npass;
     int m = np < k ? np : k;
+    __syncthreads();  // everyone has read s_npass before thread 0 reuses it below
     if (m > 0) {
         u64 thr = np > k ? kth_largest(sb, np, k, hist, &s_prefix, &s_want) : 0;
         if (threadIdx.x == 0) s_npass = 0;
