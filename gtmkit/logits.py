@@ -11,12 +11,12 @@ from numba import njit, prange
 
 from ._bits import GOLDEN, mix64
 
-# Step-0 boost (in logits) of a user's interest tokens. The beam keeps all ~512 first tokens at
-# step 1 and then the top 1024 of ~70k depth-2 prefixes by summed logistic noise (scale 1), whose
-# extremes are several units high, so a boost has to be large to matter: on a 1M-SID synth catalog
-# the share of CD-only final SIDs inside the interest clusters is ~10% at peak 4, ~70% at 10 and
-# ~85-95% at 13. 13 puts the CD-only ad-level pass rate at ~23.5% (GRACE: 23.55%) with the
-# default synth targeting rates (benchmarks/results/eval_1m.md).
+# Step-0 boost (in logits) of a user's interest tokens. The beam keeps all ~512 first tokens at step
+# 1 and then the top 1024 of ~10k (1M SIDs) to ~70k (10M SIDs) depth-2 prefixes by summed logistic
+# noise (scale 1), whose extremes are several units high, so a boost has to be large to matter: on a
+# 1M-SID synth catalog the share of CD-only final SIDs inside the interest clusters is ~10% at peak
+# 4, ~70% at 10 and ~85-95% at 13. 13 puts the CD-only ad-level pass rate at ~23.5% (GRACE: 23.55%)
+# with the default synth targeting rates (benchmarks/results/eval_1m.md).
 DEFAULT_PEAK = 13.0
 
 

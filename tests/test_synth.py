@@ -82,7 +82,8 @@ def test_schema_structure(big):
     meta = schema["meta"]
     assert meta["generator"] == "gtmkit synth catalog"
     assert (meta["ads"], meta["seed"], meta["world_seed"], meta["vocab"], meta["sid_length"]) == (200_000, 3, 0, 512, 4)
-    assert meta["untargeted_country"] == 0.25 and meta["location_exclusion_rate"] == 0.03
+    assert meta["untargeted_country"] == 0.30 and meta["location_exclusion_rate"] == 0.03
+    assert meta["sid_coherence"] == 0.5
 
 
 def test_schema_accepted_by_schema_parser(big):
@@ -198,10 +199,10 @@ def test_untargeted_exclusions_and_rates(big):
         empties = sum(v == [] for v in vals)
         assert nulls > 0 and empties > 0 and empties > nulls
         share = (nulls + empties) / n
-        rate = {"country": 0.25, "age": 0.40, "gender": 0.60, "location": 0.50}[c]
+        rate = {"country": 0.30, "age": 0.55, "gender": 0.65, "location": 0.70}[c]
         assert abs(share - rate) < 0.02, (c, share)
     excl = [i for i, v in enumerate(cols["country_exclude"]) if v]
-    assert 0.5 * 0.0125 * n < len(excl) < 1.5 * 0.0125 * n
+    assert 0.5 * 0.015 * n < len(excl) < 1.5 * 0.015 * n
     assert all(not cols["country"][i] for i in excl)  # exclusions only on untargeted-country ads
     lexcl = [i for i, v in enumerate(cols["location_exclude"]) if v]
     assert 0.02 * n < len(lexcl) < 0.035 * n
@@ -258,6 +259,43 @@ def test_knobs_change_rates():
     t = synth.synth_catalog(4000, seed=5, untargeted_country=0.0, untargeted_gender=1.0, null_rate=0.0)
     assert all(t.column("country").to_pylist())
     assert t.column("gender").null_count == 0 and not any(t.column("gender").to_pylist())
+
+
+def test_sid_coherence():
+    """Ads of a multi-ad SID copy one leader targeting draw per SID with probability sid_coherence."""
+    n, seed = 60_000, 8
+    tabs = {c: synth.synth_catalog(n, seed=seed, sid_coherence=c) for c in (0.0, 0.5, 1.0)}
+    assert all(t.column("sid").equals(tabs[0.0].column("sid")) for t in tabs.values())
+    _, keys = _sid_keys(tabs[0.0])
+    _, inv, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    multi = counts[inv] > 1
+    rows = {c: list(zip(*(t.column(col).to_pylist() for col in LIST_COLS))) for c, t in tabs.items()}
+    # 1.0: every ad of a SID has the same targeting (nulls included); single-ad SIDs keep their own draw
+    first = {}
+    for i, k in enumerate(inv.tolist()):
+        assert rows[1.0][first.setdefault(k, i)] == rows[1.0][i]
+    single = np.flatnonzero(~multi)
+    assert all(rows[1.0][i] == rows[0.0][i] for i in single)
+    # 0.0: ads of a SID are independent draws (today's behaviour), rarely identical to the SID's first ad
+    same0 = sum(rows[0.0][first[k]] == rows[0.0][i] for i, k in enumerate(inv.tolist()) if multi[i] and first[k] != i)
+    pairs = sum(1 for i, k in enumerate(inv.tolist()) if multi[i] and first[k] != i)
+    assert pairs > 1000 and same0 < 0.2 * pairs
+    # 0.5: each ad keeps its own draw (the 0.0 row) or takes the leader (the 1.0 row), about half the time
+    own = lead = 0
+    for i in np.flatnonzero(multi):
+        a, b = rows[0.5][i] == rows[0.0][i], rows[0.5][i] == rows[1.0][i]
+        assert a or b
+        own += a and not b
+        lead += b and not a
+    assert 0.4 < lead / (own + lead) < 0.6
+    # the leader is drawn like any ad of its cluster: the untargeted shares do not move
+    for c in (0.0, 1.0):
+        share = sum(not r[0] for r in rows[c]) / n
+        assert abs(share - 0.30) < 0.02, (c, share)
+    # a knob like the others: schema meta, determinism
+    assert synth.catalog_schema(n, seed=seed, sid_coherence=1.0)["meta"]["sid_coherence"] == 1.0
+    assert tabs[0.5].equals(synth.synth_catalog(n, seed=seed, sid_coherence=0.5))
+    assert tabs[0.5].equals(synth.synth_catalog(n, seed=seed))  # the default
 
 
 # ---------------------------------------------------------------------------------------------- users
@@ -368,4 +406,5 @@ def test_cli_help_has_examples():
     for args in [[], ["catalog"], ["users"]]:
         res = r.invoke(command, [*args, "--help"])
         assert res.exit_code == 0 and "Example:" in res.output
-    assert "--untargeted-country" in r.invoke(command, ["catalog", "--help"]).output
+    out = r.invoke(command, ["catalog", "--help"]).output
+    assert "--untargeted-country" in out and "--sid-coherence" in out
