@@ -166,6 +166,7 @@ extern "C" __global__ void expand_kernel(const i64* TP, const i64* node_ids, con
     for (i64 j = j0 + lane; j < j1; j += 32) {
         float s = bs + load_lp(logprobs, lp_dtype, r * (i64)V + t.child_tokens[j]);
         if (s != s) s = -__int_as_float(0x7f800000);  // NaN ranks as -inf
+        if (s == 0.0f) s = 0.0f;                      // -0 ties +0 (as on the CPU), not below it
         u32 key = sortable(s);
         best = max(best, key);
         out[j - j0] = ((u64)key << 32) | (u64)(0xFFFFFFFFu - (idx0 + (u32)(j - j0)));
@@ -182,45 +183,53 @@ __device__ __forceinline__ int bin_of(u64 comp, float top) {
     return x < (float)(NB - 1) ? (int)x : NB - 1;  // NaN (no finite best) lands in the last bin too
 }
 
-// Largest composite v such that at least `want` of vals[0..n) are >= v (n >= want > 0), radix 11 bits.
-__device__ u64 kth_largest(const u64* vals, i64 n, int want, u32* hist, u64* s_prefix, int* s_want) {
+// Inclusive prefix sum over the block (blockDim.x == 1024) in thread order; warp shuffles, two barriers.
+__device__ u32 block_scan(u32 v, u32* warp_tot) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    for (int o = 1; o < 32; o <<= 1) { u32 n = __shfl_up_sync(0xffffffffu, v, o); if (lane >= o) v += n; }
+    if (lane == 31) warp_tot[wid] = v;
+    __syncthreads();
+    if (wid == 0) {
+        u32 w = warp_tot[lane];
+        for (int o = 1; o < 32; o <<= 1) { u32 n = __shfl_up_sync(0xffffffffu, w, o); if (lane >= o) w += n; }
+        warp_tot[lane] = w;
+    }
+    __syncthreads();
+    u32 out = v + (wid > 0 ? warp_tot[wid - 1] : 0u);
+    __syncthreads();
+    return out;
+}
+
+// Largest composite v such that at least `want` of vals[0..n) are >= v (n >= want > 0): radix select,
+// 11-bit digits from the top (the last pass takes the remaining 9 bits); digit counts scanned in parallel.
+__device__ u64 kth_largest(const u64* vals, i64 n, int want, u32* hist, u32* warp_tot, u64* s_prefix, int* s_want) {
     u64 prefix = 0, mask = 0;
     int remaining = want;
-    for (int shift = 53; shift >= 0; shift -= 11) {
+    for (int pass = 0; pass < 6; ++pass) {  // bits 53..63, 42..52, 31..41, 20..30, 9..19, then 0..8
+        int shv = pass < 5 ? 53 - 11 * pass : 0;
+        int nbins = pass < 5 ? RADIX : 512;
         for (int i = threadIdx.x; i < RADIX; i += blockDim.x) hist[i] = 0;
         __syncthreads();
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
             u64 v = vals[i];
-            if ((v & mask) == prefix) atomicAdd(hist + ((v >> shift) & (RADIX - 1)), 1u);
+            if ((v & mask) == prefix) atomicAdd(hist + ((v >> shv) & (nbins - 1)), 1u);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int acc = 0, d = RADIX - 1;
-            for (; d > 0; --d) { if (acc + (int)hist[d] >= remaining) break; acc += hist[d]; }
-            *s_prefix = prefix | ((u64)d << shift);
-            *s_want = remaining - acc;
-        }
+        // thread t owns digits d0 = nbins-1-2t and d1 = d0-1 (descending), so the scan gives suffix counts
+        int d0 = nbins - 1 - 2 * (int)threadIdx.x, d1 = d0 - 1;
+        u32 a0 = d0 >= 0 ? hist[d0] : 0u, a1 = d1 >= 0 ? hist[d1] : 0u;
+        u32 incl = block_scan(a0 + a1, warp_tot);
+        u32 excl = incl - a0 - a1;
+        u32 rem = (u32)remaining;
+        if (d0 >= 0 && excl < rem && excl + a0 >= rem) { *s_prefix = prefix | ((u64)d0 << shv); *s_want = (int)(rem - excl); }
+        if (d1 >= 0 && excl + a0 < rem && excl + a0 + a1 >= rem) { *s_prefix = prefix | ((u64)d1 << shv); *s_want = (int)(rem - excl - a0); }
         __syncthreads();
         prefix = *s_prefix;
         remaining = *s_want;
-        mask |= (u64)(RADIX - 1) << shift;
+        mask |= (u64)(nbins - 1) << shv;
         __syncthreads();
     }
-    // shifts 53, 42, 31, 20, 9 cover bits 9..63; finish the low 9 bits
-    for (int i = threadIdx.x; i < 512; i += blockDim.x) hist[i] = 0;
-    __syncthreads();
-    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
-        u64 v = vals[i];
-        if ((v & mask) == prefix) atomicAdd(hist + (v & 511), 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int acc = 0, d = 511;
-        for (; d > 0; --d) { if (acc + (int)hist[d] >= remaining) break; acc += hist[d]; }
-        *s_prefix = prefix | (u64)d;
-    }
-    __syncthreads();
-    return *s_prefix;
+    return prefix;
 }
 
 // One block (1024 threads) per request: visit score bins best-first, test GTM only on the candidates
@@ -232,6 +241,7 @@ extern "C" __global__ void __launch_bounds__(1024) select_kernel(const i64* TP, 
     __shared__ u64 buf[SEL_CAP];
     __shared__ int s_npass, s_hi, s_want;
     __shared__ u64 s_prefix;
+    __shared__ u32 warp_tot[32];
     Trie t = load_trie(TP);
     Req q = load_req(QP);
     int b = blockIdx.x;
@@ -245,19 +255,21 @@ extern "C" __global__ void __launch_bounds__(1024) select_kernel(const i64* TP, 
     __syncthreads();
     for (i64 i = threadIdx.x; i < C; i += blockDim.x) atomicAdd(hist + bin_of(cb[i], top), 1u);
     __syncthreads();
-    if (threadIdx.x == 0) {  // cumulative counts, best bin first
-        u32 acc = 0;
-        for (int i = 0; i < NB; ++i) { acc += hist[i]; hist[i] = acc; }
+    {   // cumulative counts, best bin first: thread t owns bins 4t..4t+3 (NB == 4 * blockDim.x)
+        int h0 = 4 * threadIdx.x;
+        u32 a0 = hist[h0], a1 = hist[h0 + 1], a2 = hist[h0 + 2], a3 = hist[h0 + 3];
+        u32 excl = block_scan(a0 + a1 + a2 + a3, warp_tot) - (a0 + a1 + a2 + a3);
+        hist[h0] = excl + a0; hist[h0 + 1] = excl + a0 + a1; hist[h0 + 2] = excl + a0 + a1 + a2;
+        hist[h0 + 3] = excl + a0 + a1 + a2 + a3;
     }
     __syncthreads();
     int lo = -1;
     i64 target = k;
     while (true) {
-        if (threadIdx.x == 0) {
-            int h = lo + 1;
-            while (h < NB - 1 && (i64)hist[h] < target) ++h;
-            s_hi = h;
-        }
+        if (threadIdx.x == 0) s_hi = NB - 1;
+        __syncthreads();
+        for (int h = 4 * threadIdx.x; h < 4 * threadIdx.x + 4; ++h)  // first bin past lo reaching target
+            if (h > lo && (i64)hist[h] >= target) atomicMin(&s_hi, h);
         __syncthreads();
         int hi = s_hi;
         for (i64 i = threadIdx.x; i < C; i += blockDim.x) {
@@ -283,7 +295,7 @@ extern "C" __global__ void __launch_bounds__(1024) select_kernel(const i64* TP, 
     int m = np < k ? np : k;
     __syncthreads();  // everyone has read s_npass before thread 0 reuses it below
     if (m > 0) {
-        u64 thr = np > k ? kth_largest(sb, np, k, hist, &s_prefix, &s_want) : 0;
+        u64 thr = np > k ? kth_largest(sb, np, k, hist, warp_tot, &s_prefix, &s_want) : 0;
         if (threadIdx.x == 0) s_npass = 0;
         __syncthreads();
         for (i64 i = threadIdx.x; i < np; i += blockDim.x) {
