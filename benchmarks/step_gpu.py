@@ -28,17 +28,18 @@ from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch  # noqa:
 from gtmkit.synth import synth_users  # noqa: E402
 
 
-def cuda_time(fn, reps=50, warmup=5):
-    """Median milliseconds of fn() by CUDA events on the current stream."""
+def cuda_time(fn, reps=50, warmup=5, stream=None):
+    """Median milliseconds of fn() by CUDA events recorded on the stream the work runs on."""
+    stream = stream or cp.cuda.get_current_stream()
     for _ in range(warmup):
         fn()
     cp.cuda.Device().synchronize()
     times = []
     for _ in range(reps):
         a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
+        a.record(stream)
         fn()
-        b.record()
+        b.record(stream)
         b.synchronize()
         times.append(cp.cuda.get_elapsed_time(a, b))
     return float(np.median(times))
@@ -256,11 +257,11 @@ def whole_search(m, q, steps, res, sizes):
         whole["eager_ms_" + ("gtm" if gtm else "cd")] = cuda_time(
             lambda gtm=gtm: gtmkit.beam_search(m, q, replayed, sizes, gtm=gtm, postfilter=False), reps=10)
     g = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True)
-    whole["graph_ms_gtm_postfilter"] = cuda_time(lambda: g.graph.launch(g.stream), reps=50)
+    whole["graph_ms_gtm_postfilter"] = cuda_time(g.launch, reps=50, stream=g.stream)
     g2 = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=False)
-    whole["graph_ms_gtm"] = cuda_time(lambda: g2.graph.launch(g2.stream), reps=50)
+    whole["graph_ms_gtm"] = cuda_time(g2.launch, reps=50, stream=g2.stream)
     g3 = GraphedBeamSearch(m, q, replayed, sizes, gtm=False, postfilter=False)
-    whole["graph_ms_cd"] = cuda_time(lambda: g3.graph.launch(g3.stream), reps=50)
+    whole["graph_ms_cd"] = cuda_time(g3.launch, reps=50, stream=g3.stream)
     leaves = cp.asarray(res.leaf_nodes, cp.int64)
     whole["postfilter_ms"] = cuda_time(lambda: m.cuda.postfilter_padded(leaves, q, True), reps=50)
     # the graphed search must give the eager answer

@@ -76,18 +76,20 @@ class CudaBackend:
     def batch(self, q: RequestBatch) -> DeviceBatch:
         return q if isinstance(q, DeviceBatch) else DeviceBatch(q)
 
-    def _buf(self, name, shape, dtype):
+    def _buf(self, name, shape, dtype, scratch=None):
         # One scratch buffer per (name, shape): a fixed beam schedule reuses them step after step, so
-        # after a warm-up run nothing is allocated (what CUDA graph capture requires).
+        # after a warm-up run nothing is allocated (what CUDA graph capture requires). A captured
+        # search passes its own `scratch` dict so its replays never share buffers with other work.
+        store = self._buffers if scratch is None else scratch
         key = (name, shape, np.dtype(dtype).str)
-        b = self._buffers.get(key)
+        b = store.get(key)
         if b is None:
-            b = self._buffers[key] = cp.empty(shape, dtype)
+            b = store[key] = cp.empty(shape, dtype)
         return b
 
     # --- step -----------------------------------------------------------------------------
     def step(self, node_ids, logprobs, lp_dtype: int, beam_scores, row_req, req_rows, q: DeviceBatch, k: int,
-             gtm: bool, count_all: bool, max_children: int, out=None):
+             gtm: bool, count_all: bool, max_children: int, out=None, scratch=None):
         """-> (parent, token, node, score, count); `out` (same tuple, preallocated) makes the step
         allocation-free, as graph capture needs."""
         if not 1 <= k <= MAX_K:
@@ -95,15 +97,15 @@ class CudaBackend:
         R = int(node_ids.shape[0])
         B = q.size
         cap = max(R * int(max_children), 1)
-        row_off = self._buf("row_off", (max(R, 1),), cp.int64)
-        count = self._buf("count", (B,), cp.int64)
-        base = self._buf("base", (B + 1,), cp.int64)
-        cand = self._buf("cand", (cap,), cp.uint64)
-        child = self._buf("child", (cap,), cp.int32)
-        sel = self._buf("sel", (cap,), cp.uint64)
-        best = self._buf("best", (B,), cp.uint32)
-        comp = self._buf("comp", (B, k), cp.uint64)
-        n_out = self._buf("n_out", (B,), cp.int32)
+        row_off = self._buf("row_off", (max(R, 1),), cp.int64, scratch)
+        count = self._buf("count", (B,), cp.int64, scratch)
+        base = self._buf("base", (B + 1,), cp.int64, scratch)
+        cand = self._buf("cand", (cap,), cp.uint64, scratch)
+        child = self._buf("child", (cap,), cp.int32, scratch)
+        sel = self._buf("sel", (cap,), cp.uint64, scratch)
+        best = self._buf("best", (B,), cp.uint32, scratch)
+        comp = self._buf("comp", (B, k), cp.uint64, scratch)
+        n_out = self._buf("n_out", (B,), cp.int32, scratch)
         if out is None:
             out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
                    cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))

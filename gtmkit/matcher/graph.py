@@ -95,6 +95,7 @@ class GraphedBeamSearch:
         self.q = matcher.batch(requests)
         self.k_reorder = beam_module().get_function("reorder_history")
         self.stream = cp.cuda.Stream(non_blocking=True)
+        self.scratch = {}
         with self.stream:
             self._allocate(index, L)
             self._run()                      # eager warm-up: compiles kernels, sizes every buffer
@@ -137,7 +138,7 @@ class GraphedBeamSearch:
             lp = self.decoder(t, prev, parent)
             lp_dtype = 1 if lp.dtype == cp.float16 else 0
             out = be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, self.gtm, False,
-                          int(index.max_degree[t]), out=self.outs[t])
+                          int(index.max_degree[t]), out=self.outs[t], scratch=self.scratch)
             p, tok, node, sc, _ = out
             R = p.size
             self.k_reorder(((R + 255) // 256,), (256,),
@@ -151,8 +152,12 @@ class GraphedBeamSearch:
         B, M = self.leaves64.shape
         self.result = GraphResult(hist.reshape(B, M, L), scores.reshape(B, M), self.outs[-1][2], *self.post)
 
+    def launch(self) -> None:
+        """Enqueue one replay on self.stream without waiting (time it with events on that stream)."""
+        self.graph.launch(self.stream)
+
     def replay(self) -> GraphResult:
         """Launch the captured graph on its stream and wait for it."""
-        self.graph.launch(self.stream)
+        self.launch()
         self.stream.synchronize()
         return self.result
