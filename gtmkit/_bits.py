@@ -53,3 +53,16 @@ def row_popcount(rows):
             c += popcount(rows[i, w])
         out[i] = c
     return out
+
+
+@njit(cache=True, inline="always")
+def sorted_contains(codes, lo, hi, c):
+    """Is c in the ascending slice codes[lo:hi]? (binary search)"""
+    a, b = lo, hi
+    while a < b:
+        m = (a + b) >> 1
+        if codes[m] < c:
+            a = m + 1
+        else:
+            b = m
+    return a < hi and codes[a] == c

@@ -19,12 +19,16 @@ MAX_K = 2048
 _modules = {}
 
 
+def load_module(path: Path) -> cp.RawModule:
+    """A .cu file compiled for the current device (NVRTC, once per device and file; CuPy caches to disk)."""
+    key = (cp.cuda.Device().id, str(path))
+    if key not in _modules:
+        _modules[key] = cp.RawModule(code=Path(path).read_text(), options=("--std=c++14",))
+    return _modules[key]
+
+
 def module() -> cp.RawModule:
-    """The compiled kernels of the current device (NVRTC, compiled once per device; CuPy caches to disk)."""
-    dev = cp.cuda.Device().id
-    if dev not in _modules:
-        _modules[dev] = cp.RawModule(code=KERNEL_FILE.read_text(), options=("--std=c++14",))
-    return _modules[dev]
+    return load_module(KERNEL_FILE)
 
 
 def _ptr(a) -> int:

@@ -4,18 +4,7 @@ from __future__ import annotations
 
 from numba import njit, prange
 
-
-@njit(cache=True, inline="always")
-def _contains(codes, lo, hi, c):
-    """Is c in the sorted codes[lo:hi]?"""
-    a, b = lo, hi
-    while a < b:
-        m = (a + b) >> 1
-        if codes[m] < c:
-            a = m + 1
-        else:
-            b = m
-    return a < hi and codes[a] == c
+from .._bits import sorted_contains as _contains
 
 
 @njit(parallel=True, cache=True)

@@ -19,16 +19,13 @@ import numpy as np
 
 from ..errors import GtmkitError
 from ..logits import DEFAULT_PEAK
+from .backend_cuda import load_module
 
 BEAM_KERNELS = Path(__file__).with_name("kernels") / "beam.cu"
-_modules = {}
 
 
 def beam_module() -> cp.RawModule:
-    dev = cp.cuda.Device().id
-    if dev not in _modules:
-        _modules[dev] = cp.RawModule(code=BEAM_KERNELS.read_text(), options=("--std=c++14",))
-    return _modules[dev]
+    return load_module(BEAM_KERNELS)
 
 
 class GpuSyntheticDecoder:
@@ -110,7 +107,7 @@ class GraphedBeamSearch:
         B, be = self.q.size, self.matcher.cuda
         self.rows, self.outs, self.hist = [], [], []
         for t in range(L):
-            R, k = B * self.sizes[t], self.sizes[t + 1] if t + 1 < L else self.sizes[-1]
+            k = self.sizes[t + 1] if t + 1 < L else self.sizes[-1]
             self.rows.append((cp.repeat(cp.arange(B, dtype=cp.int64), self.sizes[t]),
                               cp.arange(B + 1, dtype=cp.int64) * self.sizes[t]))
             self.outs.append((cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .._bits import sorted_contains as _contains
+
 N_BUCKETS = 2048
 
 
@@ -189,18 +191,6 @@ def mask_kernel(t, q, node_ids, row_request, gtm, out):
             if not gtm or node_passes(t, q, row_request[r], j + 1, d):
                 v = t.child_tokens[j]
                 out[r, v >> 5] |= np.uint32(1) << np.uint32(v & 31)
-
-
-@njit(cache=True, inline="always")
-def _contains(codes, lo, hi, c):
-    a, b = lo, hi
-    while a < b:
-        m = (a + b) >> 1
-        if codes[m] < c:
-            a = m + 1
-        else:
-            b = m
-    return a < hi and codes[a] == c
 
 
 @njit(cache=True)
