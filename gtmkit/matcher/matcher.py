@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import GtmkitError
 from . import kernels_cpu as K
-from .arrays import RequestBatch, stack_requests, trie_arrays
+from .arrays import stack_requests, trie_arrays
 
 
 class Step(NamedTuple):
