@@ -295,7 +295,10 @@ extern "C" __global__ void __launch_bounds__(1024) select_kernel(const i64* TP, 
     int m = np < k ? np : k;
     __syncthreads();  // everyone has read s_npass before thread 0 reuses it below
     if (m > 0) {
-        u64 thr = np > k ? kth_largest(sb, np, k, hist, warp_tot, &s_prefix, &s_want) : 0;
+        // Up to SEL_CAP passers are sorted whole in shared memory; only beyond that does a radix
+        // select (six passes over them) first cut them to exactly k.
+        u64 thr = np > SEL_CAP ? kth_largest(sb, np, k, hist, warp_tot, &s_prefix, &s_want) : 0;
+        int n_buf = np > SEL_CAP ? m : np;
         if (threadIdx.x == 0) s_npass = 0;
         __syncthreads();
         for (i64 i = threadIdx.x; i < np; i += blockDim.x) {
@@ -304,8 +307,8 @@ extern "C" __global__ void __launch_bounds__(1024) select_kernel(const i64* TP, 
         }
         __syncthreads();
         int size = 1;
-        while (size < m) size <<= 1;
-        for (int i = m + threadIdx.x; i < size; i += blockDim.x) buf[i] = 0;
+        while (size < n_buf) size <<= 1;
+        for (int i = n_buf + threadIdx.x; i < size; i += blockDim.x) buf[i] = 0;
         __syncthreads();
         for (int len = 2; len <= size; len <<= 1)  // bitonic sort, descending
             for (int st = len >> 1; st > 0; st >>= 1) {
