@@ -16,6 +16,9 @@ from .arrays import RequestBatch, TrieArrays
 
 KERNEL_FILE = Path(__file__).with_name("kernels") / "gtm_step.cu"
 MAX_K = 2048
+NB = 4096      # score bins (kernels/gtm_step.cu)
+ST = 8         # per-request state words
+ROUNDS = 4     # lazy-GTM rounds; the last one opens every remaining bin
 _modules = {}
 
 
@@ -54,7 +57,13 @@ class CudaBackend:
         self.k_count = self.mod.get_function("count_kernel")
         self.k_base = self.mod.get_function("base_kernel")
         self.k_expand = self.mod.get_function("expand_kernel")
-        self.k_select = self.mod.get_function("select_kernel")
+        self.k_hist = self.mod.get_function("hist_kernel")
+        self.k_plan = self.mod.get_function("plan_kernel")
+        self.k_round = self.mod.get_function("round_kernel")
+        self.k_replan = self.mod.get_function("replan_kernel")
+        self.k_finish = self.mod.get_function("finish_kernel")
+        self.k_count_pass = self.mod.get_function("count_pass_kernel")
+        self.sms = cp.cuda.Device().attributes["MultiProcessorCount"]
         self.k_gather = self.mod.get_function("gather_kernel")
         self.k_mask = self.mod.get_function("mask_kernel")
         self.k_post = self.mod.get_function("postfilter_kernel")
@@ -110,19 +119,39 @@ class CudaBackend:
         best = self._buf("best", (B,), cp.uint32, scratch)
         comp = self._buf("comp", (B, k), cp.uint64, scratch)
         n_out = self._buf("n_out", (B,), cp.int32, scratch)
+        ghist = self._buf("ghist", (B, NB), cp.uint32, scratch)
+        st = self._buf("state", (B, ST), cp.int64, scratch)
         if out is None:
             out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
                    cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
         parent, token, node, score, out_count = out
         best.fill(0)
+        ghist.fill(0)
         self.k_count((B,), (1024,), (self.params, node_ids, req_rows, np.int32(B), row_off, count))
         self.k_base((1,), (1,), (count, np.int32(B), base))
         if R:
             self.k_expand(((R * 32 + 255) // 256,), (256,),
                           (self.params, node_ids, logprobs, np.int32(lp_dtype), np.int32(self.vocab), beam_scores,
                            row_req, req_rows, row_off, np.int64(R), base, cand, child, best))
-        self.k_select((B,), (1024,), (self.params, q.params, cand, child, count, best, base, np.int32(k),
-                                      np.int32(gtm), np.int32(count_all), sel, comp, n_out, out_count))
+        # Lazy CD+GTM top-k over the whole GPU: G blocks per request for every pass over candidates.
+        g_hist = max(1, (2 * self.sms) // B)
+        g_round = max(1, (8 * self.sms) // B)
+        self.k_hist((B, g_hist), (1024,), (cand, count, base, best, ghist))
+        self.k_plan((B,), (1024,), (ghist, count, np.int32(k), st))
+        for r in range(ROUNDS):
+            self.k_round((B, g_round), (256,), (self.params, q.params, cand, child, base, best, np.int32(gtm), st, sel))
+            if r < ROUNDS - 1:
+                self.k_replan(((B + 127) // 128,), (128,), (ghist, np.int32(B), np.int32(k),
+                                                             np.int32(r == ROUNDS - 2), st))
+        self.k_finish((B,), (1024,), (st, sel, base, np.int32(k), comp, n_out))
+        if not gtm:
+            out_count[...] = count
+        elif count_all:
+            out_count.fill(0)
+            self.k_count_pass((B, g_round), (256,), (self.params, q.params, child, count, base, np.int32(gtm),
+                                                     out_count))
+        else:
+            out_count.fill(-1)
         self.k_gather(((B * k + 255) // 256,), (256,), (self.params, node_ids, req_rows, row_off, comp, n_out,
                                                        np.int32(B), np.int32(k), parent, token, node, score))
         return out

@@ -20,10 +20,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..errors import GtmkitError
-from ..indexer.succinct_input import clip_tokens
+from ..indexer.succinct_input import MAX_TOKEN, clip_tokens
 from ..indexer.succinct_nav import child_range, has_children, is_terminal, key_id, label
-
-MAX_TOKEN = 2**31 - 1
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -185,7 +183,7 @@ def _prepare_rows(tokens, logp, theta_tok, rows_used, out_tok, out_lp, out_cnt):
         out_cnt[q, r] = m
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _gallop_tokens(row, lo, hi, x):
     """First i in [lo, hi) with row[i] >= x (row ascending), else hi: exponential then binary search,
     so a short child list against a long proposal list costs O(deg log K), not O(K)."""
@@ -206,7 +204,7 @@ def _gallop_tokens(row, lo, hi, x):
     return lo
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _gallop_children(t, lo, hi, x):
     """First node in [lo, hi) whose label is >= x, else hi (labels of siblings ascend)."""
     if lo >= hi or label(t, lo) >= x:

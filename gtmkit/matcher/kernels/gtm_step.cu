@@ -232,114 +232,167 @@ __device__ u64 kth_largest(const u64* vals, i64 n, int want, u32* hist, u32* war
     return prefix;
 }
 
-// One block (1024 threads) per request: visit score bins best-first, test GTM only on the candidates
-// of newly reached bins until k pass (lazy GTM), then pick the exact top k of the passers.
-extern "C" __global__ void __launch_bounds__(1024) select_kernel(const i64* TP, const i64* QP, const u64* cand, const int* cand_child,
-                                         const i64* cand_count, const u32* best_key, const i64* cand_base, int k, int gtm,
-                                         int count_all, u64* sel, u64* out_comp, int* out_n, i64* out_count) {
-    __shared__ u32 hist[NB];
-    __shared__ u64 buf[SEL_CAP];
-    __shared__ int s_npass, s_hi, s_want;
-    __shared__ u64 s_prefix;
+// ---- lazy CD+GTM top-k, spread over the whole GPU ------------------------------------------------
+// Per request b the state lives in st[b * ST + ...]: lo and hi bins of the current round, the target
+// count, passers so far, done flag. Rounds are fixed launches (graph-capturable): a round kernel on
+// B x G blocks tests GTM only on candidates whose score bin lies in (lo, hi]; a plan kernel moves the
+// window by the observed pass rate; the last plan opens every remaining bin, so the result is always
+// exactly filter-then-top-k. Bins are linear in score below the request's best (bin 0 = best).
+#define ST 8
+#define S_LO 0
+#define S_HI 1
+#define S_TARGET 2
+#define S_NPASS 3
+#define S_DONE 4
+#define S_C 5
+
+// Block (b, g): histogram of request b's candidate bins over a 1/G slice, added to ghist[b].
+extern "C" __global__ void __launch_bounds__(1024) hist_kernel(const u64* cand, const i64* cand_count,
+                                                              const i64* cand_base, const u32* best_key, u32* ghist) {
+    __shared__ u32 h[NB];
+    int b = blockIdx.x, g = blockIdx.y, G = gridDim.y;
+    for (int i = threadIdx.x; i < NB; i += blockDim.x) h[i] = 0;
+    __syncthreads();
+    i64 C = cand_count[b];
+    const u64* cb = cand + cand_base[b];
+    float top = unsortable(best_key[b]);
+    for (i64 i = (i64)g * blockDim.x + threadIdx.x; i < C; i += (i64)G * blockDim.x) atomicAdd(h + bin_of(cb[i], top), 1u);
+    __syncthreads();
+    for (int i = threadIdx.x; i < NB; i += blockDim.x)
+        if (h[i]) atomicAdd(ghist + (i64)b * NB + i, h[i]);
+}
+
+// First bin > lo whose cumulative count reaches target (NB - 1 if none): cum is non-decreasing.
+__device__ __forceinline__ i64 first_bin(const u32* cum, i64 lo, i64 target) {
+    i64 a = lo + 1, z = NB - 1;
+    while (a < z) { i64 m = (a + z) >> 1; if ((i64)cum[m] >= target) z = m; else a = m + 1; }
+    return a;
+}
+
+// Block b: cumulative bin counts (in place) and the first round's window (the best k by score).
+extern "C" __global__ void __launch_bounds__(1024) plan_kernel(u32* ghist, const i64* cand_count, int k, i64* st) {
     __shared__ u32 warp_tot[32];
+    int b = blockIdx.x;
+    u32* cum = ghist + (i64)b * NB;
+    int h0 = 4 * threadIdx.x;  // NB == 4 * blockDim.x
+    u32 a0 = cum[h0], a1 = cum[h0 + 1], a2 = cum[h0 + 2], a3 = cum[h0 + 3];
+    u32 excl = block_scan(a0 + a1 + a2 + a3, warp_tot) - (a0 + a1 + a2 + a3);
+    cum[h0] = excl + a0; cum[h0 + 1] = excl + a0 + a1; cum[h0 + 2] = excl + a0 + a1 + a2;
+    cum[h0 + 3] = excl + a0 + a1 + a2 + a3;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        i64* s = st + (i64)b * ST;
+        s[S_LO] = -1; s[S_TARGET] = k; s[S_NPASS] = 0; s[S_C] = cand_count[b];
+        s[S_HI] = first_bin(cum, -1, k);
+        s[S_DONE] = cand_count[b] == 0;
+    }
+}
+
+// Block (b, g): GTM on the candidates of bins (lo, hi]; passers appended to sel (warp-aggregated).
+extern "C" __global__ void __launch_bounds__(256) round_kernel(const i64* TP, const i64* QP, const u64* cand,
+                                                              const int* cand_child, const i64* cand_base,
+                                                              const u32* best_key, int gtm, i64* st, u64* sel) {
+    int b = blockIdx.x, g = blockIdx.y, G = gridDim.y;
+    i64* s = st + (i64)b * ST;
+    if (s[S_DONE]) return;
     Trie t = load_trie(TP);
     Req q = load_req(QP);
-    int b = blockIdx.x;
-    i64 C = cand_count[b];
+    i64 lo = s[S_LO], hi = s[S_HI], C = s[S_C];
     const u64* cb = cand + cand_base[b];
     const int* ch = cand_child + cand_base[b];
     u64* sb = sel + cand_base[b];
     float top = unsortable(best_key[b]);
-    for (int i = threadIdx.x; i < NB; i += blockDim.x) hist[i] = 0;
-    if (threadIdx.x == 0) s_npass = 0;
-    __syncthreads();
-    for (i64 i = threadIdx.x; i < C; i += blockDim.x) atomicAdd(hist + bin_of(cb[i], top), 1u);
-    __syncthreads();
-    {   // cumulative counts, best bin first: thread t owns bins 4t..4t+3 (NB == 4 * blockDim.x)
-        int h0 = 4 * threadIdx.x;
-        u32 a0 = hist[h0], a1 = hist[h0 + 1], a2 = hist[h0 + 2], a3 = hist[h0 + 3];
-        u32 excl = block_scan(a0 + a1 + a2 + a3, warp_tot) - (a0 + a1 + a2 + a3);
-        hist[h0] = excl + a0; hist[h0 + 1] = excl + a0 + a1; hist[h0 + 2] = excl + a0 + a1 + a2;
-        hist[h0 + 3] = excl + a0 + a1 + a2 + a3;
-    }
-    __syncthreads();
-    int lo = -1;
-    i64 target = k;
-    while (true) {
-        if (threadIdx.x == 0) s_hi = NB - 1;
-        __syncthreads();
-        for (int h = 4 * threadIdx.x; h < 4 * threadIdx.x + 4; ++h)  // first bin past lo reaching target
-            if (h > lo && (i64)hist[h] >= target) atomicMin(&s_hi, h);
-        __syncthreads();
-        int hi = s_hi;
-        for (i64 i = threadIdx.x; i < C; i += blockDim.x) {
-            u64 c = cb[i];
+    int lane = threadIdx.x & 31;
+    i64 stride = (i64)G * blockDim.x;
+    for (i64 base = (i64)g * blockDim.x; base < C; base += stride) {  // whole warps iterate together
+        i64 i = base + threadIdx.x;
+        bool pass = false;
+        u64 c = 0;
+        if (i < C) {
+            c = cb[i];
             int bn = bin_of(c, top);
             if (bn > lo && bn <= hi) {
                 i64 child = ch[i];
-                if (!gtm || node_passes(t, q, b, child, depth_of(t, child))) sb[atomicAdd(&s_npass, 1)] = c;
+                pass = !gtm || node_passes(t, q, b, child, depth_of(t, child));
             }
         }
-        __syncthreads();
-        int np = s_npass;
-        if (np >= k || hi >= NB - 1) break;
-        // Grow the reach by the observed pass rate (at least double it) so few rounds are needed.
-        i64 seen = hist[hi];
-        double rate = np > 0 ? (double)np / (double)seen : 1.0 / 64.0;
-        i64 need = (i64)((double)(k - np) / rate * 1.25) + 1;
-        target = seen + (need > seen ? need : seen);
-        lo = hi;
-        __syncthreads();
+        unsigned ballot = __ballot_sync(0xffffffffu, pass);
+        if (ballot) {
+            i64 slot = 0;
+            if (lane == 0) slot = atomicAdd((unsigned long long*)(s + S_NPASS), (unsigned long long)__popc(ballot));
+            slot = __shfl_sync(0xffffffffu, slot, 0);
+            if (pass) sb[slot + __popc(ballot & ((1u << lane) - 1))] = c;
+        }
     }
-    int np = s_npass;
-    int m = np < k ? np : k;
-    __syncthreads();  // everyone has read s_npass before thread 0 reuses it below
-    if (m > 0) {
-        // Up to SEL_CAP passers are sorted whole in shared memory; only beyond that does a radix
-        // select (six passes over them) first cut them to exactly k.
-        u64 thr = np > SEL_CAP ? kth_largest(sb, np, k, hist, warp_tot, &s_prefix, &s_want) : 0;
-        int n_buf = np > SEL_CAP ? m : np;
-        if (threadIdx.x == 0) s_npass = 0;
-        __syncthreads();
-        for (i64 i = threadIdx.x; i < np; i += blockDim.x) {
-            u64 v = sb[i];
-            if (v >= thr) buf[atomicAdd(&s_npass, 1)] = v;
-        }
-        __syncthreads();
-        int size = 1;
-        while (size < n_buf) size <<= 1;
-        for (int i = n_buf + threadIdx.x; i < size; i += blockDim.x) buf[i] = 0;
-        __syncthreads();
-        for (int len = 2; len <= size; len <<= 1)  // bitonic sort, descending
-            for (int st = len >> 1; st > 0; st >>= 1) {
-                for (int i = threadIdx.x; i < size; i += blockDim.x) {
-                    int p = i ^ st;
-                    if (p > i) {
-                        bool desc = (i & len) == 0;
-                        u64 x = buf[i], y = buf[p];
-                        if (desc ? (x < y) : (x > y)) { buf[i] = y; buf[p] = x; }
-                    }
-                }
-                __syncthreads();
-            }
-        for (int i = threadIdx.x; i < m; i += blockDim.x) out_comp[(i64)b * k + i] = buf[i];
+}
+
+// Thread b: after a round, stop if k passed (or every bin is open); else widen the window by the
+// observed pass rate (at least doubling it). `last` opens every remaining bin.
+extern "C" __global__ void replan_kernel(const u32* ghist, int B, int k, int last, i64* st) {
+    int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= B) return;
+    i64* s = st + (i64)b * ST;
+    if (s[S_DONE]) return;
+    i64 np = s[S_NPASS], hi = s[S_HI];
+    if (np >= k || hi >= NB - 1) { s[S_DONE] = 1; return; }
+    const u32* cum = ghist + (i64)b * NB;
+    i64 seen = cum[hi];
+    double rate = np > 0 ? (double)np / (double)seen : 1.0 / 64.0;
+    i64 need = (i64)((double)(k - np) / rate * 1.25) + 1;
+    i64 target = seen + (need > seen ? need : seen);
+    s[S_LO] = hi;
+    s[S_TARGET] = target;
+    s[S_HI] = last ? NB - 1 : first_bin(cum, hi, target);
+}
+
+// Block b: the exact top k of the passers, best first. Up to SEL_CAP passers are ranked directly
+// (each one counts the larger ones: composites are distinct); beyond that a radix select cuts them
+// to k first.
+extern "C" __global__ void __launch_bounds__(1024) finish_kernel(const i64* st, const u64* sel, const i64* cand_base,
+                                                                int k, u64* out_comp, int* out_n) {
+    __shared__ u32 hist[RADIX];
+    __shared__ u64 buf[SEL_CAP];
+    __shared__ u32 warp_tot[32];
+    __shared__ int s_n, s_want;
+    __shared__ u64 s_prefix;
+    int b = blockIdx.x;
+    i64 np = st[(i64)b * ST + S_NPASS];
+    const u64* sb = sel + cand_base[b];
+    int m = np < k ? (int)np : k;
+    u64 thr = np > SEL_CAP ? kth_largest(sb, np, k, hist, warp_tot, &s_prefix, &s_want) : 0;
+    if (threadIdx.x == 0) s_n = 0;
+    __syncthreads();
+    for (i64 i = threadIdx.x; i < np; i += blockDim.x) {
+        u64 v = sb[i];
+        if (v >= thr) buf[atomicAdd(&s_n, 1)] = v;
+    }
+    __syncthreads();
+    int n = s_n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        u64 v = buf[i];
+        int rank = 0;
+        for (int j = 0; j < n; ++j) rank += buf[j] > v;
+        if (rank < k) out_comp[(i64)b * k + rank] = v;
     }
     if (threadIdx.x == 0) out_n[b] = m;
-    if (count_all) {
-        __syncthreads();
-        if (threadIdx.x == 0) s_npass = 0;
-        __syncthreads();
-        int local = 0;
-        for (i64 i = threadIdx.x; i < C; i += blockDim.x) {
-            i64 child = ch[i];
-            local += (!gtm || node_passes(t, q, b, child, depth_of(t, child)));
-        }
-        atomicAdd(&s_npass, local);
-        __syncthreads();
-        if (threadIdx.x == 0) out_count[b] = s_npass;
-    } else if (threadIdx.x == 0) {
-        out_count[b] = gtm ? -1 : C;
+}
+
+// Block (b, g): passers among all candidates (the optional full count; GTM on everything).
+extern "C" __global__ void __launch_bounds__(256) count_pass_kernel(const i64* TP, const i64* QP, const int* cand_child,
+                                                                   const i64* cand_count, const i64* cand_base, int gtm,
+                                                                   i64* out_count) {
+    int b = blockIdx.x, g = blockIdx.y, G = gridDim.y;
+    Trie t = load_trie(TP);
+    Req q = load_req(QP);
+    i64 C = cand_count[b];
+    const int* ch = cand_child + cand_base[b];
+    int local = 0;
+    for (i64 i = (i64)g * blockDim.x + threadIdx.x; i < C; i += (i64)G * blockDim.x) {
+        i64 child = ch[i];
+        local += !gtm || node_passes(t, q, b, child, depth_of(t, child));
     }
+    for (int o = 16; o > 0; o >>= 1) local += __shfl_xor_sync(0xffffffffu, local, o);
+    if ((threadIdx.x & 31) == 0 && local) atomicAdd((unsigned long long*)(out_count + b), (unsigned long long)local);
 }
 
 // One thread per output slot: composite -> (parent row, token, child node, score); -1 / -inf padding.
