@@ -27,10 +27,11 @@ def cli():
 
 def _register():
     # Imported here so `gtmkit --help` stays cheap and each command file has one job.
-    from .commands import build, demo, eval, match, stats, synth, verify
+    from .commands import build, demo, eval, match, stats, synth, synth_trie, trie, verify
 
-    for mod in (synth, build, stats, verify, eval, match, demo):
+    for mod in (synth, build, stats, verify, eval, match, demo, trie):
         cli.add_command(mod.command)
+    synth_trie.register(synth.command)
 
 
 _register()

@@ -16,7 +16,7 @@ from ..progress import Progress
 from . import succinct_nav as nav
 from .succinct_bits import SAMPLE, words_for
 from .succinct_build import build_arrays
-from .succinct_input import MAX_TOKEN, key_arrays
+from .succinct_input import MAX_TOKEN, clip_tokens, key_arrays
 
 FORMAT_NAME = "gtmkit-trie"
 FORMAT_VERSION = 1
@@ -38,7 +38,7 @@ def _sequence(seq, what: str) -> np.ndarray:
     if isinstance(seq, np.ndarray):
         if seq.dtype.kind not in "iu" or seq.ndim != 1:
             raise GtmkitError(f"{what}: expected a 1-D integer array, got {seq.ndim}-D {seq.dtype}")
-        return np.clip(seq, -1, MAX_TOKEN + 1).astype(np.int64)
+        return clip_tokens(seq)
     return np.array([min(max(_token(x, what), -1), MAX_TOKEN + 1) for x in seq], np.int64)
 
 
@@ -92,7 +92,7 @@ class SuccinctTrie:
         missing = [name for name in ARRAY_NAMES if name not in art.names]
         if missing:
             raise ArtifactError(f"{path}: missing arrays {missing}")
-        arrays = {name: np.asarray(art.array(name)) for name in ARRAY_NAMES}
+        arrays = {name: _array(art, name, mmap) for name in ARRAY_NAMES}
         _check_layout(path, arrays, n, m, hb)
         return cls(nav.LoudsArrays(high_bits=hb, **arrays), m, path=path)
 
@@ -137,6 +137,11 @@ class SuccinctTrie:
         if not 0 <= tok <= MAX_TOKEN:
             return -1
         return int(nav.find_child(self.arrays, v, tok))
+
+    def child_range(self, node) -> tuple:
+        """(first, end): the children of node are the node ids first .. end-1 (BFS numbering)."""
+        first, end = nav.child_range(self.arrays, self._node(node))
+        return int(first), int(end)
 
     def children(self, node) -> tuple:
         """(labels int64 [deg] ascending, child node ids int64 [deg]) of node."""
@@ -187,6 +192,18 @@ class SuccinctTrie:
 
     def __repr__(self) -> str:
         return f"SuccinctTrie(keys={self.num_keys}, nodes={self.num_nodes}, bytes={self.nbytes})"
+
+
+def _array(art, name: str, mmap: bool) -> np.ndarray:
+    """A member array; memory-mapped copy-on-write, so numba sees the same (writable) array type as a
+    freshly built trie's and needs no second compilation of every kernel for read-only arrays."""
+    if not mmap:
+        return art.array(name)
+    fpath = art.path / art.manifest["files"][name]["file"]
+    try:
+        return np.asarray(np.load(fpath, mmap_mode="c", allow_pickle=False))
+    except Exception as exc:
+        raise ArtifactError(f"{fpath}: cannot load array ({type(exc).__name__})") from None
 
 
 def _check_layout(path, a: dict, n: int, m: int, hb: int) -> None:

@@ -1,7 +1,7 @@
 """Bit-vector kernels of the succinct trie: rank/select directories over uint64 words and packed fields.
 
-Bit i of a vector is bit (i & 63) of word i >> 6 (LSB first); every vector carries at least one zero
-word past its last bit, so rank(nbits) and field reads at the end never index out of bounds."""
+Bit i of a vector is bit (i & 63) of word i >> 6 (LSB first); a vector of nbits bits has nbits // 64 + 1
+words (bits past nbits are zero), so rank1(nbits) never reads past the end."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ _M8 = np.uint64(0xFF)
 
 
 def words_for(nbits: int) -> int:
-    """uint64 words holding nbits bits plus the zero guard word."""
+    """uint64 words of an nbits-bit vector: nbits // 64 + 1, so word p >> 6 exists for every p <= nbits."""
     return (int(nbits) >> 6) + 1
 
 
@@ -69,7 +69,7 @@ def _sub(rd, s, w):
     return (rd[s, 1] >> np.uint64(9 * (w - 1))) & _M9
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def rank1(words, rd, p):
     """Ones in bits [0, p), 0 <= p <= nbits."""
     s = p >> 9
@@ -81,7 +81,7 @@ def rank1(words, rd, p):
     return np.int64(r)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def select64(x, r):
     """Bit position of the r-th (0-based) set bit of uint64 x; x must have more than r set bits."""
     pos = 0
@@ -123,13 +123,13 @@ def select_samples(rd, n_words, total, zeros):
     return out
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _before(rd, s, zeros):
     ones = np.int64(rd[s, 0])
     return s * SUPER_BITS - ones if zeros else ones
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _select(words, rd, samples, k, zeros):
     j = k // SAMPLE
     lo = np.int64(samples[j])
@@ -163,13 +163,13 @@ def _select(words, rd, samples, k, zeros):
     return (lo * 8 + w) * 64 + select64(x, r - c)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def select1(words, rd, samples, k):
     """Position of the k-th (0-based) one; k < number of ones."""
     return _select(words, rd, samples, k, False)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def select0(words, rd, samples, k):
     """Position of the k-th (0-based) zero; k < number of zeros within nbits."""
     return _select(words, rd, samples, k, True)

@@ -10,7 +10,6 @@ from ..errors import GtmkitError
 from ..progress import Progress, report
 from .succinct_bits import pack_bits, pack_fields, rank_directory, select_samples
 
-
 LEN_BITS = 24  # a sort record is start << 24 | length: keys up to 2^24-1 tokens, 2^40 tokens in all
 _LEN_MASK = np.uint64((1 << LEN_BITS) - 1)
 
@@ -49,8 +48,8 @@ def sorted_records(tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
     LSD over token positions, last to first. A pass is a stable sort of the keys that have that position,
     by that token: one numpy sort of (token << b | rank) words, several times faster than any argsort;
-    shorter keys go first in their current order. Records travel with the sort, so a pass touches the
-    token array once per key and nothing else at random."""
+    shorter keys go first in their current order. Records travel with the sort (no key-index
+    indirection), so a pass makes two random reads per key: its token and its record."""
     lengths = np.diff(offsets)
     if int(lengths.max()) >= 1 << LEN_BITS or int(offsets[-1]) >= 1 << (64 - LEN_BITS):
         raise GtmkitError(f"keys: a key has {int(lengths.max())} tokens or there are {int(offsets[-1])} "

@@ -68,14 +68,15 @@ def _from_sequences(keys) -> tuple:
     return tokens, offsets
 
 
-def key_arrays(keys) -> tuple:
+def key_arrays(keys, check: bool = True) -> tuple:
     """Normalise build input to (tokens int32 [N], offsets int64 [m+1]); key i is
     tokens[offsets[i]:offsets[i+1]].
 
     Accepts: a list (or non-pair tuple) of integer sequences; a 2-D integer numpy array (one key per
     row); a pyarrow list / large_list / fixed_size_list array of integers, chunked or not; a tuple
     ``(tokens, offsets)`` of two numpy arrays. Raises GtmkitError for anything else, for no keys, an
-    empty key, a null, a negative token or a token > 2^31-1, naming the key."""
+    empty key, a null, a negative token or a token > 2^31-1, naming the key. With check=False (query
+    keys) empty keys are allowed and tokens come back as int64 clipped to [-1, 2^31]: they match nothing."""
     if isinstance(keys, (pa.Array, pa.ChunkedArray)):
         tokens, offsets = _from_arrow(keys)
     elif isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(k, np.ndarray) for k in keys):
@@ -96,7 +97,16 @@ def key_arrays(keys) -> tuple:
     else:
         raise GtmkitError(f"keys: expected a list of integer sequences, a pyarrow list array or a "
                           f"(tokens, offsets) tuple, got {type(keys).__name__}")
+    if not check:
+        return clip_tokens(tokens), np.ascontiguousarray(offsets, dtype=np.int64)
     return _checked(tokens, offsets)
+
+
+def clip_tokens(tokens: np.ndarray) -> np.ndarray:
+    """Query tokens as int64, clipped to [-1, 2^31]: values no key holds stay values no key holds."""
+    if tokens.dtype == np.uint64:
+        tokens = np.minimum(tokens, np.uint64(MAX_TOKEN + 1))
+    return np.clip(tokens.astype(np.int64), -1, MAX_TOKEN + 1)
 
 
 def _checked(tokens: np.ndarray, offsets: np.ndarray) -> tuple:

@@ -13,7 +13,7 @@ from .succinct_bits import get_bit, get_field, rank1, select0, select1
 
 
 class LoudsArrays(NamedTuple):
-    """The trie as flat arrays (n nodes, m keys); bit vectors are LSB-first uint64 words plus a zero guard.
+    """The trie as flat arrays (n nodes, m keys); bit vectors are LSB-first uint64 words (nbits // 64 + 1).
 
     louds             uint64 [(2n+1)//64 + 1]  '10' then per node (BFS order) one 1 per child and a 0
     louds_rank        uint64 [S+1, 2]          rank9 directory (S = ceil(words/8) superblocks of 512 bits)
@@ -44,9 +44,9 @@ class LoudsArrays(NamedTuple):
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def next_zero(words, p):
-    """Position of the first zero bit at or after p (the guard word guarantees one)."""
+    """Position of the first zero bit at or after p (callers know one exists: every node's run ends in one)."""
     w = p >> 6
     x = ~words[w] & (_ALL << np.uint64(p & 63))
     while x == 0:
@@ -55,7 +55,7 @@ def next_zero(words, p):
     return w * 64 + np.int64(trailing_zeros(x))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def child_range(t, v):
     """(first, end): the children of node v are nodes first .. end-1 (first == end for a leaf)."""
     s = select0(t.louds, t.louds_rank, t.louds_select0, v)
@@ -63,13 +63,13 @@ def child_range(t, v):
     return first, first + (next_zero(t.louds, s + 1) - s - 1)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def first_child(t, v):
     """Id the first child of v has or would have; v may be n, giving n."""
     return select0(t.louds, t.louds_rank, t.louds_select0, v) - v
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def has_children(t, v):
     return get_bit(t.louds, select0(t.louds, t.louds_rank, t.louds_select0, v) + 1) != 0
 
@@ -81,7 +81,7 @@ def label(t, node):
     return np.int64(t.label_low[j]) | (get_field(t.label_high, j, t.high_bits) << 16)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def lower_bound(t, lo, hi, token):
     """First node in [lo, hi) (siblings, sorted by label) whose label is >= token."""
     while lo < hi:
@@ -108,13 +108,13 @@ def is_terminal(t, v):
     return get_bit(t.terminal, v) != 0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def key_id(t, v):
     """Key id of terminal node v: terminals before v in BFS order."""
     return rank1(t.terminal, t.terminal_rank, v)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def parent(t, v):
     """Parent of node v >= 1: its LOUDS one sits after (parent + 1) zeros."""
     return select1(t.louds, t.louds_rank, t.louds_select1, v) - v - 1
@@ -198,4 +198,13 @@ def labels_between(t, first, end):
     out = np.empty(end - first, np.int64)
     for c in range(first, end):
         out[c - first] = label(t, c)
+    return out
+
+
+@njit(cache=True)
+def labels_of(t, nodes):
+    """int64 [len(nodes)]: label of each node (nodes >= 1)."""
+    out = np.empty(nodes.shape[0], np.int64)
+    for i in range(nodes.shape[0]):
+        out[i] = label(t, nodes[i])
     return out

@@ -1,0 +1,178 @@
+"""`gtmkit trie`: build, inspect and search a succinct (LOUDS) trie of integer-token keys (DESIGN §6)."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import time
+
+import click
+import numpy as np
+
+from ..errors import GtmkitError
+from ._common import StderrProgress, echo_json, handle_errors
+
+
+def _why(exc: BaseException) -> str:
+    """First line of a library exception, so an error stays one line."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _read_keys(path, column: str):
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+    except Exception as exc:  # pyarrow raises several types for missing / non-Parquet files
+        raise GtmkitError(f"{path}: cannot read Parquet ({_why(exc)})") from None
+    if column not in names:
+        raise GtmkitError(f"{path}: no column {column!r} (columns: {', '.join(names)})")
+    try:
+        return pq.read_table(path, columns=[column]).column(column)
+    except Exception as exc:
+        raise GtmkitError(f"{path}: cannot read column {column!r} ({_why(exc)})") from None
+
+
+def _summary(trie, seconds=None) -> str:
+    s = trie.stats()
+    took = f", built in {seconds:.2f} s" if seconds is not None else ""
+    return (f"{s['keys']:,} keys, {s['nodes']:,} nodes, depth <= {s['max_depth']}, {s['bytes']:,} bytes "
+            f"({s['bits_per_node']:.2f} bits/node, {s['bytes_per_key']:.2f} bytes/key){took}")
+
+
+@click.group("trie", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def command():
+    """Succinct trie of integer-token keys and constrained beam search over it.
+
+    \b
+    Example:
+        gtmkit synth keys -n 1000000 -o keys.parquet
+        gtmkit trie build keys.parquet -o trie/
+        gtmkit synth proposals --trie trie/ -b 4 -o props.npz
+        gtmkit trie search trie/ --proposals props.npz --bw 100
+    """
+
+
+@command.command("build")
+@click.argument("keys", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Trie directory to write.")
+@click.option("--column", default="key", show_default=True, help="Parquet column of list<int> keys.")
+@click.option("-f", "--force", is_flag=True, help="Replace an existing trie directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@click.option("-s", "--silent", is_flag=True, help="No progress bar.")
+@handle_errors
+def build(keys, out_dir, column, force, as_json, silent):
+    """Build a succinct trie from a Parquet column of integer lists.
+
+    Keys are sorted and deduplicated; tokens must lie in [0, 2^31-1] and keys must not be empty.
+
+    \b
+    Example:
+        gtmkit trie build keys.parquet -o trie/
+        gtmkit trie build queries.parquet --column tokens -o trie/ -f --json
+    """
+    from ..indexer.succinct import SuccinctTrie
+
+    if pathlib.Path(out_dir).exists() and not force:
+        raise GtmkitError(f"{out_dir}: already exists (pass -f to replace it)")
+    col = _read_keys(keys, column)
+    t0 = time.perf_counter()
+    with StderrProgress(silent or as_json) as bar:
+        trie = SuccinctTrie.build(col, progress=bar)
+    seconds = time.perf_counter() - t0
+    trie.save(out_dir, overwrite=force)
+    if as_json:
+        echo_json(dict(trie.stats(), path=str(out_dir), build_seconds=round(seconds, 3)))
+    else:
+        click.echo(f"{out_dir}: {_summary(trie, seconds)}")
+
+
+@command.command("stats")
+@click.argument("trie_dir", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@handle_errors
+def stats(trie_dir, as_json):
+    """Counts, nodes per depth and bytes per array of a trie.
+
+    \b
+    Example:
+        gtmkit trie stats trie/
+        gtmkit trie stats trie/ --json
+    """
+    from ..indexer.succinct import SuccinctTrie
+
+    trie = SuccinctTrie.load(trie_dir, verify=False)
+    s = dict(trie.stats(), path=str(trie_dir))
+    if as_json:
+        echo_json(s)
+        return
+    click.echo(f"{trie_dir}: {_summary(trie)}")
+    click.echo(f"{'depth':>5} {'nodes':>14}")
+    for d, n in enumerate(s["nodes_per_depth"]):
+        click.echo(f"{d:>5} {n:>14,}")
+    click.echo("arrays: " + "  ".join(f"{k} {v:,}" for k, v in s["array_bytes"].items()))
+
+
+def _load_proposals(path):
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if "tokens" not in z or "logp" not in z:
+                raise GtmkitError(f"{path}: need arrays 'tokens' and 'logp' (has {', '.join(z.files)})")
+            return z["tokens"], z["logp"]
+    except GtmkitError:
+        raise
+    except Exception as exc:
+        raise GtmkitError(f"{path}: cannot read proposals .npz ({_why(exc)})") from None
+
+
+@command.command("search")
+@click.argument("trie_dir", type=click.Path(file_okay=False))
+@click.option("--proposals", "proposals", required=True, type=click.Path(dir_okay=False),
+              help=".npz with tokens [b, T, K] int and logp [b, T, K] float (NAR grids).")
+@click.option("--bw", "beam_width", required=True, type=click.IntRange(min=1), help="Beam width (results per query).")
+@click.option("--theta-tok", type=float, default=-math.inf, help="Drop proposals with logp <= this.")
+@click.option("--theta-sent", type=float, default=-math.inf, help="Drop prefixes with summed logp <= this.")
+@click.option("--alpha", type=float, default=0.0, show_default=True, help="Length normalisation exponent.")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True)
+@click.option("--top", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Results shown per query (0 = all); JSON always has all.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write key_ids / scores to this .npz.")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@handle_errors
+def search(trie_dir, proposals, beam_width, theta_tok, theta_sent, alpha, device, top, output, as_json):
+    """Constrained beam search (NAR) of proposal grids over a trie.
+
+    Prints, per query, the best keys (tokens) with their length-normalised scores.
+
+    \b
+    Example:
+        gtmkit trie search trie/ --proposals props.npz --bw 100
+        gtmkit trie search trie/ --proposals props.npz --bw 1000 --theta-tok -20 --alpha 1 --json
+    """
+    from ..indexer.succinct import SuccinctTrie
+    from ..matcher.trie_search_cpu import trie_beam_search
+
+    trie = SuccinctTrie.load(trie_dir)
+    tokens, logp = _load_proposals(proposals)
+    t0 = time.perf_counter()
+    ids, scores = trie_beam_search(trie, tokens, logp, beam_width, theta_tok=theta_tok, theta_sent=theta_sent,
+                                   alpha=alpha, device=device)
+    seconds = time.perf_counter() - t0
+    if output:
+        with open(output, "wb") as f:
+            np.savez(f, key_ids=ids, scores=scores)
+    found = (ids >= 0).sum(axis=1)
+    if as_json:
+        results = [[{"key_id": int(k), "tokens": list(trie.key(int(k))), "score": float(s)}
+                    for k, s in zip(ids[q], scores[q]) if k >= 0] for q in range(len(ids))]
+        echo_json({"trie": str(trie_dir), "queries": len(ids), "beam_width": beam_width,
+                   "seconds": round(seconds, 6), "found": found.tolist(), "results": results})
+        return
+    click.echo(f"{len(ids)} queries, beam width {beam_width}: {seconds * 1e3:.2f} ms, "
+               f"{int(found.sum()):,} keys found")
+    for q in range(len(ids)):
+        n = int(found[q]) if top == 0 else min(top, int(found[q]))
+        shown = "  ".join(f"{list(trie.key(int(ids[q, i])))} {scores[q, i]:.3f}" for i in range(n))
+        click.echo(f"query {q}: {int(found[q])} keys  {shown}")
