@@ -84,71 +84,100 @@ def _clean(x):
     return -np.inf if x != x else x
 
 
+@njit(cache=True, inline="always")
+def _bucket(s, mn, scale, NB):
+    """Linear score bucket, 0 = best; monotone, so a lower bucket holds strictly higher scores."""
+    if s == -np.inf:
+        return NB - 1
+    return NB - 1 - int((np.float64(s) - mn) * scale)
+
+
+@njit(cache=True, inline="always")
+def _row_of(row_start, i):
+    """Last row whose first candidate index is <= i (rows without candidates share the next one's)."""
+    a, z = 0, row_start.shape[0] - 1
+    while z - a > 1:
+        m = (a + z) >> 1
+        if row_start[m] <= i:
+            a = m
+        else:
+            z = m
+    return a
+
+
 @njit(cache=True)
 def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count_all,
                     out_parent, out_token, out_node, out_score, out_count):
     n_internal = t.node_offsets.shape[0] - 1
+    nrows = r1 - r0
+    row_start = np.empty(nrows + 1, np.int64)
     C = 0
-    for r in range(r0, r1):
-        n = node_ids[r]
+    for x in range(nrows):
+        row_start[x] = C
+        n = node_ids[r0 + x]
         if 0 <= n < n_internal:
             C += t.node_offsets[n + 1] - t.node_offsets[n]
+    row_start[nrows] = C
+    # One pass writes only the scores (4 bytes a candidate): candidate i is identified by its index,
+    # which orders candidates by (row, token); row and child are recovered for the few that matter.
     score = np.empty(C, np.float32)
-    row = np.empty(C, np.int32)
-    entry = np.empty(C, np.int64)
-    cdepth = np.empty(C, np.int64)
     c = 0
     mn, mx = np.inf, -np.inf
-    for r in range(r0, r1):
+    for x in range(nrows):
+        r = r0 + x
         n = node_ids[r]
         if not 0 <= n < n_internal:
             continue
-        d = depth_of(t, n) + 1
+        bs = beam_scores[r]
         for j in range(t.node_offsets[n], t.node_offsets[n + 1]):
-            s = _clean(np.float32(beam_scores[r] + logprobs[r, t.child_tokens[j]]))
-            score[c], row[c], entry[c], cdepth[c] = s, r, j, d
-            if s > -np.inf:
-                mn = min(mn, s)
-                mx = max(mx, s)
+            v = _clean(np.float32(bs + logprobs[r, t.child_tokens[j]]))
+            score[c] = v
+            if v > -np.inf:
+                mn = min(mn, v)
+                mx = max(mx, v)
             c += 1
-    # Bucket candidates by score (monotone: a lower bucket holds strictly lower scores), then visit
-    # buckets from the top, testing GTM only until k candidates pass: the same answer as
-    # filter-then-top-k, but GTM runs on about k / pass-rate candidates instead of all C.
     NB = N_BUCKETS
     scale = (NB - 1) / (mx - mn) if mx > mn else 0.0
-    bucket = np.empty(C, np.int32)
-    hist = np.zeros(NB + 1, np.int64)
+    cum = np.zeros(NB, np.int64)
     for i in range(C):
-        s = score[i]
-        bk = 0 if s == -np.inf else int((np.float64(s) - mn) * scale)
-        bk = NB - 1 - bk  # bucket 0 = best
-        bucket[i] = bk
-        hist[bk + 1] += 1
-    for i in range(NB):
-        hist[i + 1] += hist[i]
-    perm = np.empty(C, np.int64)
-    pos = hist[:NB].copy()
-    for i in range(C):  # stable: candidate order (row asc, token asc) kept inside a bucket
-        perm[pos[bucket[i]]] = i
-        pos[bucket[i]] += 1
+        cum[_bucket(score[i], mn, scale, NB)] += 1
+    for i in range(1, NB):
+        cum[i] += cum[i - 1]
+    # Lazy GTM in score order: each round tests only the candidates of buckets (lo, hi]; the window
+    # grows by the observed pass rate until k pass. Same answer as filter-then-top-k.
     sel = np.empty(C, np.int64)
     ns = 0
-    done = C
-    for bk in range(NB):
-        if ns >= k:
-            done = hist[bk]
-            break
-        for x in range(hist[bk], hist[bk + 1]):
-            i = perm[x]
-            if not gtm or node_passes(t, q, b, entry[i] + 1, cdepth[i]):
+    lo, target = -1, k
+    while True:
+        hi = lo + 1
+        while hi < NB - 1 and cum[hi] < target:
+            hi += 1
+        for i in range(C):
+            bk = _bucket(score[i], mn, scale, NB)
+            if lo < bk <= hi:
+                if gtm:
+                    x = _row_of(row_start, i)
+                    n = node_ids[r0 + x]
+                    child = t.node_offsets[n] + (i - row_start[x]) + 1
+                    if not node_passes(t, q, b, child, depth_of(t, child)):
+                        continue
                 sel[ns] = i
                 ns += 1
-    total = ns
-    if count_all:
-        for x in range(done, C):
-            i = perm[x]
-            if not gtm or node_passes(t, q, b, entry[i] + 1, cdepth[i]):
-                total += 1
+        if ns >= k or hi >= NB - 1:
+            break
+        seen = cum[hi]
+        rate = ns / seen if ns > 0 else 1.0 / 64.0
+        need = int((k - ns) / rate * 1.25) + 1
+        target = seen + max(need, seen)
+        lo = hi
+    if count_all and gtm:
+        total = ns
+        for i in range(C):
+            if _bucket(score[i], mn, scale, NB) > hi:
+                x = _row_of(row_start, i)
+                n = node_ids[r0 + x]
+                child = t.node_offsets[n] + (i - row_start[x]) + 1
+                total += node_passes(t, q, b, child, depth_of(t, child))
         out_count[b] = total
     else:
         out_count[b] = -1 if gtm else C
@@ -157,12 +186,14 @@ def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     for x in range(ns):
         keys[x] = -score[sel[x]]
     order = np.argsort(keys, kind="mergesort")  # stable: ties keep (row, token) order
-    m = min(k, ns)
-    for x in range(m):
+    for x in range(min(k, ns)):
         i = sel[order[x]]
-        out_parent[b, x] = row[i]
-        out_token[b, x] = t.child_tokens[entry[i]]
-        out_node[b, x] = entry[i] + 1
+        rx = _row_of(row_start, i)
+        n = node_ids[r0 + rx]
+        j = t.node_offsets[n] + (i - row_start[rx])
+        out_parent[b, x] = r0 + rx
+        out_token[b, x] = t.child_tokens[j]
+        out_node[b, x] = j + 1
         out_score[b, x] = score[i]
 
 
