@@ -15,7 +15,6 @@ Writes benchmarks/results/step_cpu.json and step_cpu.md."""
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
@@ -239,10 +238,9 @@ def build_genre(sids: np.ndarray, chunk: int = 1 << 20) -> GenreTrie:
     return trie
 
 
-def genre_step(trie, hist, row_request, logprobs, beam_scores, B, k, V, rows=None):
-    """(b): per beam, allowed = prefix_allowed_tokens_fn(batch_id, prefix); mask[r, allowed] = 0 (the HF
-    PrefixConstrainedLogitsProcessor loop), scores = beam_score + logprob + mask, numpy top-k.
-    rows: only run the per-beam loop on these rows (for sampling; the result is then meaningless)."""
+def genre_mask(trie, hist, row_request, V, rows=None):
+    """(b), per beam: allowed = prefix_allowed_tokens_fn(batch_id, prefix); mask[r, allowed] = 0 on a -inf
+    mask (the HF PrefixConstrainedLogitsProcessor loop). rows: only these rows (for sampling)."""
     def prefix_allowed_tokens_fn(batch_id, sent):
         return trie.get(sent.tolist())
 
@@ -250,8 +248,16 @@ def genre_step(trie, hist, row_request, logprobs, beam_scores, B, k, V, rows=Non
     mask = np.full((R, V), -np.inf, np.float32)
     for r in (range(R) if rows is None else rows):
         mask[r, prefix_allowed_tokens_fn(row_request[r], hist[r])] = 0
-    scores = beam_scores[:, None] + logprobs + mask
-    return topk_dense(scores, B, k, V)
+    return mask
+
+
+def genre_dense(mask, logprobs, beam_scores, B, k, V):
+    """(b), dense part: scores = beam_score + logprob + mask, numpy top-k per request."""
+    return topk_dense(beam_scores[:, None] + logprobs + mask, B, k, V)
+
+
+def genre_step(trie, hist, row_request, logprobs, beam_scores, B, k, V):
+    return genre_dense(genre_mask(trie, hist, row_request, V), logprobs, beam_scores, B, k, V)
 
 
 # --- recording and timing ---------------------------------------------------------------------------
@@ -384,16 +390,20 @@ def main():
             "ours_cd": lambda: m.step(nid, lp, bs, rr, q, k, gtm=False),
             "ours_gtm_1t": one_thread(lambda: m.step(nid, lp, bs, rr, q, k, gtm=True)),
             "a": lambda: numpy_cd_step(keys[depth + 1], row_key, live, lp, bs, B, k, V),
-            "b": lambda: genre_step(trie, hist, rr, lp, bs, B, k, V, rows=sample),
         }
-        if sample is not None:  # (b) = loop over the sample scaled to R + the dense part (mask add + top-k)
-            fns["b_dense"] = lambda: genre_step(trie, hist, rr, lp, bs, B, k, V, rows=())
+        if sample is None:
+            fns["b"] = lambda: genre_step(trie, hist, rr, lp, bs, B, k, V)
+        else:  # (b) = per-beam loop over the sample, scaled to R rows, + the dense part on the full mask
+            full_mask = genre_mask(trie, hist, rr, V)
+            fns["b_loop"] = lambda: genre_mask(trie, hist, rr, V, rows=sample)
+            fns["b_dense"] = lambda: genre_dense(full_mask, lp, bs, B, k, V)
+            fns["b_fixed"] = lambda: genre_mask(trie, hist, rr, V, rows=())
         watch = CpuWatch()
-        med = interleaved(fns, args.reps, skip={"a": args.baseline_reps, "b": args.baseline_reps,
-                                                "b_dense": args.baseline_reps})
-        b_s = med["b"]
-        if sample is not None:
-            b_s = med["b_dense"] + (med["b"] - med["b_dense"]) * R / len(sample)
+        med = interleaved(fns, args.reps, skip={x: args.baseline_reps for x in ("a", "b", "b_loop", "b_dense", "b_fixed")})
+        if sample is None:
+            b_s = med["b"]
+        else:  # fixed part (the -inf mask) + per-beam part scaled to R rows + dense part
+            b_s = med["b_fixed"] + max(med["b_loop"] - med["b_fixed"], 0.0) * R / len(sample) + med["b_dense"]
         row = {"step": t_ + 1, "depth": t_ + 1, "rows": R, "k": k,
                "candidates_per_request_cd": float(ours_cd.num_candidates.mean()),
                "candidates_per_request_gtm": float(ours_gtm.num_candidates.mean()),
