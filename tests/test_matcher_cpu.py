@@ -136,3 +136,17 @@ def test_beam_search_narrow_and_errors(tmp_path):
     assert res.sids.shape == (2, 3, 3) and res.scores.shape == (2, 3) and np.all(res.beams <= [[2], [3], [3]])
     with pytest.raises(gtmkit.GtmkitError, match="beam_sizes"):
         gtmkit.beam_search(m, reqs, _random_logits(idx.vocab_size, 4), (2, 2, 2))
+
+
+def test_signed_zero_scores_tie(tmp_path):
+    """-0.0 and +0.0 are the same score: the tie goes to the lower row, then the lower token."""
+    idx, _, _ = _build(tmp_path, 60, "none", {}, n_ads=80, L=2, V=4)
+    m = Matcher(idx)
+    req = [idx.encode_request({})]
+    nodes = np.array([0, 0], np.int32)
+    lp = np.zeros((2, idx.vocab_size), np.float32)
+    lp[0] = -0.0
+    bs = np.array([0.0, -0.0], np.float32)
+    st = m.step(nodes, lp, bs, [0, 0], req, 4, gtm=False)
+    ref = step_reference(idx, nodes, lp, bs, [0, 0], req, 4, gtm=False)[0]
+    assert list(st.parent_rows[0][:len(ref[0])]) == ref[0] and list(st.tokens[0][:len(ref[1])]) == ref[1]

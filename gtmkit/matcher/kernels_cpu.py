@@ -10,6 +10,10 @@ from numba import njit, prange
 from .._bits import sorted_contains as _contains
 
 N_BUCKETS = 2048
+SIGN = np.uint64(0x80000000)
+SIGN_MASK = np.uint64(0xFFFFFFFF)  # flips all 32 bits of a negative float's pattern
+SHIFT32 = np.uint64(32)
+LOW32 = np.uint64(0xFFFFFFFF)
 
 
 @njit(cache=True, inline="always")
@@ -131,6 +135,8 @@ def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
         bs = beam_scores[r]
         for j in range(t.node_offsets[n], t.node_offsets[n + 1]):
             v = _clean(np.float32(bs + logprobs[r, t.child_tokens[j]]))
+            if v == 0:
+                v = np.float32(0.0)  # -0 ties +0 in the composite sort below, as in a float compare
             score[c] = v
             if v > -np.inf:
                 mn = min(mn, v)
@@ -181,13 +187,18 @@ def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
         out_count[b] = total
     else:
         out_count[b] = -1 if gtm else C
-    sel = np.sort(sel[:ns])  # candidate order = (row asc, token asc)
-    keys = np.empty(ns, np.float32)
+    # One sort of distinct uint64 composites (sortable score << 32 | ~index) orders the passers by
+    # score desc, then candidate index asc = (row asc, token asc): cheaper than a stable argsort.
+    bits = score.view(np.uint32)
+    comp = np.empty(ns, np.uint64)
     for x in range(ns):
-        keys[x] = -score[sel[x]]
-    order = np.argsort(keys, kind="mergesort")  # stable: ties keep (row, token) order
+        i = sel[x]
+        u = np.uint64(bits[i])
+        key = (u ^ SIGN_MASK) if u & SIGN else (u | SIGN)
+        comp[x] = (key << SHIFT32) | (LOW32 - np.uint64(i))
+    comp.sort()
     for x in range(min(k, ns)):
-        i = sel[order[x]]
+        i = np.int64(LOW32 - (comp[ns - 1 - x] & LOW32))
         rx = _row_of(row_start, i)
         n = node_ids[r0 + rx]
         j = t.node_offsets[n] + (i - row_start[rx])
