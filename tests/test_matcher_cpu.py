@@ -145,8 +145,8 @@ def test_signed_zero_scores_tie(tmp_path):
     req = [idx.encode_request({})]
     nodes = np.array([0, 0], np.int32)
     lp = np.zeros((2, idx.vocab_size), np.float32)
-    lp[0] = -0.0
-    bs = np.array([0.0, -0.0], np.float32)
+    lp[0] = -0.0                      # row 0 scores -0.0 + -0.0 = -0.0, row 1 scores +0.0
+    bs = np.array([-0.0, 0.0], np.float32)
     st = m.step(nodes, lp, bs, [0, 0], req, 4, gtm=False)
     ref = step_reference(idx, nodes, lp, bs, [0, 0], req, 4, gtm=False)[0]
     assert list(st.parent_rows[0][:len(ref[0])]) == ref[0] and list(st.tokens[0][:len(ref[1])]) == ref[1]
