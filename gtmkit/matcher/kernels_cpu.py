@@ -39,44 +39,78 @@ def part_range(t, node, depth):
 
 
 @njit(cache=True)
-def node_passes(t, q, b, node, depth):
-    """GTM (DESIGN §2) of one node for request b: any partition passes every attribute."""
-    s0, s1 = part_range(t, node, depth)
-    A = q.bitmask.shape[1]
+def partition_passes(t, q, b, p):
+    """GTM of one matcher partition (slot p) for request b: every bitmask attribute meets the
+    request, and for every Bloom attribute some request signature lies inside the row."""
+    bid = t.part_bitmask[p]
     W = t.bitmask_table.shape[1]
-    nb = t.part_bloom.shape[1]
+    for a in range(q.bitmask.shape[1]):
+        hit = False
+        for w in range(W):
+            if t.bitmask_table[bid, w] & q.bitmask[b, a, w]:
+                hit = True
+                break
+        if not hit:
+            return False
     Wb = t.bloom_table.shape[1]
+    for k in range(t.part_bloom.shape[1]):
+        row = t.bloom_base[k] + t.part_bloom[p, k]
+        found = False
+        for s in range(q.sig_off[b, k], q.sig_off[b, k + 1]):
+            inside = True
+            for w in range(Wb):
+                if (t.bloom_table[row, w] & q.sigs[s, w]) != q.sigs[s, w]:
+                    inside = False
+                    break
+            if inside:
+                found = True
+                break
+        if not found:
+            return False
+    return True
+
+
+@njit(cache=True)
+def node_passes(t, q, b, node, depth):
+    """GTM (DESIGN §2) of one node for request b: any partition passes."""
+    s0, s1 = part_range(t, node, depth)
+    for p in range(s0, s1):
+        if t.part_bitmask[p] < 0:
+            break  # fixed layouts pad at the end
+        if partition_passes(t, q, b, p):
+            return True
+    return False
+
+
+CACHE_SLOTS = 4096
+
+
+@njit(cache=True)
+def node_passes_cached(t, q, b, node, depth, cache_key, cache_val):
+    """node_passes with a small direct-mapped cache of partition results keyed by the partition's
+    table rows: near the root many nodes share one deduplicated row, so most tests become lookups."""
+    s0, s1 = part_range(t, node, depth)
+    nb = t.part_bloom.shape[1]
     for p in range(s0, s1):
         bid = t.part_bitmask[p]
         if bid < 0:
-            break  # fixed layouts pad at the end
-        ok = True
-        for a in range(A):
-            hit = False
-            for w in range(W):
-                if t.bitmask_table[bid, w] & q.bitmask[b, a, w]:
-                    hit = True
-                    break
-            if not hit:
-                ok = False
-                break
-        if not ok:
-            continue
-        for k in range(nb):
-            row = t.bloom_base[k] + t.part_bloom[p, k]
-            found = False
-            for s in range(q.sig_off[b, k], q.sig_off[b, k + 1]):
-                inside = True
-                for w in range(Wb):
-                    if (t.bloom_table[row, w] & q.sigs[s, w]) != q.sigs[s, w]:
-                        inside = False
-                        break
-                if inside:
-                    found = True
-                    break
-            if not found:
-                ok = False
-                break
+            break
+        if nb == 1:
+            key = (np.int64(bid) << 32) | np.int64(t.part_bloom[p, 0])
+        elif nb == 0:
+            key = np.int64(bid)
+        else:
+            key = np.int64(-2)
+        if key >= 0:
+            slot = (key * 0x9E3779B1 >> 7) & (CACHE_SLOTS - 1)
+            if cache_key[slot] == key:
+                ok = cache_val[slot]
+            else:
+                ok = partition_passes(t, q, b, p)
+                cache_key[slot] = key
+                cache_val[slot] = ok
+        else:
+            ok = partition_passes(t, q, b, p)
         if ok:
             return True
     return False
@@ -154,6 +188,8 @@ def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     sel = np.empty(C, np.int64)
     ns = 0
     lo, target = -1, k
+    cache_key = np.full(CACHE_SLOTS if gtm else 1, -1, np.int64)
+    cache_val = np.zeros(CACHE_SLOTS if gtm else 1, np.bool_)
     while True:
         hi = lo + 1
         while hi < NB - 1 and cum[hi] < target:
@@ -165,7 +201,7 @@ def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
                     x = _row_of(row_start, i)
                     n = node_ids[r0 + x]
                     child = t.node_offsets[n] + (i - row_start[x]) + 1
-                    if not node_passes(t, q, b, child, depth_of(t, child)):
+                    if not node_passes_cached(t, q, b, child, depth_of(t, child), cache_key, cache_val):
                         continue
                 sel[ns] = i
                 ns += 1
@@ -183,7 +219,7 @@ def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
                 x = _row_of(row_start, i)
                 n = node_ids[r0 + x]
                 child = t.node_offsets[n] + (i - row_start[x]) + 1
-                total += node_passes(t, q, b, child, depth_of(t, child))
+                total += node_passes_cached(t, q, b, child, depth_of(t, child), cache_key, cache_val)
         out_count[b] = total
     else:
         out_count[b] = -1 if gtm else C
