@@ -300,33 +300,34 @@ def ad_eligible(t, q, b, r):
     return True
 
 
+@njit(cache=True)
+def _postfilter_request(t, q, b, leaves, first_leaf, exact, start, out_ads, out_rank, fill):
+    """Eligible ads of request b's SIDs in rank order (ascending ad id within a SID); written from
+    out_ads[start] on when fill, else only counted. Returns the count."""
+    c = 0
+    for m in range(leaves.shape[1]):
+        n = leaves[b, m]
+        if n < first_leaf:
+            continue
+        s = n - first_leaf
+        for r in range(t.sid_ad_offsets[s], t.sid_ad_offsets[s + 1]):
+            if not exact or ad_eligible(t, q, b, r):
+                if fill:
+                    out_ads[start + c] = t.sid_ad_ids[r]
+                    out_rank[start + c] = m
+                c += 1
+    return c
+
+
 @njit(parallel=True, cache=True)
 def postfilter_count(t, q, leaves, first_leaf, exact, counts):
+    dummy_ads, dummy_rank = np.empty(0, np.int64), np.empty(0, np.int32)
     for b in prange(leaves.shape[0]):
-        c = 0
-        for m in range(leaves.shape[1]):
-            n = leaves[b, m]
-            if n < first_leaf:
-                continue
-            s = n - first_leaf
-            for r in range(t.sid_ad_offsets[s], t.sid_ad_offsets[s + 1]):
-                if not exact or ad_eligible(t, q, b, r):
-                    c += 1
-        counts[b] = c
+        counts[b] = _postfilter_request(t, q, b, leaves, first_leaf, exact, 0, dummy_ads, dummy_rank, False)
 
 
 @njit(parallel=True, cache=True)
 def postfilter_fill(t, q, leaves, first_leaf, exact, offsets, out_ads, out_rank):
     """Ads of the SIDs leaves[b, :] in rank order (ascending ad id within a SID), exact-filtered."""
     for b in prange(leaves.shape[0]):
-        c = offsets[b]
-        for m in range(leaves.shape[1]):
-            n = leaves[b, m]
-            if n < first_leaf:
-                continue
-            s = n - first_leaf
-            for r in range(t.sid_ad_offsets[s], t.sid_ad_offsets[s + 1]):
-                if not exact or ad_eligible(t, q, b, r):
-                    out_ads[c] = t.sid_ad_ids[r]
-                    out_rank[c] = m
-                    c += 1
+        _postfilter_request(t, q, b, leaves, first_leaf, exact, offsets[b], out_ads, out_rank, True)
