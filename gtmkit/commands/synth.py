@@ -7,6 +7,8 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+import sys
+
 import click
 
 from ..errors import ArtifactError, SchemaError
@@ -141,7 +143,7 @@ def users(index_dir, schema_file, n, seed, output, as_json):
     schema = _schema_from_index(index_dir) if index_dir is not None else _schema_from_file(schema_file)
     people = synth_users(schema, n, seed=seed)
     if output is None:
-        write_users(click.get_text_stream("stdout"), people)
+        write_users(sys.stdout, people)
         return
     write_users(output, people)
     if as_json:
