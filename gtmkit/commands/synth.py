@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import fields
 from pathlib import Path
-
-import sys
 
 import click
 
