@@ -77,7 +77,7 @@ def test_cli_errors(tmp_path):
     np.savez(tmp_path / "p.npz", tokens=np.ones((1, 2, 3), np.int32), logp=np.zeros((1, 2, 3), np.float32))
     r = run(trie_cmd.command, "search", tmp_path / "t", "--proposals", tmp_path / "p.npz", "--bw", 2,
             "--device", "cuda")
-    assert r.exit_code == 1 and "not available" in r.output
+    assert r.exit_code == 1 and "needs CuPy and a visible GPU" in r.output
     r = run(synth, "keys", "-n", 10, "--min-len", 3, "--max-len", 2, "-o", tmp_path / "x.parquet")
     assert r.exit_code == 2 and "--max-len" in r.output
 

@@ -159,6 +159,8 @@ def search(trie_dir, proposals, beam_width, theta_tok, theta_sent, alpha, device
     t0 = time.perf_counter()
     ids, scores = trie_beam_search(trie, tokens, logp, beam_width, theta_tok=theta_tok, theta_sent=theta_sent,
                                    alpha=alpha, device=device)
+    if not isinstance(ids, np.ndarray):  # CuPy results from the GPU search: copying back waits for it
+        ids, scores = ids.get(), scores.get()
     seconds = time.perf_counter() - t0
     if output:
         with open(output, "wb") as f:

@@ -360,10 +360,14 @@ def length_factors(alpha: float, steps: int) -> np.ndarray:
     return np.array([(6.0 / (5 + d)) ** alpha for d in range(steps + 1)], np.float64)
 
 
+def _gpu() -> bool:
+    from .matcher import cuda_available
+    return cuda_available()
+
+
 def check_device(device: str) -> str:
     if device not in ("cpu", "auto"):
-        raise GtmkitError(f"trie_beam_search: device {device!r} not available (this build has the CPU "
-                          "search only; use device='cpu')")
+        raise GtmkitError(f"trie_beam_search: device must be 'cpu', 'cuda' or 'auto', got {device!r}")
     return "cpu"
 
 
@@ -442,7 +446,13 @@ def trie_beam_search(trie, tokens, logp, beam_width: int, theta_tok: float = -ma
                              (any order; ids outside [0, 2^31-1], e.g. -1 padding, match nothing)
     logp    float [b, T, K]  their log-probs
     -> (key_ids int64 [b, beam_width], -1 padded; scores float32 [b, beam_width], -inf padded), best
-    first; restore a key's tokens with trie.key(id). device: "cpu" (or "auto"); others raise for now."""
+    first; restore a key's tokens with trie.key(id). device: "cpu", "cuda" (CuPy arrays back) or "auto"
+    (the GPU when CuPy sees one)."""
+    if device == "cuda" or (device == "auto" and _gpu()):
+        if not _gpu():
+            raise GtmkitError("trie_beam_search: device 'cuda' needs CuPy and a visible GPU")
+        from .trie_search_cuda import trie_beam_search_cuda
+        return trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok, theta_sent, alpha)
     check_device(device)
     arrays = _trie_arrays(trie, "trie_beam_search")
     bw = _beam_width(beam_width)
