@@ -150,3 +150,19 @@ def test_signed_zero_scores_tie(tmp_path):
     st = m.step(nodes, lp, bs, [0, 0], req, 4, gtm=False)
     ref = step_reference(idx, nodes, lp, bs, [0, 0], req, 4, gtm=False)[0]
     assert list(st.parent_rows[0][:len(ref[0])]) == ref[0] and list(st.tokens[0][:len(ref[1])]) == ref[1]
+
+
+def test_many_equal_scores(tmp_path):
+    """Every candidate ties: order falls back to (row, token) and the crowded bucket is sorted fully."""
+    idx, _, _ = _build(tmp_path, 61, "none", {}, n_ads=300, L=2, V=8)
+    m = Matcher(idx)
+    req = [idx.encode_request({})]
+    lo, hi = idx.level_offsets[1], idx.level_offsets[2]
+    nodes = np.arange(lo, hi, dtype=np.int32)
+    lp = np.full((len(nodes), idx.vocab_size), -1.0, np.float32)
+    bs = np.zeros(len(nodes), np.float32)
+    rr = np.zeros(len(nodes), np.int32)
+    st = m.step(nodes, lp, bs, rr, req, 50, gtm=False)
+    ref = step_reference(idx, nodes, lp, bs, rr, req, 50, gtm=False)[0]
+    assert list(st.parent_rows[0][:len(ref[0])]) == ref[0] and list(st.tokens[0][:len(ref[1])]) == ref[1]
+    assert len(ref[0]) > 32
