@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import subprocess
+import sys
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def child(code: str, *args) -> dict:
+    """Run python -c code in a fresh process (its own peak RSS) and parse the last line of its output as JSON."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise SystemExit(f"child failed (rc {r.returncode}):\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def machine(**extra) -> dict:
@@ -23,13 +38,13 @@ def machine(**extra) -> dict:
 
 
 class CpuWatch:
-    """Cores busy with our process vs other work (and hypervisor steal) over a phase, from /proc/stat:
-    on a 2-core machine shared with other jobs, a 2-thread numba kernel suffers more from one busy core
-    than the single-threaded numpy baselines do, so each phase records how loaded the machine was."""
+    """Cores busy with this process (and its children) vs other work and hypervisor steal over a
+    phase, from /proc/stat and os.times."""
 
     def __init__(self):
         self.tick = os.sysconf("SC_CLK_TCK")
         self.t0, self.s0, self.p0 = time.perf_counter(), self._stat(), self._ours()
+        self.load0 = os.getloadavg()[0]
 
     @staticmethod
     def _stat():
@@ -42,13 +57,15 @@ class CpuWatch:
     @staticmethod
     def _ours():
         t = os.times()
-        return t.user + t.system
+        return t.user + t.system + t.children_user + t.children_system
 
     def stop(self) -> dict:
         wall, s1, p1 = time.perf_counter() - self.t0, self._stat(), self._ours()
         ours = (p1 - self.p0) / wall
-        if s1 is None or self.s0 is None:
-            return {"ours_cores": round(ours, 2)}
-        busy = (s1[0] - self.s0[0]) / self.tick / wall
-        return {"ours_cores": round(ours, 2), "other_cores": round(max(busy - ours, 0.0), 2),
-                "steal_cores": round((s1[1] - self.s0[1]) / self.tick / wall, 2)}
+        d = {"wall_s": round(wall, 2), "ours_cores": round(ours, 2),
+             "loadavg_1m": [round(self.load0, 2), round(os.getloadavg()[0], 2)]}
+        if s1 is not None and self.s0 is not None:
+            busy = (s1[0] - self.s0[0]) / self.tick / wall
+            d["other_cores"] = round(max(busy - ours, 0.0), 2)
+            d["steal_cores"] = round((s1[1] - self.s0[1]) / self.tick / wall, 2)
+        return d

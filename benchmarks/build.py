@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import subprocess
 import sys
 import time
@@ -19,8 +18,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # gtmkit from this checkout when it is not installed
 
-from _common import machine  # noqa: E402
+from _common import child, machine  # noqa: E402
 ROOT = HERE.parent
 
 CHILD_BUILD = r"""
@@ -61,14 +61,6 @@ print(json.dumps({"sids": int(len(unique)), "ours_trie_s": ours, "ours_topology_
                   "marisa_s": theirs, "marisa_bytes": len(trie.tobytes()),
                   "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
 """
-
-
-def child(code: str, *args) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise SystemExit(f"child failed:\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def main():

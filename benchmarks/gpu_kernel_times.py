@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_kernel_times.py ADS      # builds a synth index of ADS ads first
 """
-import sys, json, numpy as np, cupy as cp
+import sys, json, cupy as cp
 import gtmkit
 from gtmkit.synth import synth_users, write_catalog
 from gtmkit.matcher.graph import GpuSyntheticDecoder

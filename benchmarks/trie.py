@@ -36,8 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,6 +45,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import CpuWatch, child  # noqa: E402
+from _common import machine as _machine  # noqa: E402
 
 DATE = "2026-11-29"
 SEED_KEYS = 1
@@ -122,14 +124,6 @@ print(json.dumps({"keys": n, "input_keys": len(keys), "build_s": build, "build_r
 """
 
 
-def child(code: str, *args) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise SystemExit(f"child failed (rc {r.returncode}):\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 # ------------------------------------------------------------------------------------------------
 # Machine and load
 
@@ -138,15 +132,6 @@ def machine(threads: int) -> dict:
     import numba
     import pyarrow
 
-    cpu = platform.processor()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     try:
         layer = numba.threading_layer()  # known once a parallel kernel has run
     except Exception:
@@ -156,43 +141,8 @@ def machine(threads: int) -> dict:
         marisa = version("marisa-trie")
     except Exception:
         marisa = "?"
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem, 1), "python": platform.python_version(),
-            "numpy": np.__version__, "numba": numba.__version__, "pyarrow": pyarrow.__version__,
-            "marisa_trie": marisa, "numba_threads": threads, "numba_threading_layer": layer}
-
-
-class CpuWatch:
-    """Cores busy with this process (and its children) vs other work and hypervisor steal over a
-    phase, from /proc/stat and os.times."""
-
-    def __init__(self):
-        self.tick = os.sysconf("SC_CLK_TCK")
-        self.t0, self.s0, self.p0 = time.perf_counter(), self._stat(), self._ours()
-        self.load0 = os.getloadavg()[0]
-
-    @staticmethod
-    def _stat():
-        try:
-            f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        return f[0] + f[1] + f[2] + f[5] + f[6], (f[7] if len(f) > 7 else 0)  # busy, steal
-
-    @staticmethod
-    def _ours():
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
-
-    def stop(self) -> dict:
-        wall, s1, p1 = time.perf_counter() - self.t0, self._stat(), self._ours()
-        ours = (p1 - self.p0) / wall
-        d = {"wall_s": round(wall, 2), "ours_cores": round(ours, 2),
-             "loadavg_1m": [round(self.load0, 2), round(os.getloadavg()[0], 2)]}
-        if s1 is not None and self.s0 is not None:
-            busy = (s1[0] - self.s0[0]) / self.tick / wall
-            d["other_cores"] = round(max(busy - ours, 0.0), 2)
-            d["steal_cores"] = round((s1[1] - self.s0[1]) / self.tick / wall, 2)
-        return d
+    return _machine(numpy=np.__version__, numba=numba.__version__, pyarrow=pyarrow.__version__, marisa_trie=marisa,
+                    numba_threads=threads, numba_threading_layer=layer)
 
 
 def log(*a):
