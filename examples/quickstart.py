@@ -26,5 +26,5 @@ def logits_fn(step, prev_tokens, parent_rows):
 
 result = gtmkit.beam_search(matcher, requests, logits_fn, beam_sizes=(1, 64, 128, 128))
 for b, (ad_ids, sid_rank) in enumerate(result.ads):  # exact post-filter output per request
-    print(users[b]["country"], f"{len(ad_ids)} eligible ads; best SID {tuple(result.sids[b, 0])};",
+    print(users[b]["country"], f"{len(ad_ids)} eligible ads; best SID {tuple(result.sids[b, 0].tolist())};",
           "first ads", ad_ids[:5].tolist())
