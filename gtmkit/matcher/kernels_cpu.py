@@ -97,6 +97,72 @@ def _gtm(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb
 
 
 CACHE_SLOTS = 4096
+GTM_BATCH = 64
+
+
+@njit(cache=True)
+def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff, sigs, b,
+               nodes, n, ok_out):
+    """_gtm for nodes[:n], partition by partition across the batch: the table rows of different nodes
+    are independent loads, so their cache misses overlap instead of queueing one node at a time."""
+    s0 = np.empty(n, np.int64)
+    s1 = np.empty(n, np.int64)
+    todo = np.empty(n, np.bool_)
+    widest = 0
+    for z in range(n):
+        node = nodes[z]
+        if jagged:
+            s0[z], s1[z] = part_off[node], part_off[node + 1]
+        else:
+            d = _depth(lvl_off, node)
+            w = lvl_width[d]
+            s0[z] = lvl_base[d] + (node - lvl_off[d]) * w
+            s1[z] = s0[z] + w
+        todo[z] = True
+        ok_out[z] = False
+        widest = max(widest, s1[z] - s0[z])
+    nb = pbl.shape[1]
+    W, Wb = bmt.shape[1], blt.shape[1]
+    for j in range(widest):
+        for z in range(n):
+            if not todo[z]:
+                continue
+            p = s0[z] + j
+            if p >= s1[z]:
+                todo[z] = False
+                continue
+            bid = pbm[p]
+            if bid < 0:  # fixed layouts pad at the end
+                todo[z] = False
+                continue
+            ok = True
+            for a in range(qbm.shape[1]):
+                hit = False
+                for w in range(W):
+                    if bmt[bid, w] & qbm[b, a, w]:
+                        hit = True
+                        break
+                if not hit:
+                    ok = False
+                    break
+            k = 0
+            while ok and k < nb:
+                row = blb[k] + pbl[p, k]
+                found = False
+                for sg in range(soff[b, k], soff[b, k + 1]):
+                    inside = True
+                    for w in range(Wb):
+                        if (blt[row, w] & sigs[sg, w]) != sigs[sg, w]:
+                            inside = False
+                            break
+                    if inside:
+                        found = True
+                        break
+                ok = found
+                k += 1
+            if ok:
+                ok_out[z] = True
+                todo[z] = False
 
 
 @njit(cache=True)
@@ -191,22 +257,35 @@ def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     lo, target = -1, k
     cache_key = np.full(CACHE_SLOTS if gtm else 1, -1, np.int64)
     cache_val = np.zeros(CACHE_SLOTS if gtm else 1, np.bool_)
+    qi = np.empty(GTM_BATCH, np.int64)
+    qn = np.empty(GTM_BATCH, np.int64)
+    qok = np.empty(GTM_BATCH, np.bool_)
     while True:
         hi = lo + 1
         while hi < NB - 1 and cum[hi] < target:
             hi += 1
-        for i in range(C):
-            bk = _bucket(score[i], mn, scale, NB)
-            if lo < bk <= hi:
-                if gtm:
-                    x = _row_of(row_start, i)
-                    n = node_ids[r0 + x]
-                    child = no[n] + (i - row_start[x]) + 1
-                    if not _gtm(jag, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff, sigs, b, child,
-                            cache_key, cache_val):
-                        continue
-                sel[ns] = i
-                ns += 1
+        nq = 0
+        for i in range(C + 1):
+            if i < C:
+                bk = _bucket(score[i], mn, scale, NB)
+                if not lo < bk <= hi:
+                    continue
+                if not gtm:
+                    sel[ns] = i
+                    ns += 1
+                    continue
+                x = _row_of(row_start, i)
+                qi[nq] = i
+                qn[nq] = no[node_ids[r0 + x]] + (i - row_start[x]) + 1
+                nq += 1
+            if nq == GTM_BATCH or (i == C and nq > 0):  # test GTM on a batch of window candidates
+                _gtm_batch(jag, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff,
+                           sigs, b, qn, nq, qok)
+                for z in range(nq):
+                    if qok[z]:
+                        sel[ns] = qi[z]
+                        ns += 1
+                nq = 0
         if ns >= k or hi >= NB - 1:
             break
         seen = cum[hi]
