@@ -255,8 +255,9 @@ def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     sel = np.empty(C, np.int64)
     ns = 0
     lo, target = -1, k
-    cache_key = np.full(CACHE_SLOTS if gtm else 1, -1, np.int64)
-    cache_val = np.zeros(CACHE_SLOTS if gtm else 1, np.bool_)
+    slots = CACHE_SLOTS if (gtm and count_all) else 1  # only the full count tests node by node
+    cache_key = np.full(slots, -1, np.int64)
+    cache_val = np.zeros(slots, np.bool_)
     qi = np.empty(GTM_BATCH, np.int64)
     qn = np.empty(GTM_BATCH, np.int64)
     qok = np.empty(GTM_BATCH, np.bool_)
@@ -345,6 +346,11 @@ def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
         out_token[b, x] = ct[j]
         out_node[b, x] = j + 1
         out_score[b, x] = score[i]
+    for x in range(min(k, ns), k):  # fewer than k: -1 / -inf padding
+        out_parent[b, x] = -1
+        out_token[b, x] = -1
+        out_node[b, x] = -1
+        out_score[b, x] = -np.inf
 
 
 @njit(parallel=True, cache=True)

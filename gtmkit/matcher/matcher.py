@@ -120,8 +120,8 @@ class Matcher:
                               f"{list(logprobs.shape)} and {list(beam_scores.shape)}")
         if k < 1:
             raise GtmkitError("k must be >= 1")
-        out = Step(np.full((B, k), -1, np.int32), np.full((B, k), -1, np.int32), np.full((B, k), -1, np.int32),
-                   np.full((B, k), -np.inf, np.float32), np.zeros(B, np.int64))
+        out = Step(np.empty((B, k), np.int32), np.empty((B, k), np.int32), np.empty((B, k), np.int32),
+                   np.empty((B, k), np.float32), np.empty(B, np.int64))  # the kernel writes every slot
         K.step_kernel(self.arrays, q, starts, node_ids, logprobs, beam_scores, int(k), bool(gtm),
                       bool(count_candidates), *out)
         return out
