@@ -104,7 +104,9 @@ GTM_BATCH = 64
 def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff, sigs, b,
                nodes, n, ok_out):
     """_gtm for nodes[:n], partition by partition across the batch: the table rows of different nodes
-    are independent loads, so their cache misses overlap instead of queueing one node at a time."""
+    are independent loads, so their cache misses overlap instead of queueing one node at a time.
+    The partition test is spelled out here as in _gtm on purpose: factored into a shared helper
+    (inlined or not), numba's code for this loop ran the depth-1 step ~1.8x slower."""
     s0 = np.empty(n, np.int64)
     s1 = np.empty(n, np.int64)
     todo = np.empty(n, np.bool_)
