@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit, prange
 
 from .logits import SyntheticDecoder
-from .matcher.beam import beam_search
+from .matcher.beam import as_numpy, beam_search
 from .matcher.kernels_cpu import ad_eligible, depth_of, node_passes
 from .matcher.matcher import Matcher
 from .progress import Progress, report
@@ -55,7 +55,8 @@ def prefix_recall(matcher: Matcher, batch, sample: int = 200_000, seed: int = 0)
     sid_of_row = np.repeat(np.arange(index.num_sids, dtype=np.int64), np.diff(np.asarray(index.sid_ad_offsets)))
     e = np.zeros(batch.size, np.int64)
     ok = np.zeros(batch.size, np.int64)
-    _recall(matcher.arrays, batch, rows.astype(np.int64), sid_of_row, index.first_leaf, e, ok)
+    host_batch = getattr(batch, "host", batch)  # the GPU keeps the host copy of the requests
+    _recall(matcher.arrays, host_batch, rows.astype(np.int64), sid_of_row, index.first_leaf, e, ok)
     pairs = int(e.sum())
     return {"pairs": pairs, "ads_sampled": int(len(rows)), "recall": float(ok.sum() / pairs) if pairs else 1.0}
 
@@ -70,7 +71,7 @@ def run_mode(matcher: Matcher, users, batch, beams, logits: str, seed: int, gtm:
     n_sids = int((res.leaf_nodes >= 0).sum())
     n_expanded = sum(len(a) for a, _ in expanded)
     n_eligible = sum(len(a) for a, _ in res.ads)
-    sids_with_eligible = sum(len(np.unique(rank)) for _, rank in res.ads)
+    sids_with_eligible = sum(len(np.unique(as_numpy(rank))) for _, rank in res.ads)
     B = len(users)
     return {
         "mode": "cd+gtm" if gtm else "cd",
@@ -79,8 +80,8 @@ def run_mode(matcher: Matcher, users, batch, beams, logits: str, seed: int, gtm:
         "sids_per_request": n_sids / B,
         "ads_expanded_per_request": n_expanded / B,
         "eligible_ads_per_request": n_eligible / B,
-        "surviving_candidates_per_step": [float(x) for x in res.candidates.mean(axis=1)],
-        "beams_per_step": [float(x) for x in res.beams.mean(axis=1)],
+        "surviving_candidates_per_step": [float(x) for x in as_numpy(res.candidates).mean(axis=1)],
+        "beams_per_step": [float(x) for x in as_numpy(res.beams).mean(axis=1)],
         "ms_per_request": 1000 * secs / B,
     }
 

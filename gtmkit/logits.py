@@ -70,7 +70,11 @@ class SyntheticDecoder:
         self.keys = None
 
     def __call__(self, step, prev_tokens, parent_rows):
-        parents = np.asarray(parent_rows, np.int64)
+        # Runs on the host: with a GPU matcher the beam state arrives as CuPy arrays and the log-probs
+        # go back as numpy (the step uploads them). GpuSyntheticDecoder stays on the device.
+        from .matcher.beam import as_numpy
+        prev_tokens = as_numpy(prev_tokens)
+        parents = np.asarray(as_numpy(parent_rows), np.int64)
         if step == 0:
             self.keys = self.user_keys[parents]
             boost_rows = parents

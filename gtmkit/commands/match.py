@@ -13,7 +13,7 @@ def match_user(index, user: dict, beams, logits: str = "peaked", seed: int = 0, 
     import time
 
     from ..logits import SyntheticDecoder
-    from ..matcher.beam import beam_search
+    from ..matcher.beam import as_numpy, beam_search
     from ..matcher.matcher import Matcher
 
     m = Matcher(index, device=device)
@@ -21,12 +21,12 @@ def match_user(index, user: dict, beams, logits: str = "peaked", seed: int = 0, 
     t0 = time.perf_counter()
     res = beam_search(m, [req], SyntheticDecoder([user], index.vocab_size, logits, seed), beams, gtm=gtm)
     secs = time.perf_counter() - t0
-    ads, rank = res.ads[0]
+    ads, rank = (as_numpy(x) for x in res.ads[0])  # results may live on the GPU
+    sids, scores, leaves = as_numpy(res.sids), as_numpy(res.scores), as_numpy(res.leaf_nodes)
     out = []
     for a, r in zip(ads[:top].tolist(), rank[:top].tolist()):
-        out.append({"ad_id": a, "sid": [int(x) for x in res.sids[0, r]], "sid_rank": r,
-                    "score": float(res.scores[0, r])})
-    return {"user": user, "sids_returned": int((res.leaf_nodes[0] >= 0).sum()), "eligible_ads": int(len(ads)),
+        out.append({"ad_id": a, "sid": [int(x) for x in sids[0, r]], "sid_rank": r, "score": float(scores[0, r])})
+    return {"user": user, "sids_returned": int((leaves[0] >= 0).sum()), "eligible_ads": int(len(ads)),
             "ms": 1000 * secs, "top": out}
 
 

@@ -26,9 +26,12 @@ class Result(NamedTuple):
 
 
 def as_numpy(x) -> np.ndarray:
-    """numpy view of an array-like; CPU torch tensors come through DLPack without a copy."""
+    """numpy view of an array-like; CPU torch tensors come through DLPack without a copy; CuPy arrays
+    are copied to the host."""
     if isinstance(x, np.ndarray):
         return x
+    if type(x).__module__.startswith("cupy"):
+        return x.get()
     if hasattr(x, "__dlpack__"):
         try:
             return np.from_dlpack(x)
