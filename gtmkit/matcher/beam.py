@@ -30,8 +30,8 @@ def as_numpy(x) -> np.ndarray:
     are copied to the host."""
     if isinstance(x, np.ndarray):
         return x
-    if type(x).__module__.startswith("cupy"):
-        return x.get()
+    if hasattr(x, "__cuda_array_interface__"):  # device memory: copy to the host
+        return x.get() if hasattr(x, "get") else x.detach().cpu().numpy()
     if hasattr(x, "__dlpack__"):
         try:
             return np.from_dlpack(x)
