@@ -78,3 +78,28 @@ def test_demo_small(tmp_path):
     assert r.exit_code == 0, r.output
     assert "recall of eligible prefixes 1.000000" in r.stdout and "demo finished" in r.stdout
     assert (tmp_path / "w" / "index" / "manifest.json").exists()
+
+
+class _DeviceArray:
+    """Stands in for a CuPy array: device memory that must be copied to the host with get()."""
+
+    __cuda_array_interface__ = {}
+
+    def __init__(self, a):
+        self.a = a
+
+    def get(self):
+        return self.a
+
+
+def test_host_decoder_accepts_device_beam_state():
+    """With a GPU matcher, beam_search hands the decoder device arrays; the synthetic decoder copies
+    them to the host and produces the same log-probs."""
+    from gtmkit.logits import SyntheticDecoder
+
+    users = [{"_interests": [3, 5]}, {"_interests": [1]}]
+    a, b = SyntheticDecoder(users, 16, seed=2), SyntheticDecoder(users, 16, seed=2)
+    prev, parents = np.full(2, -1, np.int32), np.arange(2, dtype=np.int32)
+    np.testing.assert_array_equal(a(0, prev, parents), b(0, _DeviceArray(prev), _DeviceArray(parents)))
+    nxt_prev, nxt_par = np.array([3, 5, 1], np.int32), np.array([0, 0, 1], np.int32)
+    np.testing.assert_array_equal(a(1, nxt_prev, nxt_par), b(1, _DeviceArray(nxt_prev), _DeviceArray(nxt_par)))
