@@ -21,6 +21,19 @@ from catalogs import random_user  # noqa: E402
 from test_build import MODES, _build  # noqa: E402
 
 
+def _hopper() -> bool:
+    return int(cp.cuda.Device().compute_capability[:-1]) >= 9
+
+
+@pytest.fixture(autouse=True, params=["fused", "multi"])
+def step_path(request, monkeypatch):
+    """Every test runs on both GPU step implementations (the fused one needs compute capability 9+)."""
+    if request.param == "fused" and not _hopper():
+        pytest.skip("the fused step needs a Hopper-class GPU")
+    monkeypatch.setenv("GTMKIT_CUDA_STEP", request.param)
+    return request.param
+
+
 def _same_step(a, b):
     for name, x, y in zip(a._fields, a, b):
         y = cp.asnumpy(y)
@@ -146,3 +159,47 @@ def test_eval_and_match_on_gpu_equal_cpu(synth_index):
     a = match_user(idx, users[0], (1, 32, 64, 64), device="cpu")
     b = match_user(idx, users[0], (1, 32, 64, 64), device="cuda")
     assert a["top"] == b["top"] and a["eligible_ads"] == b["eligible_ads"]
+
+
+@pytest.mark.parametrize("scores", ["ties", "rounded", "wide", "logits"])
+def test_large_steps_equal_cpu(tmp_path, scores, step_path):
+    """Hundreds of rows per request, k up to 2048, and score layouts that crowd one score bin (all
+    equal: the radix-select path), spread far below the best (the last bin), or exceed 0 (logits)."""
+    idx, _, _ = _build(tmp_path, 72, "dynamic", {"target_fill": 0.4, "k_max": 3}, n_ads=20000, L=3, V=48)
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+    assert gpu.cuda.fused == (step_path == "fused")
+    rng = np.random.default_rng(3)
+    B = 5
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
+    for depth in (1, 2):
+        per_req = int(rng.integers(300, 700))
+        nodes, rr, lp, bs = _case(idx, rng, B, per_req, depth)
+        if scores == "ties":
+            lp[:] = -1.0
+            bs[:] = 0.0
+        elif scores == "wide":
+            lp = (lp * 60).astype(np.float32)
+        elif scores == "logits":
+            lp = (np.abs(lp) * 5).astype(np.float32)
+        for k in (1, 37, 1024, 2048):
+            for gtm in (True, False):
+                _same_step(cpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm),
+                           gpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm))
+        # int32 node ids straight from a previous step are accepted as they are
+        _same_step(cpu.step(nodes, lp, bs, rr, reqs, 64), gpu.step(cp.asarray(nodes, cp.int32), lp, bs, rr, reqs, 64))
+
+
+def test_uneven_requests_equal_cpu(tmp_path):
+    """Requests with no rows, one row and many rows in one batch."""
+    idx, _, _ = _build(tmp_path, 73, "static", {"k": [1, 3, 2]}, n_ads=3000, L=3, V=16)
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+    rng = np.random.default_rng(4)
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(4)]
+    counts = [0, 1, 900, 17]
+    rr = np.repeat(np.arange(4), counts)
+    nodes = rng.integers(idx.level_offsets[1], idx.level_offsets[2], size=len(rr))
+    lp = rng.normal(size=(len(rr), idx.vocab_size)).astype(np.float32)
+    bs = rng.normal(size=len(rr)).astype(np.float32)
+    for k in (1, 100, 2048):
+        _same_step(cpu.step(nodes, lp, bs, rr, reqs, k, count_candidates=True),
+                   gpu.step(nodes, lp, bs, rr, reqs, k, count_candidates=True))

@@ -1,11 +1,16 @@
-"""CUDA backend of the Matcher: the index uploaded once, CuPy RawKernels from kernels/gtm_step.cu.
+"""CUDA backend of the Matcher: the index uploaded once, CuPy RawKernels from kernels/*.cu.
 
 Imported only when device="cuda" is chosen. Every operation runs on the current CuPy stream (the
 caller's torch stream when inputs are torch tensors) with no host synchronisation inside a step:
-buffers are sized from the row count and the index's maximum out-degree, never from a count read back."""
+buffers are sized from the row count and the index's maximum out-degree, never from a count read back.
+
+Two implementations of the step, with identical results: on Hopper and newer (compute capability 9+)
+one launch of kernels/gtm_fused.cu (a thread block cluster per request); elsewhere the multi-kernel
+pipeline of kernels/gtm_step.cu. GTMKIT_CUDA_STEP=multi forces the latter (the GPU tests run both)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import cupy as cp
@@ -14,7 +19,12 @@ import numpy as np
 from ..errors import GtmkitError
 from .arrays import RequestBatch, TrieArrays
 
-KERNEL_FILE = Path(__file__).with_name("kernels") / "gtm_step.cu"
+KERNEL_DIR = Path(__file__).with_name("kernels")
+KERNEL_FILE = KERNEL_DIR / "gtm_step.cu"
+FUSED_FILE = KERNEL_DIR / "gtm_fused.cu"
+POST_FILE = KERNEL_DIR / "postfilter.cu"
+FUSED_CLUSTER = 8              # blocks per request (CL in gtm_fused.cu)
+FUSED_SMEM = 52 * 1024         # >= sizeof(Smem) in gtm_fused.cu (50,332 bytes)
 MAX_K = 2048
 NB = 4096      # score bins (kernels/gtm_step.cu)
 ST = 8         # per-request state words
@@ -26,7 +36,8 @@ def load_module(path: Path) -> cp.RawModule:
     """A .cu file compiled for the current device (NVRTC, once per device and file; CuPy caches to disk)."""
     key = (cp.cuda.Device().id, str(path))
     if key not in _modules:
-        _modules[key] = cp.RawModule(code=Path(path).read_text(), options=("--std=c++14",))
+        # the kernels folder is on the include path for the shared header (gtm_common.cuh)
+        _modules[key] = cp.RawModule(code=Path(path).read_text(), options=("--std=c++14", f"-I{KERNEL_DIR}"))
     return _modules[key]
 
 
@@ -66,7 +77,14 @@ class CudaBackend:
         self.sms = cp.cuda.Device().attributes["MultiProcessorCount"]
         self.k_gather = self.mod.get_function("gather_kernel")
         self.k_mask = self.mod.get_function("mask_kernel")
-        self.k_post = self.mod.get_function("postfilter_kernel")
+        post = load_module(POST_FILE)
+        self.k_post_count = post.get_function("post_count_kernel")
+        self.k_post_fill = post.get_function("post_fill_kernel")
+        major = cp.cuda.Device().compute_capability[:-1]
+        self.fused = int(major) >= 9 and os.environ.get("GTMKIT_CUDA_STEP", "fused") != "multi"
+        if self.fused:
+            self.k_fused = load_module(FUSED_FILE).get_function("fused_step_kernel")
+            self.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
         d = {name: cp.asarray(np.ascontiguousarray(getattr(t, name))) for name in t._fields if name != "jagged"}
         self.d = d
         self.vocab = index.vocab_size
@@ -110,6 +128,16 @@ class CudaBackend:
         R = int(node_ids.shape[0])
         B = q.size
         cap = max(R * int(max_children), 1)
+        if out is None:
+            out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
+                   cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
+        if self.fused:
+            return self._step_fused(node_ids, logprobs, lp_dtype, beam_scores, row_req, q, k, gtm, count_all,
+                                    int(max_children), cap, out, scratch)
+        if node_ids.dtype != cp.int64:
+            node_ids = node_ids.astype(cp.int64)
+        if req_rows is None:
+            req_rows = cp.searchsorted(row_req, cp.arange(B + 1, dtype=cp.int64)).astype(cp.int64)
         row_off = self._buf("row_off", (max(R, 1),), cp.int64, scratch)
         count = self._buf("count", (B,), cp.int64, scratch)
         base = self._buf("base", (B + 1,), cp.int64, scratch)
@@ -121,9 +149,6 @@ class CudaBackend:
         n_out = self._buf("n_out", (B,), cp.int32, scratch)
         ghist = self._buf("ghist", (B, NB), cp.uint32, scratch)
         st = self._buf("state", (B, ST), cp.int64, scratch)
-        if out is None:
-            out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
-                   cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
         parent, token, node, score, out_count = out
         best.fill(0)
         ghist.fill(0)
@@ -156,6 +181,27 @@ class CudaBackend:
                                                        np.int32(B), np.int32(k), parent, token, node, score))
         return out
 
+    def _step_fused(self, node_ids, logprobs, lp_dtype, beam_scores, row_req, q, k, gtm, count_all, D, cap, out,
+                    scratch):
+        """The step as one cluster launch (kernels/gtm_fused.cu); node_ids int32 or int64."""
+        R, B = int(node_ids.shape[0]), q.size
+        if R * D >= 2**32:
+            raise GtmkitError(f"{R} rows x {D} children per row exceed the GPU step's 32-bit candidate numbering")
+        if node_ids.dtype not in (cp.int32, cp.int64):
+            node_ids = node_ids.astype(cp.int64)
+        cand = self._buf("cand", (cap,), cp.uint64, scratch)
+        child = self._buf("child", (cap,), cp.int32, scratch)
+        passed = self._buf("passed", (cap,), cp.uint64, scratch)
+        grouped = self._buf("grouped", (cap,), cp.uint64, scratch)
+        topsel = self._buf("topsel", (B, k), cp.uint64, scratch)
+        parent, token, node, score, out_count = out
+        self.k_fused((B * FUSED_CLUSTER,), (1024,),
+                     (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
+                      np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
+                      np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,
+                      parent, token, node, score, out_count), shared_mem=FUSED_SMEM)
+        return out
+
     def mask(self, node_ids, row_req, q: DeviceBatch, gtm: bool):
         R = int(node_ids.shape[0])
         words = -(-self.vocab // 32)
@@ -165,7 +211,7 @@ class CudaBackend:
                                                           np.int32(words), np.int32(gtm), out))
         return out.view(cp.int32)
 
-    def postfilter_padded(self, leaves, q: DeviceBatch, exact: bool, out=None):
+    def postfilter_padded(self, leaves, q: DeviceBatch, exact: bool, out=None, scratch=None):
         """(ads int64 [B, cap], sid_rank int32 [B, cap], counts int64 [B]) with cap = M * max ads per SID;
         entries past counts[b] are unspecified."""
         B, M = leaves.shape
@@ -173,6 +219,14 @@ class CudaBackend:
         if out is None:
             out = (cp.empty((B, cap), cp.int64), cp.empty((B, cap), cp.int32), cp.empty(B, cp.int64))
         ads, rank, n = out
-        self.k_post((B,), (1024,), (self.params, q.params, self.ad_params, leaves, np.int32(M),
-                                    np.int64(self.first_leaf), np.int32(exact), np.int64(cap), ads, rank, n))
+        counts = self._buf("post_counts", (B, M), cp.int32, scratch)
+        flags = self._buf("post_flags", (B, M), cp.uint64, scratch)
+        n_sid = B * M
+        if n_sid:
+            self.k_post_count(((n_sid + 127) // 128,), (128,),
+                              (self.params, q.params, self.ad_params, leaves, np.int32(B), np.int32(M),
+                               np.int64(self.first_leaf), np.int32(exact), counts, flags))
+        self.k_post_fill((B,), (1024,), (self.params, q.params, self.ad_params, leaves, np.int32(M),
+                                         np.int64(self.first_leaf), np.int32(exact), counts, flags, np.int64(cap),
+                                         ads, rank, n))
         return ads, rank, n

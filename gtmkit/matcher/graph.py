@@ -141,11 +141,15 @@ class GraphedBeamSearch:
             self.k_reorder(((R + 255) // 256,), (256,),
                            (hist if hist is not None else self.hist[t], np.int32(t), p, tok, np.int64(R), self.hist[t]))
             hist = self.hist[t]
-            self.nodes64[t][...] = node.reshape(-1)
-            nodes, scores, prev, parent = self.nodes64[t], sc.reshape(-1), tok.reshape(-1), p.reshape(-1)
+            if be.fused:  # the fused step reads int32 node ids as they come out of the last step
+                nodes = node.reshape(-1)
+            else:
+                self.nodes64[t][...] = node.reshape(-1)
+                nodes = self.nodes64[t]
+            scores, prev, parent = sc.reshape(-1), tok.reshape(-1), p.reshape(-1)
         self.leaves64[...] = nodes.reshape(self.leaves64.shape)
         if self.postfilter:
-            be.postfilter_padded(self.leaves64, q, True, out=self.post)
+            be.postfilter_padded(self.leaves64, q, True, out=self.post, scratch=self.scratch)
         B, M = self.leaves64.shape
         self.result = GraphResult(hist.reshape(B, M, L), scores.reshape(B, M), self.outs[-1][2], *self.post)
 

@@ -170,7 +170,7 @@ class Matcher:
         import cupy as cp
 
         with _stream_of(logprobs):
-            nodes = _dev(node_ids, "int64").reshape(-1)
+            nodes = _dev_index(node_ids).reshape(-1)
             R = int(nodes.shape[0])
             lp, lp_dtype = _dev_logprobs(logprobs)
             if tuple(lp.shape) != (R, self.vocab_size):
@@ -179,9 +179,8 @@ class Matcher:
             rr = _dev(row_request, "int64").reshape(-1)
             if bs.shape[0] != R or rr.shape[0] != R:
                 raise GtmkitError(f"beam_scores and row_request need {R} rows")
-            req_rows = cp.searchsorted(rr, cp.arange(q.size + 1, dtype=cp.int64)).astype(cp.int64)
             mc = int(max_children) if max_children is not None else max(self.cuda.max_degree)
-            out = self.cuda.step(nodes, lp, lp_dtype, bs, rr, req_rows, q, int(k), bool(gtm),
+            out = self.cuda.step(nodes, lp, lp_dtype, bs, rr, None, q, int(k), bool(gtm),
                                  bool(count_candidates), mc)
         return Step(*out)
 
@@ -209,6 +208,16 @@ def _dev(x, dtype):
     if _is_torch(x):
         x = cp.from_dlpack(x.detach())
     return cp.ascontiguousarray(cp.asarray(x), dtype=dtype)
+
+
+def _dev_index(x):
+    """Node ids on the device: int32 or int64 kept as they are (the fused step reads both), else int64."""
+    import cupy as cp
+
+    if _is_torch(x):
+        x = cp.from_dlpack(x.detach())
+    x = cp.asarray(x)
+    return cp.ascontiguousarray(x if x.dtype in (cp.int32, cp.int64) else x.astype(cp.int64))
 
 
 def _dev_logprobs(x):

@@ -6,103 +6,10 @@
 // composites descending is exactly "score desc, then parent row asc, then token asc", and no two
 // are equal, so an exact k-th largest exists and selection needs no tie handling.
 
-typedef unsigned long long u64;
-typedef unsigned int u32;
-typedef long long i64;
-
 #define NB 4096            // linear score bins of the select kernel (best first)
-#define SPAN 64.0f         // bins cover [max - SPAN, max]; lower scores share the last bin
 #define SEL_CAP 2048       // most outputs a request can ask for (k <= SEL_CAP)
 #define RADIX 2048
-
-struct Trie {
-    const i64* node_offsets; const int* child_tokens; const i64* level_offsets; int n_levels;  // n_levels = L + 2
-    int jagged; const i64* level_base; const i64* level_width; const i64* part_offsets;
-    const int* part_bitmask; const int* part_bloom; int nb;
-    const u64* bitmask_table; int W; const u64* bloom_table; int Wb; const i64* bloom_base;
-    i64 n_internal;
-};
-
-struct Req {
-    const u64* bitmask; int A;              // [B, A, W]
-    const i64* sig_off; const u64* sigs;    // [B, nb+1], [n, Wb]
-    const i64* code_off; const i64* codes;  // [B, nb+1], [n]
-};
-
-// Kernels receive their tables as one int64 array of pointers and sizes (built once on the host:
-// gtmkit/matcher/backend_cuda.py, same order), which keeps launches short and CuPy-friendly.
-__device__ __forceinline__ Trie load_trie(const i64* P) {
-    Trie t;
-    t.node_offsets = (const i64*)P[0]; t.child_tokens = (const int*)P[1]; t.level_offsets = (const i64*)P[2];
-    t.n_levels = (int)P[3]; t.jagged = (int)P[4]; t.level_base = (const i64*)P[5]; t.level_width = (const i64*)P[6];
-    t.part_offsets = (const i64*)P[7]; t.part_bitmask = (const int*)P[8]; t.part_bloom = (const int*)P[9];
-    t.nb = (int)P[10]; t.bitmask_table = (const u64*)P[11]; t.W = (int)P[12]; t.bloom_table = (const u64*)P[13];
-    t.Wb = (int)P[14]; t.bloom_base = (const i64*)P[15]; t.n_internal = P[16];
-    return t;
-}
-
-__device__ __forceinline__ Req load_req(const i64* P) {
-    Req q;
-    q.bitmask = (const u64*)P[0]; q.A = (int)P[1]; q.sig_off = (const i64*)P[2]; q.sigs = (const u64*)P[3];
-    q.code_off = (const i64*)P[4]; q.codes = (const i64*)P[5];
-    return q;
-}
-
-__device__ __forceinline__ u32 sortable(float f) {
-    u32 u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-__device__ __forceinline__ float unsortable(u32 k) {
-    u32 u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
-    return __uint_as_float(u);
-}
-
-__device__ __forceinline__ int depth_of(const Trie& t, i64 node) {
-    int a = 0, b = t.n_levels - 1;
-    while (b - a > 1) { int m = (a + b) >> 1; if (t.level_offsets[m] <= node) a = m; else b = m; }
-    return a;
-}
-
-__device__ bool node_passes(const Trie& t, const Req& q, int b, i64 node, int depth) {
-    i64 s0, s1;
-    if (t.jagged) { s0 = t.part_offsets[node]; s1 = t.part_offsets[node + 1]; }
-    else { i64 w = t.level_width[depth]; s0 = t.level_base[depth] + (node - t.level_offsets[depth]) * w; s1 = s0 + w; }
-    for (i64 p = s0; p < s1; ++p) {
-        int bid = t.part_bitmask[p];
-        if (bid < 0) break;  // fixed layouts pad at the end
-        bool ok = true;
-        const u64* row = t.bitmask_table + (i64)bid * t.W;
-        const u64* rq = q.bitmask + (i64)b * q.A * t.W;
-        for (int a = 0; a < q.A && ok; ++a) {
-            u64 hit = 0;
-            for (int w = 0; w < t.W; ++w) hit |= row[w] & rq[a * t.W + w];
-            ok = hit != 0;
-        }
-        for (int k = 0; k < t.nb && ok; ++k) {
-            const u64* br = t.bloom_table + (t.bloom_base[k] + t.part_bloom[p * t.nb + k]) * t.Wb;
-            bool found = false;
-            for (i64 s = q.sig_off[b * (t.nb + 1) + k]; s < q.sig_off[b * (t.nb + 1) + k + 1] && !found; ++s) {
-                const u64* sg = q.sigs + s * t.Wb;
-                bool inside = true;
-                for (int w = 0; w < t.Wb; ++w) inside &= (br[w] & sg[w]) == sg[w];
-                found = inside;
-            }
-            ok = found;
-        }
-        if (ok) return true;
-    }
-    return false;
-}
-
-__device__ __forceinline__ float load_lp(const void* lp, int dtype, i64 idx) {
-    if (dtype == 0) return ((const float*)lp)[idx];
-    unsigned short h = ((const unsigned short*)lp)[idx];
-    if (dtype == 2) return __uint_as_float(((u32)h) << 16);  // bfloat16
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));             // float16
-    return f;
-}
+#include "gtm_common.cuh"
 
 // One block per request: exclusive prefix sums of the live rows' child counts.
 extern "C" __global__ void __launch_bounds__(1024) count_kernel(const i64* TP, const i64* node_ids, const i64* req_rows, int B,
@@ -176,30 +83,6 @@ extern "C" __global__ void expand_kernel(const i64* TP, const i64* node_ids, con
     if (lane == 0) atomicMax(best_key + b, best);
 }
 
-__device__ __forceinline__ int bin_of(u64 comp, float top) {
-    float s = unsortable((u32)(comp >> 32));
-    if (!(s > -3.0e38f)) return NB - 1;
-    float x = (top - s) * (NB / SPAN);
-    return x < (float)(NB - 1) ? (int)x : NB - 1;  // NaN (no finite best) lands in the last bin too
-}
-
-// Inclusive prefix sum over the block (blockDim.x == 1024) in thread order; warp shuffles, two barriers.
-__device__ u32 block_scan(u32 v, u32* warp_tot) {
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    for (int o = 1; o < 32; o <<= 1) { u32 n = __shfl_up_sync(0xffffffffu, v, o); if (lane >= o) v += n; }
-    if (lane == 31) warp_tot[wid] = v;
-    __syncthreads();
-    if (wid == 0) {
-        u32 w = warp_tot[lane];
-        for (int o = 1; o < 32; o <<= 1) { u32 n = __shfl_up_sync(0xffffffffu, w, o); if (lane >= o) w += n; }
-        warp_tot[lane] = w;
-    }
-    __syncthreads();
-    u32 out = v + (wid > 0 ? warp_tot[wid - 1] : 0u);
-    __syncthreads();
-    return out;
-}
-
 // Largest composite v such that at least `want` of vals[0..n) are >= v (n >= want > 0): radix select,
 // 11-bit digits from the top (the last pass takes the remaining 9 bits); digit counts scanned in parallel.
 __device__ u64 kth_largest(const u64* vals, i64 n, int want, u32* hist, u32* warp_tot, u64* s_prefix, int* s_want) {
@@ -256,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(1024) hist_kernel(const u64* cand, 
     i64 C = cand_count[b];
     const u64* cb = cand + cand_base[b];
     float top = unsortable(best_key[b]);
-    for (i64 i = (i64)g * blockDim.x + threadIdx.x; i < C; i += (i64)G * blockDim.x) atomicAdd(h + bin_of(cb[i], top), 1u);
+    for (i64 i = (i64)g * blockDim.x + threadIdx.x; i < C; i += (i64)G * blockDim.x) atomicAdd(h + bin_of<NB>(cb[i], top), 1u);
     __syncthreads();
     for (int i = threadIdx.x; i < NB; i += blockDim.x)
         if (h[i]) atomicAdd(ghist + (i64)b * NB + i, h[i]);
@@ -310,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(256) round_kernel(const i64* TP, co
         u64 c = 0;
         if (i < C) {
             c = cb[i];
-            int bn = bin_of(c, top);
+            int bn = bin_of<NB>(c, top);
             if (bn > lo && bn <= hi) {
                 i64 child = ch[i];
                 pass = !gtm || node_passes(t, q, b, child, depth_of(t, child));
@@ -439,89 +322,3 @@ extern "C" __global__ void mask_kernel(const i64* TP, const i64* QP, const i64* 
     }
 }
 
-struct AdIndex {
-    const i64* sid_ad_offsets; const i64* sid_ad_ids; const int* ad_bitmask;
-    const i64* allow_off; const int* allow_codes; i64 allow_stride;
-    const i64* excl_off; const int* excl_codes; i64 excl_stride; i64 n_ads;
-};
-
-__device__ __forceinline__ AdIndex load_ads(const i64* P) {
-    AdIndex a;
-    a.sid_ad_offsets = (const i64*)P[0]; a.sid_ad_ids = (const i64*)P[1]; a.ad_bitmask = (const int*)P[2];
-    a.allow_off = (const i64*)P[3]; a.allow_codes = (const int*)P[4]; a.allow_stride = P[5];
-    a.excl_off = (const i64*)P[6]; a.excl_codes = (const int*)P[7]; a.excl_stride = P[8]; a.n_ads = P[9];
-    return a;
-}
-
-__device__ __forceinline__ bool has(const int* codes, i64 lo, i64 hi, i64 c) {
-    i64 a = lo, z = hi;
-    while (a < z) { i64 m = (a + z) >> 1; if (codes[m] < c) a = m + 1; else z = m; }
-    return a < hi && codes[a] == c;
-}
-
-__device__ bool ad_eligible(const Trie& t, const Req& q, const AdIndex& ai, int b, i64 r) {
-    const u64* row = t.bitmask_table + (i64)ai.ad_bitmask[r] * t.W;
-    const u64* rq = q.bitmask + (i64)b * q.A * t.W;
-    for (int a = 0; a < q.A; ++a) {
-        u64 hit = 0;
-        for (int w = 0; w < t.W; ++w) hit |= row[w] & rq[a * t.W + w];
-        if (!hit) return false;
-    }
-    for (int k = 0; k < t.nb; ++k) {
-        const i64* ao = ai.allow_off + k * (ai.n_ads + 1);
-        const int* ac = ai.allow_codes + k * ai.allow_stride;
-        const i64* eo = ai.excl_off + k * (ai.n_ads + 1);
-        const int* ec = ai.excl_codes + k * ai.excl_stride;
-        i64 c0 = q.code_off[b * (t.nb + 1) + k], c1 = q.code_off[b * (t.nb + 1) + k + 1];
-        bool ok = ao[r] == ao[r + 1];
-        for (i64 x = c0; x < c1 && !ok; ++x) ok = q.codes[x] >= 0 && has(ac, ao[r], ao[r + 1], q.codes[x]);
-        if (!ok) return false;
-        for (i64 x = c0; x < c1; ++x)
-            if (q.codes[x] >= 0 && has(ec, eo[r], eo[r + 1], q.codes[x])) return false;
-    }
-    return true;
-}
-
-// One block per request: expand its SIDs (rank order) to ads, keep the exactly eligible ones.
-// Output is padded per request ([B, cap_ads]) so no host round trip is needed; out_n[b] = count.
-extern "C" __global__ void __launch_bounds__(1024) postfilter_kernel(const i64* TP, const i64* QP, const i64* AP, const i64* leaves, int M, i64 first_leaf,
-                                             int exact, i64 cap_ads, i64* out_ads, int* out_rank, i64* out_n) {
-    __shared__ int s_base;
-    __shared__ int scan[1024];
-    Trie t = load_trie(TP);
-    Req q = load_req(QP);
-    AdIndex ai = load_ads(AP);
-    int b = blockIdx.x;
-    if (threadIdx.x == 0) s_base = 0;
-    __syncthreads();
-    // rank order is required: process ranks in chunks of blockDim, one SID per thread, then scan.
-    for (int m0 = 0; m0 < M; m0 += blockDim.x) {
-        int m = m0 + threadIdx.x;
-        i64 s = -1, a0 = 0, a1 = 0;
-        if (m < M) {
-            i64 n = leaves[(i64)b * M + m];
-            if (n >= first_leaf) { s = n - first_leaf; a0 = ai.sid_ad_offsets[s]; a1 = ai.sid_ad_offsets[s + 1]; }
-        }
-        int cnt = 0;
-        for (i64 r = a0; r < a1; ++r) cnt += (!exact || ad_eligible(t, q, ai, b, r));
-        scan[threadIdx.x] = cnt;
-        __syncthreads();
-        for (int st = 1; st < blockDim.x; st <<= 1) {
-            int v = threadIdx.x >= st ? scan[threadIdx.x - st] : 0;
-            __syncthreads();
-            scan[threadIdx.x] += v;
-            __syncthreads();
-        }
-        i64 pos = s_base + scan[threadIdx.x] - cnt;
-        for (i64 r = a0; r < a1; ++r) {
-            if (!exact || ad_eligible(t, q, ai, b, r)) {
-                if (pos < cap_ads) { out_ads[(i64)b * cap_ads + pos] = ai.sid_ad_ids[r]; out_rank[(i64)b * cap_ads + pos] = m; }
-                ++pos;
-            }
-        }
-        __syncthreads();
-        if (threadIdx.x == blockDim.x - 1) s_base += scan[blockDim.x - 1];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out_n[b] = s_base;
-}

@@ -1,0 +1,352 @@
+// The whole CD+GTM step with its top-k in ONE launch (Hopper, sm_90+): a thread block cluster of CL
+// blocks per request; the blocks of a cluster merge histograms in block 0's shared memory
+// (distributed shared memory) and meet at hardware cluster barriers. NVRTC: built-in types only.
+//
+// Why: the multi-kernel step (gtm_step.cu) spends most of its time between its 13 launches. Here a
+// request's candidates are expanded, binned by score, tested for GTM lazily, best bins first, and
+// ranked without leaving the kernel, and a cluster is scheduled as a unit, so its barriers are safe
+// for any number of requests.
+//
+// Candidate identity: i = row_local * D + c, where row_local is the row's index within its request,
+// c the child's position in the node's CSR child list (children are sorted by token) and D the
+// caller's bound on out-degrees. The composite (sortable(score) << 32) | (0xFFFFFFFF - i) orders
+// candidates exactly by "score desc, parent row asc, token asc", and no two are equal.
+//
+// Phases (per cluster = per request b):
+//  1 expand: each block takes a contiguous slice of the request's rows; a warp per row writes its
+//    children's composites and child nodes to the block's scratch region (compacted).
+//  2 best score of the request (cluster max) -> score bins; candidate histogram merged in block 0.
+//  3 rounds: test GTM on the candidates of bins (lo, hi]; passers are appended to the block's list and
+//    counted per bin (merged in block 0). After each barrier every block reads the same merged
+//    counts and takes the same decision: stop at the first bin T where the passers of bins <= T reach
+//    k, or widen the window by the pass rate seen so far (at least doubling). Every candidate above
+//    the k-th passer has then been tested: the answer equals filter-then-top-k.
+//  4 rank: passers of bins < T are all kept (fewer than k); bin T supplies the rest. Passers are
+//    grouped by bin (counting sort through block 0's fill counters); a passer's output position is
+//    its bin's offset plus the number of larger composites in its bin. A crowded bin T (ties, or
+//    everything below best - SPAN) is cut to exactly the needed count by a radix select first.
+
+#include "gtm_common.cuh"
+
+#define CL 8            // blocks per request (cluster size)
+#define NT 1024         // threads per block
+#define FB 2048         // score bins
+#define GT_CAP 2048     // bin T ranked directly up to this many passers; a radix select beyond
+#define RAD_PASSES 8    // 8-bit digits of a 64-bit composite
+
+// ---- cluster primitives (PTX; no cooperative_groups header under NVRTC) --------------------------
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+    // arrive has release and wait acquire semantics at cluster scope: shared and global writes made
+    // before the barrier by any block of the cluster are visible to every block after it.
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+__device__ __forceinline__ u32 shared_addr(const void* p) {
+    u64 a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (u32)a;
+}
+
+// Address of the same shared variable in block `rank` of the cluster.
+__device__ __forceinline__ u32 remote(const void* p, u32 rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(shared_addr(p)), "r"(rank));
+    return r;
+}
+
+__device__ __forceinline__ void dsm_add(u32 addr, u32 v) {
+    asm volatile("red.shared::cluster.add.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void dsm_max(u32 addr, u32 v) {
+    asm volatile("red.shared::cluster.max.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ u32 dsm_fetch_add(u32 addr, u32 v) {
+    u32 old;
+    asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(addr), "r"(v) : "memory");
+    return old;
+}
+
+__device__ __forceinline__ u32 dsm_load(u32 addr) {
+    u32 v;
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+
+// First bin > lo whose cumulative count reaches target (FB - 1 if none); cum is non-decreasing.
+__device__ __forceinline__ int first_bin_f(const u32* cum, int lo, i64 target) {
+    int a = lo + 1, z = FB - 1;
+    while (a < z) { int m = (a + z) >> 1; if ((i64)cum[m] >= target) z = m; else a = m + 1; }
+    return a;
+}
+
+__device__ __forceinline__ i64 node_at(const void* node_ids, int nid64, i64 r) {
+    return nid64 ? ((const i64*)node_ids)[r] : (i64)((const int*)node_ids)[r];
+}
+
+// Shared memory (dynamic; FB-sized arrays): see fused_smem_bytes() in backend_cuda.py.
+struct Smem {
+    u32 cum[FB];       // candidate histogram -> cumulative counts; after the rounds: pass offsets per bin
+    u32 pcnt[FB];      // this block's passers per bin; after a round: the merged counts of its window
+    u32 m_cand[FB];    // block 0: merged candidate histogram
+    u32 m_pass[FB];    // block 0: merged passers per bin
+    u32 m_fill[FB];    // block 0: fill counters of the grouping by bin
+    u32 m_rad[RAD_PASSES][256];  // block 0: merged digit histograms of the radix select
+    u32 l_rad[256];
+    u32 warp_tot[32];
+    u32 m_best;        // block 0: best sortable score of the request
+    u32 m_topn;        // block 0: fill counter of the radix-selected passers
+    u32 n_cand, n_pass;  // this block's candidates and passers
+    int s_T, s_done;
+    u32 s_wtot;
+};
+
+extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1)
+fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
+                  int V, const float* beam_scores, const i64* row_req, i64 R, int D, int k, int gtm, int count_all,
+                  u64* cand, int* cand_child, u64* passed, u64* grouped, u64* topsel,
+                  int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    Smem& S = *reinterpret_cast<Smem*>(smem_raw);
+    Trie t = load_trie(TP);
+    Req q = load_req(QP);
+    const u32 rank = cluster_rank();
+    const int b = blockIdx.x / CL;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    // rows of request b: [r0, r1) (row_req is non-decreasing); this block's slice [ra, rb)
+    __shared__ i64 s_r0, s_r1;
+    if (tid < 2) {
+        i64 want = b + tid, a = 0, z = R;
+        while (a < z) { i64 m = (a + z) >> 1; if (row_req[m] < want) a = m + 1; else z = m; }
+        if (tid == 0) s_r0 = a; else s_r1 = a;
+    }
+    for (int i = tid; i < FB; i += NT) { S.cum[i] = 0; S.pcnt[i] = 0; S.m_cand[i] = 0; S.m_pass[i] = 0; S.m_fill[i] = 0; }
+    for (int i = tid; i < RAD_PASSES * 256; i += NT) (&S.m_rad[0][0])[i] = 0;
+    if (tid == 0) { S.m_best = 0; S.m_topn = 0; S.n_cand = 0; S.n_pass = 0; }
+    __syncthreads();
+    const i64 r0 = s_r0, r1 = s_r1, nrows = r1 - r0;
+    const i64 ra = r0 + nrows * rank / CL, rb = r0 + nrows * (rank + 1) / CL;
+    u64* my_cand = cand + ra * (i64)D;         // this block's compacted candidates (capacity (rb-ra)*D)
+    int* my_child = cand_child + ra * (i64)D;
+    u64* my_pass = passed + ra * (i64)D;
+    u64* grp = grouped + r0 * (i64)D;          // the request's passers grouped by bin
+
+    // ---- 1 expand --------------------------------------------------------------------------------
+    u32 best = 0;
+    for (i64 r = ra + warp; r < rb; r += NT / 32) {
+        i64 n = node_at(node_ids, nid64, r);
+        if (n < 0 || n >= t.n_internal) continue;
+        i64 j0 = t.node_offsets[n], j1 = t.node_offsets[n + 1];
+        u32 deg = (u32)(j1 - j0), at = 0;
+        if (lane == 0) at = atomicAdd(&S.n_cand, deg);
+        at = __shfl_sync(0xffffffffu, at, 0);
+        float bs = beam_scores[r];
+        u32 i0 = (u32)((r - r0) * D);
+        for (i64 j = j0 + lane; j < j1; j += 32) {
+            float s = bs + load_lp(logprobs, lp_dtype, r * (i64)V + t.child_tokens[j]);
+            if (s != s) s = -__int_as_float(0x7f800000);  // NaN ranks as -inf
+            if (s == 0.0f) s = 0.0f;                      // -0 ties +0 (as on the CPU)
+            u32 key = sortable(s);
+            best = max(best, key);
+            my_cand[at + (j - j0)] = ((u64)key << 32) | (u64)(0xFFFFFFFFu - (i0 + (u32)(j - j0)));
+            my_child[at + (j - j0)] = (int)(j + 1);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+    cluster_sync();  // block 0's arrays are zeroed before anyone adds to them
+    if (lane == 0 && best) dsm_max(remote(&S.m_best, 0), best);
+    cluster_sync();
+    const float top = unsortable(dsm_load(remote(&S.m_best, 0)));
+    const u32 nc = S.n_cand;
+
+    // ---- 2 candidate histogram, merged in block 0, cumulative in every block ----------------------
+    for (u32 i = tid; i < nc; i += NT) atomicAdd(&S.cum[bin_of<FB>(my_cand[i], top)], 1u);
+    __syncthreads();
+    for (int i = tid; i < FB; i += NT) if (S.cum[i]) dsm_add(remote(&S.m_cand[i], 0), S.cum[i]);
+    cluster_sync();
+    {
+        int h0 = 2 * tid;  // FB == 2 * NT
+        u32 a0 = dsm_load(remote(&S.m_cand[h0], 0)), a1 = dsm_load(remote(&S.m_cand[h0 + 1], 0));
+        u32 incl = block_scan(a0 + a1, S.warp_tot);
+        S.cum[h0] = incl - a1;
+        S.cum[h0 + 1] = incl;
+    }
+    __syncthreads();
+    const i64 C = S.cum[FB - 1];
+
+    // ---- 3 lazy GTM rounds -----------------------------------------------------------------------
+    int lo = -1;
+    int hi = (count_all || C == 0) ? FB - 1 : first_bin_f(S.cum, -1, 2 * (i64)k);
+    i64 passed_lo = 0;  // passers in bins <= lo
+    int T = FB - 1;
+    for (;;) {
+        for (u32 base = 0; base < nc; base += NT) {  // whole warps iterate together (ballots)
+            u32 i = base + tid;
+            bool pass = false;
+            u64 c = 0;
+            int bn = 0;
+            if (i < nc) {
+                c = my_cand[i];
+                bn = bin_of<FB>(c, top);
+                if (bn > lo && bn <= hi) {
+                    i64 child = my_child[i];
+                    pass = !gtm || node_passes(t, q, b, child, depth_of(t, child));
+                }
+            }
+            unsigned ballot = __ballot_sync(0xffffffffu, pass);
+            if (ballot) {
+                u32 at = 0;
+                if (lane == 0) at = atomicAdd(&S.n_pass, (u32)__popc(ballot));
+                at = __shfl_sync(0xffffffffu, at, 0);
+                if (pass) {
+                    my_pass[at + __popc(ballot & ((1u << lane) - 1u))] = c;
+                    atomicAdd(&S.pcnt[bn], 1u);
+                }
+            }
+        }
+        __syncthreads();
+        for (int i = lo + 1 + tid; i <= hi; i += NT) if (S.pcnt[i]) dsm_add(remote(&S.m_pass[i], 0), S.pcnt[i]);
+        cluster_sync();
+        // merged passers of the window, scanned: the first bin where the running total reaches k
+        {
+            int h0 = 2 * tid;
+            u32 a0 = 0, a1 = 0;
+            if (h0 > lo && h0 <= hi) a0 = S.pcnt[h0] = dsm_load(remote(&S.m_pass[h0], 0));
+            if (h0 + 1 > lo && h0 + 1 <= hi) a1 = S.pcnt[h0 + 1] = dsm_load(remote(&S.m_pass[h0 + 1], 0));
+            u32 incl = block_scan(a0 + a1, S.warp_tot);
+            i64 before = passed_lo + (incl - a0 - a1);
+            if (tid == 0) S.s_T = -1;
+            if (tid == NT - 1) S.s_wtot = incl;
+            __syncthreads();
+            if (a0 && before < k && before + a0 >= k) S.s_T = h0;
+            else if (a1 && before + a0 < k && before + a0 + a1 >= k) S.s_T = h0 + 1;
+            __syncthreads();
+        }
+        passed_lo += S.s_wtot;
+        if (S.s_T >= 0) { T = S.s_T; break; }
+        if (hi >= FB - 1) { T = FB - 1; break; }
+        i64 seen = S.cum[hi];
+        double rate = passed_lo > 0 ? (double)passed_lo / (double)seen : 1.0 / 64.0;
+        i64 need = (i64)((double)(k - passed_lo) / rate * 1.25) + 1;
+        i64 target = seen + (need > seen ? need : seen);
+        lo = hi;
+        hi = first_bin_f(S.cum, hi, target);
+        __syncthreads();  // everyone has read s_T / s_wtot before the next round rewrites them
+    }
+
+    // ---- 4 rank the passers of bins <= T ---------------------------------------------------------
+    // pass offsets per bin (exclusive scan over bins <= T) into cum
+    {
+        int h0 = 2 * tid;
+        u32 a0 = h0 <= T ? S.pcnt[h0] : 0u, a1 = h0 + 1 <= T ? S.pcnt[h0 + 1] : 0u;
+        u32 incl = block_scan(a0 + a1, S.warp_tot);
+        S.cum[h0] = incl - a0 - a1;
+        S.cum[h0 + 1] = incl - a1;
+    }
+    __syncthreads();
+    const u32 c_lt = S.cum[T];                 // passers in bins < T (< k unless T is the last bin)
+    const u32 gT = S.pcnt[T];                  // passers in bin T
+    const u32 total = c_lt + gT;
+    const u32 n_out = total < (u32)k ? total : (u32)k;
+    const u32 need_T = n_out > c_lt ? n_out - c_lt : 0u;  // passers bin T contributes
+    const bool crowded = gT > need_T && gT > GT_CAP;
+    const u32 np = S.n_pass;
+    for (u32 i = tid; i < np; i += NT) {
+        u64 c = my_pass[i];
+        int bn = bin_of<FB>(c, top);
+        if (bn <= T) grp[S.cum[bn] + dsm_fetch_add(remote(&S.m_fill[bn], 0), 1u)] = c;
+    }
+    cluster_sync();
+    const u32 gtid = rank * NT + tid, gstride = CL * NT;
+    const i64 ob = (i64)b * k;
+    // a passer -> the output slot at `pos`
+    #define EMIT(c, pos)                                                                              \
+        do {                                                                                          \
+            u32 idx_ = 0xFFFFFFFFu - (u32)((c) & 0xFFFFFFFFull);                                      \
+            i64 row_ = r0 + idx_ / (u32)D;                                                            \
+            i64 j_ = t.node_offsets[node_at(node_ids, nid64, row_)] + idx_ % (u32)D;                  \
+            out_parent[ob + (pos)] = (int)row_;                                                       \
+            out_token[ob + (pos)] = t.child_tokens[j_];                                               \
+            out_node[ob + (pos)] = (int)(j_ + 1);                                                     \
+            out_score[ob + (pos)] = unsortable((u32)((c) >> 32));                                     \
+        } while (0)
+    const u32 ranked = crowded ? c_lt : total;  // grouped entries ranked directly
+    for (u32 s = gtid; s < ranked; s += gstride) {
+        u64 c = grp[s];
+        int bn = bin_of<FB>(c, top);
+        u32 g0 = S.cum[bn], g1 = g0 + S.pcnt[bn], r = 0;
+        for (u32 x = g0; x < g1; ++x) r += grp[x] > c;
+        u32 pos = g0 + r;
+        if (pos < n_out) EMIT(c, pos);
+    }
+    if (crowded) {
+        // radix select: the need_T-th largest composite of bin T, 8 bits at a time from the top
+        u64 prefix = 0, mask = 0;
+        u32 want = need_T;
+        const u64* gt = grp + c_lt;
+        for (int p = 0; p < RAD_PASSES; ++p) {
+            int sh = 56 - 8 * p;
+            for (int i = tid; i < 256; i += NT) S.l_rad[i] = 0;
+            __syncthreads();
+            for (u32 x = gtid; x < gT; x += gstride) {
+                u64 v = gt[x];
+                if ((v & mask) == prefix) atomicAdd(&S.l_rad[(v >> sh) & 255ull], 1u);
+            }
+            __syncthreads();
+            if (tid < 256 && S.l_rad[tid]) dsm_add(remote(&S.m_rad[p][tid], 0), S.l_rad[tid]);
+            cluster_sync();
+            // digits from high to low: suffix counts; the digit where they reach `want`
+            if (tid < 256) S.l_rad[tid] = dsm_load(remote(&S.m_rad[p][255 - tid], 0));
+            __syncthreads();
+            if (tid < 32) {
+                u32 acc = 0;
+                int found = -1;
+                u32 before = 0;
+                for (int c0 = 0; c0 < 256 && found < 0; c0 += 32) {
+                    u32 v = S.l_rad[c0 + lane], incl = v;
+                    for (int o = 1; o < 32; o <<= 1) { u32 y = __shfl_up_sync(0xffffffffu, incl, o); if (lane >= o) incl += y; }
+                    unsigned hit = __ballot_sync(0xffffffffu, acc + incl >= want);
+                    if (hit) {
+                        int l = __ffs(hit) - 1;
+                        found = c0 + l;
+                        before = acc + __shfl_sync(0xffffffffu, incl - v, l);
+                    }
+                    acc += __shfl_sync(0xffffffffu, incl, 31);
+                }
+                if (lane == 0) { S.s_T = 255 - found; S.s_wtot = want - before; }
+            }
+            __syncthreads();
+            prefix |= (u64)S.s_T << sh;
+            mask |= 255ull << sh;
+            want = S.s_wtot;
+            __syncthreads();
+        }
+        // prefix is now the need_T-th largest: exactly need_T composites of bin T are >= it
+        for (u32 x = gtid; x < gT; x += gstride) {
+            u64 v = gt[x];
+            if (v >= prefix) topsel[ob + dsm_fetch_add(remote(&S.m_topn, 0), 1u)] = v;
+        }
+        cluster_sync();
+        for (u32 s = gtid; s < need_T; s += gstride) {
+            u64 c = topsel[ob + s];
+            u32 r = 0;
+            for (u32 x = 0; x < need_T; ++x) r += topsel[ob + x] > c;
+            EMIT(c, c_lt + r);
+        }
+    }
+    #undef EMIT
+    for (u32 s = n_out + gtid; s < (u32)k; s += gstride) {
+        out_parent[ob + s] = -1; out_token[ob + s] = -1; out_node[ob + s] = -1;
+        out_score[ob + s] = -__int_as_float(0x7f800000);
+    }
+    if (rank == 0 && tid == 0) out_count[b] = !gtm ? C : (count_all ? passed_lo : -1);  // count_all tests every bin
+    cluster_sync();  // block 0's shared memory must outlive every remote access to it
+}

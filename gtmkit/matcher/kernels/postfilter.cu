@@ -1,0 +1,118 @@
+// Exact post-filter on the GPU: the SIDs a beam search returned, expanded to ads through the SID->ad
+// map, keeping the ads whose targeting admits the request (DESIGN §2, same test as gtmkit/matcher/exact.py).
+// NVRTC: built-in types only.
+//
+// Two launches instead of one block per request: eligibility is a chain of dependent loads (bitmask
+// row, then binary searches in the Bloom attributes' code lists), so the first kernel spreads SIDs over
+// the whole GPU, one thread per SID, and remembers each SID's verdicts as bits; the second, one block
+// per request, only scans the counts and writes the ads, without testing anything again.
+
+#include "gtm_common.cuh"
+
+#define FLAG_ADS 64   // verdicts kept as bits for up to this many ads of one SID; beyond, tested again
+
+struct AdIndex {
+    const i64* sid_ad_offsets; const i64* sid_ad_ids; const int* ad_bitmask;
+    const i64* allow_off; const int* allow_codes; i64 allow_stride;
+    const i64* excl_off; const int* excl_codes; i64 excl_stride; i64 n_ads;
+};
+
+__device__ __forceinline__ AdIndex load_ads(const i64* P) {
+    AdIndex a;
+    a.sid_ad_offsets = (const i64*)P[0]; a.sid_ad_ids = (const i64*)P[1]; a.ad_bitmask = (const int*)P[2];
+    a.allow_off = (const i64*)P[3]; a.allow_codes = (const int*)P[4]; a.allow_stride = P[5];
+    a.excl_off = (const i64*)P[6]; a.excl_codes = (const int*)P[7]; a.excl_stride = P[8]; a.n_ads = P[9];
+    return a;
+}
+
+__device__ __forceinline__ bool has(const int* codes, i64 lo, i64 hi, i64 c) {
+    i64 a = lo, z = hi;
+    while (a < z) { i64 m = (a + z) >> 1; if (codes[m] < c) a = m + 1; else z = m; }
+    return a < hi && codes[a] == c;
+}
+
+__device__ bool ad_eligible(const Trie& t, const Req& q, const AdIndex& ai, int b, i64 r) {
+    const u64* row = t.bitmask_table + (i64)ai.ad_bitmask[r] * t.W;
+    const u64* rq = q.bitmask + (i64)b * q.A * t.W;
+    for (int a = 0; a < q.A; ++a) {
+        u64 hit = 0;
+        for (int w = 0; w < t.W; ++w) hit |= row[w] & rq[a * t.W + w];
+        if (!hit) return false;
+    }
+    for (int k = 0; k < t.nb; ++k) {
+        const i64* ao = ai.allow_off + k * (ai.n_ads + 1);
+        const int* ac = ai.allow_codes + k * ai.allow_stride;
+        const i64* eo = ai.excl_off + k * (ai.n_ads + 1);
+        const int* ec = ai.excl_codes + k * ai.excl_stride;
+        i64 c0 = q.code_off[b * (t.nb + 1) + k], c1 = q.code_off[b * (t.nb + 1) + k + 1];
+        bool ok = ao[r] == ao[r + 1];
+        for (i64 x = c0; x < c1 && !ok; ++x) ok = q.codes[x] >= 0 && has(ac, ao[r], ao[r + 1], q.codes[x]);
+        if (!ok) return false;
+        for (i64 x = c0; x < c1; ++x)
+            if (q.codes[x] >= 0 && has(ec, eo[r], eo[r + 1], q.codes[x])) return false;
+    }
+    return true;
+}
+
+// Thread (b, m): how many ads of request b's m-th SID are eligible (0 for a -1 / non-leaf entry) and
+// their verdicts, bit i for the SID's i-th ad (first FLAG_ADS ads).
+extern "C" __global__ void post_count_kernel(const i64* TP, const i64* QP, const i64* AP, const i64* leaves, int B, int M,
+                                             i64 first_leaf, int exact, int* counts, u64* flags) {
+    Trie t = load_trie(TP);
+    Req q = load_req(QP);
+    AdIndex ai = load_ads(AP);
+    i64 x = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= (i64)B * M) return;
+    int b = (int)(x / M);
+    i64 n = leaves[x];
+    int cnt = 0;
+    u64 bits = 0;
+    if (n >= first_leaf) {
+        i64 s = n - first_leaf, a0 = ai.sid_ad_offsets[s], a1 = ai.sid_ad_offsets[s + 1];
+        for (i64 r = a0; r < a1; ++r) {
+            bool ok = !exact || ad_eligible(t, q, ai, b, r);
+            cnt += ok;
+            if (ok && r - a0 < FLAG_ADS) bits |= 1ull << (r - a0);
+        }
+    }
+    counts[x] = cnt;
+    flags[x] = bits;
+}
+
+// Block b: exclusive scan of the per-SID counts (rank order), then each SID writes its eligible ads at
+// its offset. Output is padded per request ([B, cap_ads]); out_n[b] = number of eligible ads.
+extern "C" __global__ void __launch_bounds__(1024) post_fill_kernel(const i64* TP, const i64* QP, const i64* AP, const i64* leaves,
+                                                                    int M, i64 first_leaf, int exact, const int* counts,
+                                                                    const u64* flags, i64 cap_ads, i64* out_ads, int* out_rank,
+                                                                    i64* out_n) {
+    __shared__ u32 warp_tot[32];
+    Trie t = load_trie(TP);
+    Req q = load_req(QP);
+    AdIndex ai = load_ads(AP);
+    int b = blockIdx.x;
+    u32 carry = 0;
+    for (int m0 = 0; m0 < M; m0 += blockDim.x) {
+        int m = m0 + threadIdx.x;
+        i64 x = (i64)b * M + m;
+        u32 cnt = m < M ? (u32)counts[x] : 0u;
+        u32 incl = block_scan(cnt, warp_tot);
+        i64 pos = (i64)carry + incl - cnt;
+        if (cnt) {
+            i64 s = leaves[x] - first_leaf, a0 = ai.sid_ad_offsets[s], a1 = ai.sid_ad_offsets[s + 1];
+            u64 bits = flags[x];
+            for (i64 r = a0; r < a1; ++r) {
+                bool ok = r - a0 < FLAG_ADS ? ((bits >> (r - a0)) & 1ull) != 0 : (!exact || ad_eligible(t, q, ai, b, r));
+                if (!ok) continue;
+                if (pos < cap_ads) { out_ads[(i64)b * cap_ads + pos] = ai.sid_ad_ids[r]; out_rank[(i64)b * cap_ads + pos] = m; }
+                ++pos;
+            }
+        }
+        // every thread reads the block total from the last thread's inclusive value
+        __shared__ u32 s_tot;
+        if (threadIdx.x == blockDim.x - 1) s_tot = incl;
+        __syncthreads();
+        carry += s_tot;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out_n[b] = carry;
+}
