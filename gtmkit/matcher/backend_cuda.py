@@ -103,6 +103,8 @@ class CudaBackend:
             t.excl_codes.shape[1], index.num_ads], np.int64))
         self.nbytes = int(sum(a.nbytes for a in d.values()))
         self._buffers = {}
+        # set to a CuPy int64 [B, 16] array to record the fused step's phase timestamps (profiling)
+        self.profile = None
 
     def batch(self, q: RequestBatch) -> DeviceBatch:
         return q if isinstance(q, DeviceBatch) else DeviceBatch(q)
@@ -189,6 +191,8 @@ class CudaBackend:
             raise GtmkitError(f"{R} rows x {D} children per row exceed the GPU step's 32-bit candidate numbering")
         if node_ids.dtype not in (cp.int32, cp.int64):
             node_ids = node_ids.astype(cp.int64)
+        # request b's scratch starts at (first row + 2 * CL * b) * D rounded up to 32 (gtm_fused.cu)
+        cap = (R + 2 * FUSED_CLUSTER * B) * (-(-D // 32) * 32)
         cand = self._buf("cand", (cap,), cp.uint64, scratch)
         child = self._buf("child", (cap,), cp.int32, scratch)
         passed = self._buf("passed", (cap,), cp.uint64, scratch)
@@ -199,7 +203,8 @@ class CudaBackend:
                      (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
                       np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,
-                      parent, token, node, score, out_count), shared_mem=FUSED_SMEM)
+                      parent, token, node, score, out_count,
+                      self.profile if self.profile is not None else np.uint64(0)), shared_mem=FUSED_SMEM)
         return out
 
     def mask(self, node_ids, row_req, q: DeviceBatch, gtm: bool):
@@ -221,9 +226,9 @@ class CudaBackend:
         ads, rank, n = out
         counts = self._buf("post_counts", (B, M), cp.int32, scratch)
         flags = self._buf("post_flags", (B, M), cp.uint64, scratch)
-        n_sid = B * M
-        if n_sid:
-            self.k_post_count(((n_sid + 127) // 128,), (128,),
+        n_thr = B * M * 4  # AL lanes per SID (kernels/postfilter.cu)
+        if n_thr:
+            self.k_post_count(((n_thr + 127) // 128,), (128,),
                               (self.params, q.params, self.ad_params, leaves, np.int32(B), np.int32(M),
                                np.int64(self.first_leaf), np.int32(exact), counts, flags))
         self.k_post_fill((B,), (1024,), (self.params, q.params, self.ad_params, leaves, np.int32(M),

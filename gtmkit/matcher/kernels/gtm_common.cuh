@@ -88,6 +88,77 @@ __device__ bool node_passes(const Trie& t, const Req& q, int b, i64 node, int de
     return false;
 }
 
+// ---- the same test, shaped for latency ----------------------------------------------------------
+// node_passes walks partitions one by one, and each one's table rows are only fetched once its id has
+// arrived: up to ~4 dependent memory round trips per partition. Here the ids of up to PF partitions
+// are loaded together, their table rows are prefetched into L1 together, and the tests then run
+// from L1, so a candidate waits for about two round trips whatever its number of partitions.
+#define PF 4
+
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
+__device__ __forceinline__ bool partition_passes(const Trie& t, const Req& q, int b, i64 p, int bid, int bloom0) {
+    const u64* row = t.bitmask_table + (i64)bid * t.W;
+    const u64* rq = q.bitmask + (i64)b * q.A * t.W;
+    for (int a = 0; a < q.A; ++a) {
+        u64 hit = 0;
+        for (int w = 0; w < t.W; ++w) hit |= row[w] & rq[a * t.W + w];
+        if (!hit) return false;
+    }
+    for (int k = 0; k < t.nb; ++k) {
+        int id = k == 0 ? bloom0 : t.part_bloom[p * t.nb + k];
+        const u64* br = t.bloom_table + (t.bloom_base[k] + id) * t.Wb;
+        bool found = false;
+        for (i64 s = q.sig_off[b * (t.nb + 1) + k]; s < q.sig_off[b * (t.nb + 1) + k + 1] && !found; ++s) {
+            const u64* sg = q.sigs + s * t.Wb;
+            bool inside = true;
+            for (int w = 0; w < t.Wb; ++w) inside &= (br[w] & sg[w]) == sg[w];
+            found = inside;
+        }
+        if (!found) return false;
+    }
+    return true;
+}
+
+__device__ bool node_passes_fast(const Trie& t, const Req& q, int b, i64 node, int depth) {
+    i64 s0, s1;
+    if (t.jagged) { s0 = t.part_offsets[node]; s1 = t.part_offsets[node + 1]; }
+    else { i64 w = t.level_width[depth]; s0 = t.level_base[depth] + (node - t.level_offsets[depth]) * w; s1 = s0 + w; }
+    for (i64 p0 = s0; p0 < s1; p0 += PF) {
+        int bid[PF], bl[PF];
+#pragma unroll
+        for (int x = 0; x < PF; ++x) {
+            bid[x] = p0 + x < s1 ? t.part_bitmask[p0 + x] : -1;
+            bl[x] = (p0 + x < s1 && t.nb > 0) ? t.part_bloom[(p0 + x) * t.nb] : 0;
+        }
+#pragma unroll
+        for (int x = 0; x < PF; ++x) {
+            if (bid[x] < 0) continue;
+            const u64* row = t.bitmask_table + (i64)bid[x] * t.W;
+            prefetch_l1(row);
+            prefetch_l1(row + t.W - 1);
+            if (t.nb > 0) {
+                const u64* br = t.bloom_table + (t.bloom_base[0] + bl[x]) * t.Wb;
+                prefetch_l1(br);
+                prefetch_l1(br + t.Wb - 1);
+            }
+        }
+#pragma unroll
+        for (int x = 0; x < PF; ++x) {
+            if (bid[x] < 0) return false;  // fixed layouts pad at the end
+            if (partition_passes(t, q, b, p0 + x, bid[x], bl[x])) return true;
+        }
+    }
+    return false;
+}
+
+// Depth of a node from level offsets held in shared memory (n_levels entries).
+__device__ __forceinline__ int depth_in(const i64* lvl, int n_levels, i64 node) {
+    int a = 0, z = n_levels - 1;
+    while (z - a > 1) { int m = (a + z) >> 1; if (lvl[m] <= node) a = m; else z = m; }
+    return a;
+}
+
 __device__ __forceinline__ float load_lp(const void* lp, int dtype, i64 idx) {
     if (dtype == 0) return ((const float*)lp)[idx];
     unsigned short h = ((const unsigned short*)lp)[idx];

@@ -101,6 +101,7 @@ struct Smem {
     u32 m_rad[RAD_PASSES][256];  // block 0: merged digit histograms of the radix select
     u32 l_rad[256];
     u32 warp_tot[32];
+    i64 lvl[16];       // level offsets of the trie (depth of a node without global loads)
     u32 m_best;        // block 0: best sortable score of the request
     u32 m_topn;        // block 0: fill counter of the radix-selected passers
     u32 n_cand, n_pass;  // this block's candidates and passers
@@ -111,8 +112,10 @@ struct Smem {
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1)
 fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
                   int V, const float* beam_scores, const i64* row_req, i64 R, int D, int k, int gtm, int count_all,
-                  u64* cand, int* cand_child, u64* passed, u64* grouped, u64* topsel,
-                  int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count) {
+                  u64* __restrict__ cand, int* __restrict__ cand_child, u64* __restrict__ passed,
+                  u64* __restrict__ grouped, u64* __restrict__ topsel,
+                  int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count,
+                  i64* prof) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     Smem& S = *reinterpret_cast<Smem*>(smem_raw);
     Trie t = load_trie(TP);
@@ -120,8 +123,11 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     const u32 rank = cluster_rank();
     const int b = blockIdx.x / CL;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // optional phase timestamps (benchmarks/gpu_fused_profile.py): prof[b * 16 + i], ns
+    #define STAMP(i) do { if (prof && rank == 0 && tid == 0) { u64 t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); prof[b * 16 + (i)] = (i64)t_; } } while (0)
+    STAMP(0);
 
-    // rows of request b: [r0, r1) (row_req is non-decreasing); this block's slice [ra, rb)
+    // rows of request b: [r0, r1) (row_req is non-decreasing)
     __shared__ i64 s_r0, s_r1;
     if (tid < 2) {
         i64 want = b + tid, a = 0, z = R;
@@ -131,33 +137,56 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     for (int i = tid; i < FB; i += NT) { S.cum[i] = 0; S.pcnt[i] = 0; S.m_cand[i] = 0; S.m_pass[i] = 0; S.m_fill[i] = 0; }
     for (int i = tid; i < RAD_PASSES * 256; i += NT) (&S.m_rad[0][0])[i] = 0;
     if (tid == 0) { S.m_best = 0; S.m_topn = 0; S.n_cand = 0; S.n_pass = 0; }
+    if (tid < t.n_levels && tid < 16) S.lvl[tid] = t.level_offsets[tid];
     __syncthreads();
-    const i64 r0 = s_r0, r1 = s_r1, nrows = r1 - r0;
-    const i64 ra = r0 + nrows * rank / CL, rb = r0 + nrows * (rank + 1) / CL;
-    u64* my_cand = cand + ra * (i64)D;         // this block's compacted candidates (capacity (rb-ra)*D)
-    int* my_child = cand_child + ra * (i64)D;
-    u64* my_pass = passed + ra * (i64)D;
-    u64* grp = grouped + r0 * (i64)D;          // the request's passers grouped by bin
+    const i64 r0 = s_r0, r1 = s_r1;
+    const int nrows = (int)(r1 - r0);
+    // Scratch layout (see fused_scratch_size in backend_cuda.py): request b owns
+    // (r0 + 2*CL*b) * D32 slots, split into CL equal block regions of (ceil(nrows/CL) + 1) * D32 slots,
+    // enough for either way of handing out the work below.
+    const int nch = (D + 31) >> 5;
+    const i64 D32 = (i64)nch * 32;
+    const i64 cap_blk = (i64)((nrows + CL - 1) / CL + 1) * D32;
+    const i64 req_base = (r0 + 2 * CL * (i64)b) * D32;
+    const i64 blk_base = req_base + rank * cap_blk;
+    u64* my_cand = cand + blk_base;            // this block's compacted candidates
+    int* my_child = cand_child + blk_base;
+    u64* my_pass = passed + blk_base;
+    u64* grp = grouped + req_base;             // the request's passers grouped by bin
 
     // ---- 1 expand --------------------------------------------------------------------------------
+    // Work unit = (row, 32-child chunk), a warp each. Many rows: block `rank` takes rows rank, rank+CL,
+    // ... and a warp walks all chunks of its row. Few rows (the first step has one per request): the
+    // chunks themselves are dealt round robin over the cluster, so one row's 512 children do not
+    // serialise on a single warp.
     u32 best = 0;
-    for (i64 r = ra + warp; r < rb; r += NT / 32) {
+    const bool by_chunk = nrows * 4 < CL * (NT / 32);
+    const int units = by_chunk ? nrows * nch : nrows;
+    for (int u = rank + CL * warp; u < units; u += CL * (NT / 32)) {
+        int i = by_chunk ? u % nrows : u, c0 = by_chunk ? u / nrows : 0, c1 = by_chunk ? c0 + 1 : nch;
+        i64 r = r0 + i;
         i64 n = node_at(node_ids, nid64, r);
         if (n < 0 || n >= t.n_internal) continue;
         i64 j0 = t.node_offsets[n], j1 = t.node_offsets[n + 1];
-        u32 deg = (u32)(j1 - j0), at = 0;
-        if (lane == 0) at = atomicAdd(&S.n_cand, deg);
+        i64 ja = j0 + 32 * (i64)c0, jb = j0 + 32 * (i64)c1;
+        if (jb > j1) jb = j1;
+        if (ja >= jb) continue;
+        u32 at = 0;
+        if (lane == 0) at = atomicAdd(&S.n_cand, (u32)(jb - ja));
         at = __shfl_sync(0xffffffffu, at, 0);
         float bs = beam_scores[r];
-        u32 i0 = (u32)((r - r0) * D);
-        for (i64 j = j0 + lane; j < j1; j += 32) {
-            float s = bs + load_lp(logprobs, lp_dtype, r * (i64)V + t.child_tokens[j]);
+        u32 i0 = (u32)i * (u32)D;
+        const float* lp32 = (const float*)logprobs;
+#pragma unroll 4
+        for (i64 j = ja + lane; j < jb; j += 32) {
+            int tok = t.child_tokens[j];
+            float s = bs + (lp_dtype == 0 ? lp32[r * (i64)V + tok] : load_lp(logprobs, lp_dtype, r * (i64)V + tok));
             if (s != s) s = -__int_as_float(0x7f800000);  // NaN ranks as -inf
             if (s == 0.0f) s = 0.0f;                      // -0 ties +0 (as on the CPU)
             u32 key = sortable(s);
             best = max(best, key);
-            my_cand[at + (j - j0)] = ((u64)key << 32) | (u64)(0xFFFFFFFFu - (i0 + (u32)(j - j0)));
-            my_child[at + (j - j0)] = (int)(j + 1);
+            my_cand[at + (j - ja)] = ((u64)key << 32) | (u64)(0xFFFFFFFFu - (i0 + (u32)(j - j0)));
+            my_child[at + (j - ja)] = (int)(j + 1);
         }
     }
     for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
@@ -165,10 +194,17 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     if (lane == 0 && best) dsm_max(remote(&S.m_best, 0), best);
     cluster_sync();
     const float top = unsortable(dsm_load(remote(&S.m_best, 0)));
+    STAMP(1);
     const u32 nc = S.n_cand;
 
     // ---- 2 candidate histogram, merged in block 0, cumulative in every block ----------------------
-    for (u32 i = tid; i < nc; i += NT) atomicAdd(&S.cum[bin_of<FB>(my_cand[i], top)], 1u);
+    for (u32 base = 0; base < nc; base += NT) {
+        u32 i = base + tid;
+        int bn = i < nc ? bin_of<FB>(my_cand[i], top) : -1;
+        // one shared atomic per distinct bin of a warp: peaked scores pile into few bins
+        unsigned same = __match_any_sync(0xffffffffu, bn);
+        if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&S.cum[bn], (u32)__popc(same));
+    }
     __syncthreads();
     for (int i = tid; i < FB; i += NT) if (S.cum[i]) dsm_add(remote(&S.m_cand[i], 0), S.cum[i]);
     cluster_sync();
@@ -181,6 +217,8 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     }
     __syncthreads();
     const i64 C = S.cum[FB - 1];
+    STAMP(2);
+    int n_rounds = 0;
 
     // ---- 3 lazy GTM rounds -----------------------------------------------------------------------
     int lo = -1;
@@ -198,7 +236,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                 bn = bin_of<FB>(c, top);
                 if (bn > lo && bn <= hi) {
                     i64 child = my_child[i];
-                    pass = !gtm || node_passes(t, q, b, child, depth_of(t, child));
+                    pass = !gtm || node_passes_fast(t, q, b, child, t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, child) : depth_of(t, child));
                 }
             }
             unsigned ballot = __ballot_sync(0xffffffffu, pass);
@@ -206,10 +244,9 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                 u32 at = 0;
                 if (lane == 0) at = atomicAdd(&S.n_pass, (u32)__popc(ballot));
                 at = __shfl_sync(0xffffffffu, at, 0);
-                if (pass) {
-                    my_pass[at + __popc(ballot & ((1u << lane) - 1u))] = c;
-                    atomicAdd(&S.pcnt[bn], 1u);
-                }
+                if (pass) my_pass[at + __popc(ballot & ((1u << lane) - 1u))] = c;
+                unsigned same = __match_any_sync(0xffffffffu, pass ? bn : -1);
+                if (pass && lane == __ffs(same) - 1) atomicAdd(&S.pcnt[bn], (u32)__popc(same));
             }
         }
         __syncthreads();
@@ -231,6 +268,8 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
             __syncthreads();
         }
         passed_lo += S.s_wtot;
+        ++n_rounds;
+        if (n_rounds <= 8) STAMP(2 + n_rounds);
         if (S.s_T >= 0) { T = S.s_T; break; }
         if (hi >= FB - 1) { T = FB - 1; break; }
         i64 seen = S.cum[hi];
@@ -259,12 +298,20 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     const u32 need_T = n_out > c_lt ? n_out - c_lt : 0u;  // passers bin T contributes
     const bool crowded = gT > need_T && gT > GT_CAP;
     const u32 np = S.n_pass;
-    for (u32 i = tid; i < np; i += NT) {
-        u64 c = my_pass[i];
-        int bn = bin_of<FB>(c, top);
-        if (bn <= T) grp[S.cum[bn] + dsm_fetch_add(remote(&S.m_fill[bn], 0), 1u)] = c;
+    for (u32 base = 0; base < np; base += NT) {  // whole warps: one remote atomic per distinct bin
+        u32 i = base + tid;
+        u64 c = i < np ? my_pass[i] : 0;
+        int bn = i < np ? bin_of<FB>(c, top) : -1;
+        if (bn > T) bn = -1;
+        unsigned same = __match_any_sync(0xffffffffu, bn);
+        int leader = __ffs(same) - 1;
+        u32 at = 0;
+        if (bn >= 0 && lane == leader) at = dsm_fetch_add(remote(&S.m_fill[bn], 0), (u32)__popc(same));
+        at = __shfl_sync(0xffffffffu, at, leader);
+        if (bn >= 0) grp[S.cum[bn] + at + __popc(same & ((1u << lane) - 1u))] = c;
     }
     cluster_sync();
+    STAMP(11);
     const u32 gtid = rank * NT + tid, gstride = CL * NT;
     const i64 ob = (i64)b * k;
     // a passer -> the output slot at `pos`
@@ -348,5 +395,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         out_score[ob + s] = -__int_as_float(0x7f800000);
     }
     if (rank == 0 && tid == 0) out_count[b] = !gtm ? C : (count_all ? passed_lo : -1);  // count_all tests every bin
+    STAMP(12);
+    if (prof && rank == 0 && tid == 0) { prof[b * 16 + 13] = n_rounds; prof[b * 16 + 14] = crowded; prof[b * 16 + 15] = C; }
     cluster_sync();  // block 0's shared memory must outlive every remote access to it
 }

@@ -54,29 +54,36 @@ __device__ bool ad_eligible(const Trie& t, const Req& q, const AdIndex& ai, int 
     return true;
 }
 
-// Thread (b, m): how many ads of request b's m-th SID are eligible (0 for a -1 / non-leaf entry) and
-// their verdicts, bit i for the SID's i-th ad (first FLAG_ADS ads).
+// AL consecutive threads per SID (request b's m-th): how many of its ads are eligible (0 for a -1 /
+// non-leaf entry) and their verdicts, bit i for the SID's i-th ad (first FLAG_ADS ads). The lanes
+// take the SID's ads round robin, so a SID's ads are tested side by side rather than one after another.
+#define AL 4
 extern "C" __global__ void post_count_kernel(const i64* TP, const i64* QP, const i64* AP, const i64* leaves, int B, int M,
                                              i64 first_leaf, int exact, int* counts, u64* flags) {
     Trie t = load_trie(TP);
     Req q = load_req(QP);
     AdIndex ai = load_ads(AP);
-    i64 x = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (x >= (i64)B * M) return;
-    int b = (int)(x / M);
-    i64 n = leaves[x];
+    i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    i64 x = g / AL;
+    int l = (int)(g % AL);
+    bool live = x < (i64)B * M;  // whole groups of AL lanes share a warp (blockDim is a multiple of 32)
+    int b = live ? (int)(x / M) : 0;
+    i64 n = live ? leaves[x] : -1;
     int cnt = 0;
     u64 bits = 0;
     if (n >= first_leaf) {
         i64 s = n - first_leaf, a0 = ai.sid_ad_offsets[s], a1 = ai.sid_ad_offsets[s + 1];
-        for (i64 r = a0; r < a1; ++r) {
+        for (i64 r = a0 + l; r < a1; r += AL) {
             bool ok = !exact || ad_eligible(t, q, ai, b, r);
             cnt += ok;
             if (ok && r - a0 < FLAG_ADS) bits |= 1ull << (r - a0);
         }
     }
-    counts[x] = cnt;
-    flags[x] = bits;
+    for (int o = 1; o < AL; o <<= 1) {
+        cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+        bits |= __shfl_xor_sync(0xffffffffu, bits, o);
+    }
+    if (live && l == 0) { counts[x] = cnt; flags[x] = bits; }
 }
 
 // Block b: exclusive scan of the per-SID counts (rank order), then each SID writes its eligible ads at

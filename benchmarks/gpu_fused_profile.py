@@ -1,0 +1,42 @@
+"""Where the fused GPU step spends its time: phase timestamps from inside the kernel (one cluster per
+request; %globaltimer at phase ends, block 0 of each cluster), per step of a recorded beam search.
+
+    python benchmarks/gpu_fused_profile.py --index IDX     # on a Hopper GPU; prints a table
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import gtmkit  # noqa: E402
+from gtmkit.synth import synth_users  # noqa: E402
+from step_gpu import record_inputs  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--index", required=True)
+ap.add_argument("--requests", type=int, default=16)
+args = ap.parse_args()
+idx = gtmkit.load_index(args.index, verify=False)
+users = synth_users(idx.manifest["schema"], args.requests, seed=11)
+m = gtmkit.Matcher(idx, "cuda")
+steps, _, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users, (1, 512, 1024, 1024))
+be = m.cuda
+be.profile = cp.zeros((B, 16), cp.int64)
+print("step | expand+best us | hist us | rounds | round us (each) | group us | rank us | total us | crowded")
+for t, s in enumerate(steps):
+    for _ in range(3):
+        be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], None, q, s["k"], True, False,
+                s["max_children"])
+    cp.cuda.Device().synchronize()
+    p = cp.asnumpy(be.profile).astype(np.float64)
+    n = p[:, 13].astype(int)
+    d = lambda a, b: np.median(p[:, b] - p[:, a]) / 1e3  # noqa: E731
+    rounds = [np.median(p[n > r, 3 + r] - p[n > r, 2 + r]) / 1e3 for r in range(min(int(n.max()), 8))]
+    last = np.array([p[i, 2 + min(n[i], 8)] for i in range(B)])
+    print(f"{t + 1} | {d(0, 1):.1f} | {d(1, 2):.1f} | {np.median(n):.0f} (max {n.max()}) | "
+          f"{', '.join(f'{x:.1f}' for x in rounds)} | {np.median(p[:, 11] - last) / 1e3:.1f} | {d(11, 12):.1f} | "
+          f"{d(0, 12):.1f} | {int(p[:, 14].sum())}")
+be.profile = None
