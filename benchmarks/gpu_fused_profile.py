@@ -25,7 +25,7 @@ m = gtmkit.Matcher(idx, "cuda")
 steps, _, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users, (1, 512, 1024, 1024))
 be = m.cuda
 be.profile = cp.zeros((B, 16), cp.int64)
-print("step | expand+best us | hist us | rounds | round us (each) | group us | rank us | total us | crowded")
+print("step | top us | expand+hist us | rounds | round us (each) | group us | rank us | total us | crowded")
 for t, s in enumerate(steps):
     for _ in range(3):
         be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], None, q, s["k"], True, False,

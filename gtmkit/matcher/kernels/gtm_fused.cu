@@ -47,6 +47,10 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
+// The two halves of cluster_sync, so that independent work can run between them.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+
 __device__ __forceinline__ u32 shared_addr(const void* p) {
     u64 a;
     asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
@@ -102,12 +106,18 @@ struct Smem {
     u32 l_rad[256];
     u32 warp_tot[32];
     i64 lvl[16];       // level offsets of the trie (depth of a node without global loads)
-    u32 m_best;        // block 0: best sortable score of the request
+    u32 row_off[NT];   // expand: first child number of each row of the current batch
+    i64 row_j0[NT];    // expand: first CSR child index of each row
+    float warp_max[32];
+    float s_top;
     u32 m_topn;        // block 0: fill counter of the radix-selected passers
     u32 n_cand, n_pass;  // this block's candidates and passers
+    u32 n_work;        // this round's work list length
     int s_T, s_done;
     u32 s_wtot;
 };
+
+static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in backend_cuda.py must cover Smem");
 
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1)
 fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
@@ -136,76 +146,94 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     }
     for (int i = tid; i < FB; i += NT) { S.cum[i] = 0; S.pcnt[i] = 0; S.m_cand[i] = 0; S.m_pass[i] = 0; S.m_fill[i] = 0; }
     for (int i = tid; i < RAD_PASSES * 256; i += NT) (&S.m_rad[0][0])[i] = 0;
-    if (tid == 0) { S.m_best = 0; S.m_topn = 0; S.n_cand = 0; S.n_pass = 0; }
+    if (tid == 0) { S.m_topn = 0; S.n_cand = 0; S.n_pass = 0; }
     if (tid < t.n_levels && tid < 16) S.lvl[tid] = t.level_offsets[tid];
     __syncthreads();
+    cluster_arrive();  // "my shared arrays are zeroed"; waited for just before the first remote add
     const i64 r0 = s_r0, r1 = s_r1;
     const int nrows = (int)(r1 - r0);
-    // Scratch layout (see fused_scratch_size in backend_cuda.py): request b owns
-    // (r0 + 2*CL*b) * D32 slots, split into CL equal block regions of (ceil(nrows/CL) + 1) * D32 slots,
-    // enough for either way of handing out the work below.
-    const int nch = (D + 31) >> 5;
-    const i64 D32 = (i64)nch * 32;
+    // Scratch layout (backend_cuda.py sizes it): request b owns slots from (r0 + 2*CL*b) * D32 on,
+    // CL block regions of (ceil(nrows/CL) + 1) * D32 slots each (D32 = D rounded up to 32).
+    const i64 D32 = (i64)((D + 31) >> 5) * 32;
     const i64 cap_blk = (i64)((nrows + CL - 1) / CL + 1) * D32;
     const i64 req_base = (r0 + 2 * CL * (i64)b) * D32;
     const i64 blk_base = req_base + rank * cap_blk;
     u64* my_cand = cand + blk_base;            // this block's compacted candidates
     int* my_child = cand_child + blk_base;
     u64* my_pass = passed + blk_base;
-    u64* grp = grouped + req_base;             // the request's passers grouped by bin
+    u64* grp = grouped + req_base;             // the request's passers grouped by bin (phase 4)
+    u32* work = (u32*)(grouped + blk_base);    // this block's GTM work list (phase 3; same slots)
 
-    // ---- 1 expand --------------------------------------------------------------------------------
-    // Work unit = (row, 32-child chunk), a warp each. Many rows: block `rank` takes rows rank, rank+CL,
-    // ... and a warp walks all chunks of its row. Few rows (the first step has one per request): the
-    // chunks themselves are dealt round robin over the cluster, so one row's 512 children do not
-    // serialise on a single warp.
-    u32 best = 0;
-    const bool by_chunk = nrows * 4 < CL * (NT / 32);
-    const int units = by_chunk ? nrows * nch : nrows;
-    for (int u = rank + CL * warp; u < units; u += CL * (NT / 32)) {
-        int i = by_chunk ? u % nrows : u, c0 = by_chunk ? u / nrows : 0, c1 = by_chunk ? c0 + 1 : nch;
-        i64 r = r0 + i;
+    // ---- 1 score bins: below the best live beam score ------------------------------------------
+    // Log-probs are <= 0, so no candidate beats its row's beam score: the best live beam score bounds
+    // the request's scores and the bins need no pass over the candidates first. (Scores above it,
+    // from inputs that are not log-probs, share bin 0: still exact, only less lazy.)
+    float mb = -__int_as_float(0x7f800000);
+    for (i64 r = r0 + tid; r < r1; r += NT) {
         i64 n = node_at(node_ids, nid64, r);
-        if (n < 0 || n >= t.n_internal) continue;
-        i64 j0 = t.node_offsets[n], j1 = t.node_offsets[n + 1];
-        i64 ja = j0 + 32 * (i64)c0, jb = j0 + 32 * (i64)c1;
-        if (jb > j1) jb = j1;
-        if (ja >= jb) continue;
-        u32 at = 0;
-        if (lane == 0) at = atomicAdd(&S.n_cand, (u32)(jb - ja));
-        at = __shfl_sync(0xffffffffu, at, 0);
-        float bs = beam_scores[r];
-        u32 i0 = (u32)i * (u32)D;
-        const float* lp32 = (const float*)logprobs;
-#pragma unroll 4
-        for (i64 j = ja + lane; j < jb; j += 32) {
-            int tok = t.child_tokens[j];
-            float s = bs + (lp_dtype == 0 ? lp32[r * (i64)V + tok] : load_lp(logprobs, lp_dtype, r * (i64)V + tok));
-            if (s != s) s = -__int_as_float(0x7f800000);  // NaN ranks as -inf
-            if (s == 0.0f) s = 0.0f;                      // -0 ties +0 (as on the CPU)
-            u32 key = sortable(s);
-            best = max(best, key);
-            my_cand[at + (j - ja)] = ((u64)key << 32) | (u64)(0xFFFFFFFFu - (i0 + (u32)(j - j0)));
-            my_child[at + (j - ja)] = (int)(j + 1);
-        }
+        if (n >= 0 && n < t.n_internal) mb = fmaxf(mb, beam_scores[r]);
     }
-    for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
-    cluster_sync();  // block 0's arrays are zeroed before anyone adds to them
-    if (lane == 0 && best) dsm_max(remote(&S.m_best, 0), best);
-    cluster_sync();
-    const float top = unsortable(dsm_load(remote(&S.m_best, 0)));
-    STAMP(1);
-    const u32 nc = S.n_cand;
-
-    // ---- 2 candidate histogram, merged in block 0, cumulative in every block ----------------------
-    for (u32 base = 0; base < nc; base += NT) {
-        u32 i = base + tid;
-        int bn = i < nc ? bin_of<FB>(my_cand[i], top) : -1;
-        // one shared atomic per distinct bin of a warp: peaked scores pile into few bins
-        unsigned same = __match_any_sync(0xffffffffu, bn);
-        if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&S.cum[bn], (u32)__popc(same));
+    for (int o = 16; o > 0; o >>= 1) mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
+    if (lane == 0) S.warp_max[warp] = mb;
+    __syncthreads();
+    if (warp == 0) {
+        float v = S.warp_max[lane];
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0) S.s_top = v;
     }
     __syncthreads();
+    const float top = S.s_top;
+    STAMP(1);
+
+    // ---- 2 expand: this block's rows [ra, rb), flattened over its threads ----------------------
+    // A block scan of the rows' out-degrees numbers their children; thread f takes child f, finds its
+    // row by binary search in shared memory, and writes the composite, the child and its bin count.
+    const i64 ra = r0 + (i64)nrows * rank / CL, rb = r0 + (i64)nrows * (rank + 1) / CL;
+    const float* lp32 = (const float*)logprobs;
+    u32 nc = 0;
+    for (i64 q0 = ra; q0 < rb; q0 += NT) {
+        i64 r = q0 + tid;
+        u32 deg = 0;
+        i64 j0 = 0;
+        if (r < rb) {
+            i64 n = node_at(node_ids, nid64, r);
+            if (n >= 0 && n < t.n_internal) { j0 = t.node_offsets[n]; deg = (u32)(t.node_offsets[n + 1] - j0); }
+        }
+        u32 incl = block_scan(deg, S.warp_tot);
+        S.row_off[tid] = incl - deg;
+        S.row_j0[tid] = j0;
+        if (tid == NT - 1) S.s_wtot = incl;
+        __syncthreads();
+        const u32 total = S.s_wtot;
+        const int nr = (int)(rb - q0 < NT ? rb - q0 : NT);
+        for (u32 f0 = 0; f0 < total; f0 += NT) {  // whole warps iterate together (match_any)
+            u32 f = f0 + tid;
+            int bn = -1;
+            if (f < total) {
+                int x0 = 0, x1 = nr - 1;  // last row x with row_off[x] <= f: it holds child f
+                while (x0 < x1) { int m = (x0 + x1 + 1) >> 1; if (S.row_off[m] <= f) x0 = m; else x1 = m - 1; }
+                i64 row = q0 + x0;
+                i64 j = S.row_j0[x0] + (f - S.row_off[x0]);
+                int tok = t.child_tokens[j];
+                i64 at = row * (i64)V + tok;
+                float sc = beam_scores[row] + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at));
+                if (sc != sc) sc = -__int_as_float(0x7f800000);  // NaN ranks as -inf
+                if (sc == 0.0f) sc = 0.0f;                        // -0 ties +0 (as on the CPU)
+                u32 idx = (u32)(row - r0) * (u32)D + (u32)(j - S.row_j0[x0]);
+                u64 c = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
+                my_cand[nc + f] = c;
+                my_child[nc + f] = (int)(j + 1);
+                bn = bin_of<FB>(c, top);
+            }
+            // one shared atomic per distinct bin of a warp: peaked scores pile into few bins
+            unsigned same = __match_any_sync(0xffffffffu, bn);
+            if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&S.cum[bn], (u32)__popc(same));
+        }
+        nc += total;
+        __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
+    }
+    if (tid == 0) S.n_cand = nc;
+    cluster_wait();  // block 0's arrays are zeroed before anyone adds to them
     for (int i = tid; i < FB; i += NT) if (S.cum[i]) dsm_add(remote(&S.m_cand[i], 0), S.cum[i]);
     cluster_sync();
     {
@@ -226,18 +254,35 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     i64 passed_lo = 0;  // passers in bins <= lo
     int T = FB - 1;
     for (;;) {
+        // First list the window's candidates, then test them with every thread at once: testing in
+        // the scan would leave one test's memory latency per scanned slice on the critical path.
+        if (tid == 0) S.n_work = 0;
+        __syncthreads();
         for (u32 base = 0; base < nc; base += NT) {  // whole warps iterate together (ballots)
             u32 i = base + tid;
+            bool in = false;
+            if (i < nc) { int bn = bin_of<FB>(my_cand[i], top); in = bn > lo && bn <= hi; }
+            unsigned ballot = __ballot_sync(0xffffffffu, in);
+            if (ballot) {
+                u32 at = 0;
+                if (lane == 0) at = atomicAdd(&S.n_work, (u32)__popc(ballot));
+                at = __shfl_sync(0xffffffffu, at, 0);
+                if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = i;
+            }
+        }
+        __syncthreads();
+        const u32 nw = S.n_work;
+        for (u32 base = 0; base < nw; base += NT) {
+            u32 w = base + tid;
             bool pass = false;
             u64 c = 0;
-            int bn = 0;
-            if (i < nc) {
+            int bn = -1;
+            if (w < nw) {
+                u32 i = work[w];
                 c = my_cand[i];
                 bn = bin_of<FB>(c, top);
-                if (bn > lo && bn <= hi) {
-                    i64 child = my_child[i];
-                    pass = !gtm || node_passes_fast(t, q, b, child, t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, child) : depth_of(t, child));
-                }
+                i64 child = my_child[i];
+                pass = !gtm || node_passes_fast(t, q, b, child, t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, child) : depth_of(t, child));
             }
             unsigned ballot = __ballot_sync(0xffffffffu, pass);
             if (ballot) {
