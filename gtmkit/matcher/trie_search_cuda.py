@@ -1,93 +1,328 @@
-"""NAR constrained beam search over a SuccinctTrie on the GPU (CuPy): every step runs on the device.
+"""Constrained beam search over a SuccinctTrie on the GPU: NAR `trie_beam_search_cuda` and AR
+`TrieBeamStepperCuda`, with the semantics and tie rules of trie_search_cpu.py (exactly equal results).
 
-Same semantics and tie rules as gtmkit/matcher/trie_search_cpu.py (proposal rows are prepared by the
-same routine). Per step one kernel expands every (query, live beam) block against the proposals
-(binary search of each token among the node's child labels, LOUDS select0 for the child range);
-the top-BW live candidates and the running top-BW finished keys are then picked by sorting
-64-bit composites (score, then slot / key id), so ties resolve exactly as on the CPU."""
+A call stages the proposals and the float64 length factors in a pinned buffer and copies them to the
+device at once; `prep_kernel` (one block per proposal row) filters, sorts by token and dedupes them;
+`search_kernel` (one block per query) runs all steps and writes the results (kernels/trie_search.cu
+says why one block per query). No host synchronisation; the outputs are new arrays, every other buffer
+is allocated once per shape and reused. Proposals may also be CuPy arrays (no upload then but the
+factors). Rows longer than PREP_CAP are prepared on the host instead (numba, as on the CPU).
+
+`device` below is a CupyDevice; tests/test_trie_gpu_emu.py passes a CPU emulation with the same methods,
+which is how the kernels are checked without a GPU."""
 
 from __future__ import annotations
 
+import ctypes
+import math
 from pathlib import Path
 
-import cupy as cp
 import numpy as np
 
 from ..errors import GtmkitError
-from .backend_cuda import load_module
-from .trie_search_cpu import _beam_width, _float, _prepare_rows, _proposals, _trie_arrays, length_factors
+from ..indexer.succinct_input import MAX_TOKEN
+from .trie_search_cpu import LiveBeams, _beam_width, _float, _prepare_rows, _trie_arrays, length_factors
 
 KERNEL_FILE = Path(__file__).with_name("kernels") / "trie_search.cu"
-LOW32 = np.uint64(0xFFFFFFFF)
+NT, SORT_CAP, PREP_CAP, BEAM_CAP = 1024, 2048, 4096, 1024  # as compiled in kernels/trie_search.cu
+TRIE_FIELDS = ("louds", "louds_rank", "louds_select0", "label_low", "label_high", "high_bits", "terminal",
+               "terminal_rank")  # the kernel's TP_* table
+KEPT_SHAPES = 4  # NAR buffer sets kept per device (least recently used dropped)
 
 
-def _device_arrays(trie):
-    """The trie's arrays on the current GPU, uploaded once per trie object."""
-    dev = cp.cuda.Device().id
-    cache = trie.__dict__.setdefault("_cuda_arrays", {})
-    if dev not in cache:
-        a = _trie_arrays(trie, "trie_beam_search")
-        cache[dev] = {name: cp.asarray(np.ascontiguousarray(getattr(a, name)))
-                      for name in ("louds", "louds_rank", "louds_select0", "label_low", "label_high",
-                                   "terminal", "terminal_rank")}
-        cache[dev]["high_bits"] = int(a.high_bits)
-    return cache[dev]
+class CupyDevice:
+    """The current CUDA device as the search uses it."""
+
+    nt, sort_cap, prep_cap, beam_cap = NT, SORT_CAP, PREP_CAP, BEAM_CAP
+
+    def __init__(self):
+        import cupy
+        import cupyx
+        from .backend_cuda import load_module
+        self.cp, self._cupyx = cupy, cupyx
+        self.key = ("cuda", cupy.cuda.Device().id)
+        mod = load_module(KERNEL_FILE)
+        self._kernels = {name: mod.get_function(name) for name in ("prep_kernel", "search_kernel")}
+        self.buffers = {}
+
+    def empty(self, shape, dtype):
+        return self.cp.empty(shape, dtype)
+
+    def asarray(self, a):
+        return self.cp.asarray(a)
+
+    def ptr(self, a) -> int:
+        return int(a.data.ptr)
+
+    def pinned(self, nbytes: int) -> np.ndarray:
+        return self._cupyx.empty_pinned((nbytes,), np.uint8)
+
+    def is_device_array(self, a) -> bool:
+        return isinstance(a, self.cp.ndarray)
+
+    def to_host(self, a):
+        return a.get() if isinstance(a, self.cp.ndarray) else a
+
+    def upload(self, dst, host: np.ndarray, nbytes: int):
+        """Asynchronous copy of host[:nbytes] (pinned) to dst -> an event to wait on before reusing host."""
+        stream = self.cp.cuda.get_current_stream()
+        dst.data.copy_from_host_async(ctypes.c_void_p(host.ctypes.data), nbytes, stream)
+        done = self.cp.cuda.Event(disable_timing=True)
+        done.record(stream)
+        return done
+
+    def launch(self, name: str, grid: int, args: tuple) -> None:
+        self._kernels[name]((grid,), (self.nt,), args)
 
 
-def _unsortable(key):
-    """uint64 keys holding sortable float32 bits -> float32 (inverse of the kernel's sortable())."""
-    k = key.astype(cp.uint32)
-    bits = cp.where(k & cp.uint32(0x80000000), k & cp.uint32(0x7FFFFFFF), ~k)
-    return bits.view(cp.float32)
+_devices = {}
 
 
-def _top(comp, bw):
-    """Best bw composites per row, best first (0 = empty sorts last)."""
-    return cp.sort(comp, axis=1)[:, ::-1][:, :bw]
+def cuda_device() -> CupyDevice:
+    import cupy
+    dev_id = cupy.cuda.Device().id
+    if dev_id not in _devices:
+        _devices[dev_id] = CupyDevice()
+    return _devices[dev_id]
 
 
-def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-np.inf, theta_sent=-np.inf,
-                          alpha=0.0) -> tuple:
-    """-> (key_ids int64 [b, BW] -1 padded, scores float32 [b, BW] -inf padded) as CuPy arrays."""
+def _trie_params(dev, trie, what: str):
+    """The trie's arrays on the device and their pointer table, uploaded once per trie and device."""
+    cache = trie.__dict__.setdefault("_cuda_trie", {})
+    if dev.key not in cache:
+        a = _trie_arrays(trie, what)
+        if trie.num_keys >= 2**32 - 1:
+            raise GtmkitError(f"{what}: {trie.num_keys} keys are too many for the GPU search (< 2^32 - 1)")
+        arrays = {name: dev.asarray(np.ascontiguousarray(getattr(a, name))) for name in TRIE_FIELDS
+                  if name != "high_bits"}
+        table = [int(a.high_bits) if name == "high_bits" else dev.ptr(arrays[name]) for name in TRIE_FIELDS]
+        cache[dev.key] = (arrays, dev.asarray(np.array(table, np.int64)))
+    return cache[dev.key][1]
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+class _Buffers:
+    """Device buffers of one search shape (kernels/trie_search.cu, SP_* table), the staging buffers, and
+    the live list / finished keys, which `keep` (an AR stepper's previous set) hands over."""
+
+    def __init__(self, dev, b: int, bw: int, rows: int, k: int, nf: int, keep: "_Buffers" = None):
+        e = dev.empty
+        self.b, self.bw, self.rows, self.k, self.nf = b, bw, rows, k, nf
+        if keep is None:
+            self.live = LiveBeams(e((b, bw), np.int64), e((b, bw), np.float32), e((b, bw), np.int32),
+                                  e((b, bw), np.int32), e((b,), np.int32))
+            self.fin_count = e((b,), np.int32)
+        else:
+            self.live, self.fin_count = keep.live, keep.fin_count
+        self.fin_cap = bw * (k + 1)  # one step adds at most bw * k to at most bw kept
+        if keep is not None and keep.fin_cap >= self.fin_cap:
+            self.fin, self.fin_cap = keep.fin, keep.fin_cap
+        else:
+            self.fin = e((b, self.fin_cap), np.uint64)
+            if keep is not None:
+                self.fin[:, :keep.fin_cap] = keep.fin
+        slots = max(bw * k, 1)
+        big = bw > dev.beam_cap  # per-beam data in global memory, not shared
+        self.beam_first = e((b, bw) if big else (1,), np.int64)
+        self.beam_deg, self.beam_n = (e((b, bw) if big else (1,), np.uint32) for _ in range(2))
+        self.beam_off = e((b, bw + 1) if big else (1,), np.uint32)
+        self.cand, self.slot_node = e((b, slots), np.uint64), e((b, slots), np.int64)
+        stride = _pow2(bw) if _pow2(bw) > dev.sort_cap else 1
+        self.scratch = e((b, stride), np.uint64)
+        cells = max(b * rows * k, 1)
+        self.ptok, self.plp, self.pcnt = e((cells,), np.int32), e((cells,), np.float32), e((max(b * rows, 1),), np.int32)
+        # staging: nf float64 factors, then per row K token ids and K log-prob bits (or, for rows prepared on
+        # the host, ptok, plp and pcnt)
+        nbytes = 8 * nf + 8 * cells + 4 * max(b * rows, 1) + 8
+        self.host, self.up = dev.pinned(nbytes), e((nbytes,), np.uint8)
+        self.factors = self.up[:8 * nf].view(np.float64)
+        self.rows_in = self.up[8 * nf:8 * nf + 8 * cells].view(np.int32)
+        self.uploaded = None
+        self.sp = dev.asarray(np.array(
+            [dev.ptr(x) for x in (*self.live, self.beam_first, self.beam_deg, self.beam_n, self.beam_off,
+                                  self.cand, self.slot_node, self.fin, self.fin_count, self.scratch)]
+            + [bw, self.fin_cap, stride], np.int64))
+        self.dummy_ids, self.dummy_scores = e((1,), np.int64), e((1,), np.float32)
+
+
+def _nar_buffers(dev, shape: tuple) -> _Buffers:
+    bufs = dev.buffers
+    if shape in bufs:
+        bufs[shape] = bufs.pop(shape)  # most recently used last
+    else:
+        if len(bufs) >= KEPT_SHAPES:
+            bufs.pop(next(iter(bufs)))
+        bufs[shape] = _Buffers(dev, *shape)
+    return bufs[shape]
+
+
+def _checked(dev, tokens, logp, what: str, rows: str) -> tuple:
+    """Shapes and dtypes as trie_search_cpu._proposals checks them; CuPy arrays stay on the device when both are."""
+    if not (dev.is_device_array(tokens) and dev.is_device_array(logp)):
+        tokens, logp = np.asarray(dev.to_host(tokens)), np.asarray(dev.to_host(logp))
+    if tokens.ndim != 3 or tokens.shape != logp.shape:
+        raise GtmkitError(f"{what}: tokens and logp must both be [b, {rows}, K] arrays, got shapes "
+                          f"{list(tokens.shape)} and {list(logp.shape)}")
+    if tokens.dtype.kind not in "iu":
+        raise GtmkitError(f"{what}: tokens must be integers, got dtype {tokens.dtype}")
+    if logp.dtype.kind != "f":
+        raise GtmkitError(f"{what}: logp must be floats, got dtype {logp.dtype}")
+    return tokens, logp
+
+
+def _check_size(bw: int, k: int, what: str) -> None:
+    if bw * (k + 1) >= 2**31:
+        raise GtmkitError(f"{what}: beam_width * (K + 1) = {bw * (k + 1)} must stay below 2^31 on the GPU")
+
+
+def _valid_tokens(xp, tokens):
+    """Mask of the token ids a key can hold, [0, 2^31-1]."""
+    ok = tokens <= MAX_TOKEN
+    return ok & (tokens >= 0) if tokens.dtype.kind == "i" else ok
+
+
+def _stage(dev, buf: _Buffers, tokens, logp, theta_tok, factors, rows: int, use_count: bool) -> tuple:
+    """Proposals [b, rows, K] and factors to the device, rows prepared -> (ptok, plp, pcnt) device arrays."""
+    b, k, nf = buf.b, buf.k, buf.nf
+    n = b * rows * k
+    if buf.uploaded is not None:
+        buf.uploaded.synchronize()  # the previous copy has read the pinned buffer
+    host = buf.host
+    host[:8 * nf].view(np.float64)[:len(factors)] = factors
+    if k > dev.prep_cap:  # too long to sort in shared memory: prepared here, exactly as the CPU search does
+        tok = np.asarray(dev.to_host(tokens))
+        lp = np.ascontiguousarray(dev.to_host(logp), np.float32)
+        tok64 = np.full(tok.shape, -1, np.int64)
+        np.copyto(tok64, tok, casting="unsafe", where=_valid_tokens(np, tok))
+        used = (dev.to_host(buf.live.count) if use_count else np.full(b, rows)).astype(np.int64)
+        o = 8 * nf
+        ptok = host[o:o + 4 * n].view(np.int32).reshape(b, rows, k)
+        plp = host[o + 4 * n:o + 8 * n].view(np.float32).reshape(b, rows, k)
+        pcnt = host[o + 8 * n:o + 8 * n + 4 * b * rows].view(np.int32).reshape(b, rows)
+        _prepare_rows(tok64, lp, np.float32(theta_tok), used, ptok, plp, pcnt)
+        buf.uploaded = dev.upload(buf.up, host, o + 8 * n + 4 * b * rows)
+        up = buf.up
+        return (up[o:o + 4 * n].view(np.int32), up[o + 4 * n:o + 8 * n].view(np.float32),
+                up[o + 8 * n:o + 8 * n + 4 * b * rows].view(np.int32))
+    if dev.is_device_array(tokens):
+        xp = dev.cp
+        staged = buf.rows_in[:2 * n].reshape(b, rows, 2, k)
+        staged[:, :, 0, :] = xp.where(_valid_tokens(xp, tokens), tokens.astype(np.int32), np.int32(-1))
+        staged[:, :, 1, :] = xp.ascontiguousarray(logp, np.float32).view(np.int32)
+        buf.uploaded = dev.upload(buf.up, host, 8 * nf)
+    else:
+        staged = host[8 * nf:8 * nf + 8 * n].view(np.int32).reshape(b, rows, 2, k)
+        tok_out = staged[:, :, 0, :]
+        if tokens.dtype == np.int32:  # every int32 id is either a possible token or negative
+            tok_out[...] = tokens
+        else:
+            tok_out[...] = -1
+            np.copyto(tok_out, tokens, casting="unsafe", where=_valid_tokens(np, tokens))
+        staged[:, :, 1, :].view(np.float32)[...] = logp
+        buf.uploaded = dev.upload(buf.up, host, 8 * nf + 8 * n)
+    if b * rows:
+        dev.launch("prep_kernel", b * rows, (buf.rows_in, np.int32(rows), np.int32(k), np.float32(theta_tok),
+                                             buf.live.count, np.int32(use_count), buf.ptok, buf.plp, buf.pcnt))
+    return buf.ptok, buf.plp, buf.pcnt
+
+
+def _search(dev, buf: _Buffers, tp, prepared: tuple, rows: int, nar: bool, t0: int, t1: int, last: int,
+            init: bool, fbase: int, theta_sent, out: tuple = None) -> None:
+    """search_kernel over steps t0 .. t1-1; with `out` (ids, scores) also the final top-BW into it."""
+    ids, scores = out if out is not None else (buf.dummy_ids, buf.dummy_scores)
+    dev.launch("search_kernel", buf.b, (
+        tp, buf.sp, *prepared, np.int32(rows), np.int32(buf.k), np.int32(nar), np.int32(t0), np.int32(t1),
+        np.int32(last), np.int32(init), np.int32(out is not None), np.float32(theta_sent), buf.factors,
+        np.int32(fbase), ids, scores))
+
+
+def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, theta_sent=-math.inf,
+                          alpha=0.0, device=None) -> tuple:
+    """NAR search (trie_search_cpu.trie_beam_search) on the GPU -> (key_ids int64 [b, BW] -1 padded,
+    scores float32 [b, BW] -inf padded), arrays of the device (CuPy)."""
+    dev = device if device is not None else cuda_device()
+    what = "trie_beam_search"
     bw = _beam_width(beam_width)
     tt = np.float32(_float(theta_tok, "theta_tok"))
     ts = np.float32(_float(theta_sent, "theta_sent"))
     a = _float(alpha, "alpha")
-    tok, lp = _proposals(tokens, logp, "trie_beam_search")
-    b, T, K = tok.shape
-    if bw * max(K, 1) >= 2**32:
-        raise GtmkitError("trie_beam_search: beam_width * K must stay below 2^32 on the GPU")
-    ptok, plp = np.empty((b, T, K), np.int32), np.empty((b, T, K), np.float32)
-    pcnt = np.empty((b, T), np.int32)
-    _prepare_rows(tok, lp, tt, np.full(b, T, np.int64), ptok, plp, pcnt)
-    factors = length_factors(a, T)
-    d = _device_arrays(trie)
-    kern = load_module(KERNEL_FILE).get_function("expand_kernel")
-    d_tok, d_lp, d_cnt = cp.asarray(ptok), cp.asarray(plp), cp.asarray(pcnt)
-    live_node = cp.zeros((b, bw), cp.int64)
-    live_score = cp.zeros((b, bw), cp.float32)
-    live_count = cp.ones(b, cp.int64)  # step 0: the root, score 0
-    fin_best = cp.zeros((b, bw), cp.uint64)
-    live_buf = cp.empty((b, bw * K), cp.uint64)
-    child_buf = cp.empty((b, bw * K), cp.int64)
-    fin_buf = cp.empty((b, bw * K), cp.uint64)
-    for t in range(T):
-        live_buf.fill(0)
-        fin_buf.fill(0)
-        kern((b, bw), (128,), (d["louds"], d["louds_rank"], d["louds_select0"], d["label_low"], d["label_high"],
-                               np.int32(d["high_bits"]), d["terminal"], d["terminal_rank"], d_tok, d_lp, d_cnt,
-                               np.int32(T), np.int32(K), np.int32(t), live_node, live_score, live_count,
-                               np.int32(bw), ts, np.float64(factors[t + 1]), live_buf, child_buf, fin_buf))
-        top = _top(live_buf, bw)
-        valid = top != 0
-        slot = (LOW32 - (top & LOW32)).astype(cp.int64)
-        slot = cp.where(valid, slot, 0)
-        live_node = cp.ascontiguousarray(cp.where(valid, cp.take_along_axis(child_buf, slot, axis=1), -1))
-        live_score = cp.ascontiguousarray(cp.where(valid, _unsortable(top >> np.uint64(32)), -np.inf)
-                                          .astype(cp.float32))
-        live_count = valid.sum(axis=1).astype(cp.int64)
-        fin_best = cp.ascontiguousarray(_top(cp.concatenate([fin_best, fin_buf], axis=1), bw))
-    found = fin_best != 0
-    key_ids = cp.where(found, (LOW32 - (fin_best & LOW32)).astype(cp.int64), -1)
-    scores = cp.where(found, _unsortable(fin_best >> np.uint64(32)), -np.inf).astype(cp.float32)
-    return key_ids, scores
+    tokens, logp = _checked(dev, tokens, logp, what, "T")
+    b, steps, k = tokens.shape
+    _check_size(bw, k, what)
+    tp = _trie_params(dev, trie, what)
+    ids, scores = dev.empty((b, bw), np.int64), dev.empty((b, bw), np.float32)
+    if b == 0:
+        return ids, scores
+    buf = _nar_buffers(dev, (b, bw, steps, k, steps + 1))
+    prepared = _stage(dev, buf, tokens, logp, tt, length_factors(a, steps), steps, False)
+    _search(dev, buf, tp, prepared, steps, True, 0, steps, steps - 1, True, 0, ts, (ids, scores))
+    return ids, scores
+
+
+class TrieBeamStepperCuda:
+    """trie_search_cpu.TrieBeamStepper on the GPU: the same calls and results, as device arrays (live.nodes
+    is int64 here). Proposals [b, R, K] may be CuPy arrays (a model's top-K on the device). `step` does not
+    synchronise with the host unless R < beam_width (it then checks R against the live counts); `done`
+    does."""
+
+    def __init__(self, trie, batch: int, beam_width: int, theta_tok: float = -math.inf,
+                 theta_sent: float = -math.inf, alpha: float = 0.0, max_steps: int = None, device=None):
+        self._dev = device if device is not None else cuda_device()
+        self._tp = _trie_params(self._dev, trie, "TrieBeamStepper")
+        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+            raise GtmkitError(f"TrieBeamStepper: batch must be a positive integer, got {batch!r}")
+        self.batch, self.beam_width = int(batch), _beam_width(beam_width)
+        self.theta_tok = np.float32(_float(theta_tok, "theta_tok"))
+        self.theta_sent = np.float32(_float(theta_sent, "theta_sent"))
+        self.alpha = _float(alpha, "alpha")
+        self.max_steps = None if max_steps is None else int(max_steps)
+        self.steps = 0
+        _check_size(self.beam_width, 1, "TrieBeamStepper")
+        self._buf = _Buffers(self._dev, self.batch, self.beam_width, self.beam_width, 1, 1)
+        self._run(0, init=True)  # the root
+
+    def _run(self, rows: int, prepared: tuple = None, init: bool = False, steps: int = 0, out=None) -> None:
+        buf = self._buf
+        prepared = prepared if prepared is not None else (buf.ptok, buf.plp, buf.pcnt)
+        last = self.max_steps - 1 if self.max_steps is not None else -1
+        _search(self._dev, buf, self._tp, prepared, max(rows, 1), False, self.steps, self.steps + steps, last, init,
+                self.steps + 1, self.theta_sent, out)
+
+    @property
+    def live(self) -> LiveBeams:
+        """The current live beams (device arrays owned by the stepper: copy what you keep across steps)."""
+        return self._buf.live
+
+    @property
+    def done(self) -> bool:
+        return bool(int(self._buf.live.count.max()) == 0) or self.steps == self.max_steps
+
+    def step(self, tokens, logp) -> LiveBeams:
+        """Advance every query by one token; tokens / logp [b, R, K], row i = proposals of live beam i."""
+        if self.max_steps is not None and self.steps >= self.max_steps:
+            raise GtmkitError(f"TrieBeamStepper: all {self.max_steps} steps taken")
+        what = "TrieBeamStepper.step"
+        tokens, logp = _checked(self._dev, tokens, logp, what, "BW")
+        b, r, k = tokens.shape
+        if b != self.batch or r > self.beam_width or (r < self.beam_width and r < int(self._buf.live.count.max())):
+            most = int(self._buf.live.count.max())
+            raise GtmkitError(f"{what}: proposals are [{b}, {r}, K], need [{self.batch}, R, K] "
+                              f"with {most} <= R <= {self.beam_width}")
+        _check_size(self.beam_width, k, what)
+        if k != self._buf.k:
+            self._buf = _Buffers(self._dev, b, self.beam_width, self.beam_width, k, 1, keep=self._buf)
+        factor = length_factors(self.alpha, self.steps + 1)[-1:]
+        prepared = _stage(self._dev, self._buf, tokens, logp, self.theta_tok, factor, r, True)
+        self._run(r, prepared, steps=1)
+        self.steps += 1
+        return self._buf.live
+
+    def result(self) -> tuple:
+        """(key_ids int64 [b, BW] -1 padded, scores float32 [b, BW] -inf padded), best first, so far."""
+        ids = self._dev.empty((self.batch, self.beam_width), np.int64)
+        scores = self._dev.empty((self.batch, self.beam_width), np.float32)
+        self._run(0, out=(ids, scores))
+        return ids, scores

@@ -1,25 +1,109 @@
-// Constrained beam search over the succinct (LOUDS) trie on the GPU: one step's candidate expansion.
-// NVRTC: built-in types only. Bit vectors are LSB-first uint64 words; rank9 directories as in
+// Constrained beam search over the succinct (LOUDS) trie on the GPU (DESIGN §6, docs/matcher.md).
+// NVRTC: built-in types only, no headers. Bit vectors are LSB-first uint64 words; rank9 directories as in
 // gtmkit/indexer/succinct_bits.py (row s = ones before superblock s, seven packed 9-bit word counts).
 //
-// Block (q, p) expands live beam p of query q against the step's proposals (sorted by token, one per
-// token, already cut by theta_tok): each thread binary-searches its proposals among the node's child
-// labels. Candidate slot i = p * K + k, so ordering slots ascending = (parent beam asc, token asc).
-// Live candidates are written as (sortable(score) << 32) | (0xFFFFFFFF - i), finished ones as
-// (sortable(normalised score) << 32) | (0xFFFFFFFF - key id); 0 marks an empty slot.
+// Why one block per query for all steps: on the synthetic workloads (1M-10M keys, BW=K=1000, T=8) a
+// step meets at most a few thousand (beam, child) pairs and keeps one or two thousand candidates, so a
+// step is a chain of short, latency-bound phases. One 1024-thread block per query runs every step in a
+// single launch with __syncthreads between phases (no kernel launches, grid syncs or host round trips).
+// Candidates are compacted with warp-aggregated atomics and cut to the best BW by a bitonic sort in
+// shared memory, after an exact radix select when there are more than SORT_CAP of them. Heavier steps
+// stay exact (buffers hold BW*K candidates per query), only slower.
+//
+// Orders, as 64-bit composites: larger = better, distinct, never 0.
+//   live candidate     (sortable(score) << 32) | (0xFFFFFFFF - slot), slot = parent beam * K + k
+//   finished key       (sortable(normalised score) << 32) | (0xFFFFFFFF - key id)
+//   prepared proposal  ((0xFFFFFFFF - token) << 32) | sortable_raw(logp)
+// Prepared rows are sorted by token, so k ascending is token ascending and slot ascending is the CPU's
+// tie rule (parent beam asc, token asc); key id ascending breaks ties among finished keys.
+//
+// NT, SORT_CAP, PREP_CAP and BEAM_CAP may be overridden at compile time (the CPU emulation test shrinks
+// them to reach every path with small inputs); NT must be a multiple of 32, at most 1024.
 
 typedef unsigned long long u64;
 typedef long long i64;
 typedef unsigned int u32;
 
-#define SUPER_BITS 512
-#define SAMPLE 512
+#ifndef NT
+#define NT 1024         // threads per block
+#endif
+#ifndef SORT_CAP
+#define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
+#endif
+#ifndef PREP_CAP
+#define PREP_CAP 4096   // proposals per row prep_kernel sorts in shared memory (32 KiB), a power of two
+#endif
+#ifndef BEAM_CAP
+#define BEAM_CAP 1024   // per-beam data (child range, score, work offsets) in shared memory when BW fits
+#endif
+#define NW (NT / 32)
+#define FULL 0xffffffffu
 
-__device__ __forceinline__ u32 sortable(float f) {
-    if (f == 0.0f) f = 0.0f;  // -0 ties +0
+// Trie parameter table (int64 values, trie_search_cuda.py builds it).
+#define TP_LOUDS 0
+#define TP_LOUDS_RANK 1
+#define TP_LOUDS_SELECT0 2
+#define TP_LABEL_LOW 3
+#define TP_LABEL_HIGH 4
+#define TP_HIGH_BITS 5
+#define TP_TERMINAL 6
+#define TP_TERMINAL_RANK 7
+
+// Search state table: per-query buffers [b, ...] allocated once per shape, kept between launches.
+#define SP_LIVE_NODE 0      // i64 [b, BW]
+#define SP_LIVE_SCORE 1     // f32 [b, BW]
+#define SP_LIVE_PARENT 2    // i32 [b, BW]
+#define SP_LIVE_TOKEN 3     // i32 [b, BW]
+#define SP_LIVE_COUNT 4     // i32 [b]
+#define SP_BEAM_FIRST 5     // i64 [b, BW]    first child of live beam p  } used when BW > BEAM_CAP;
+#define SP_BEAM_DEG 6       // u32 [b, BW]    its number of children     } otherwise shared memory
+#define SP_BEAM_N 7         // u32 [b, BW]    proposals in its row       } holds them (and the
+#define SP_BEAM_OFF 8       // u32 [b, BW+1]  work offsets               } beam scores)
+#define SP_CAND 9           // u64 [b, BW*K]  this step's live candidates, compacted
+#define SP_SLOT_NODE 10     // i64 [b, BW*K]  node of the live candidate in slot p*K+k (only those written)
+#define SP_FIN 11           // u64 [b, FIN_CAP] finished keys: unordered, folded to the best BW when full
+#define SP_FIN_COUNT 12     // i32 [b]
+#define SP_SCRATCH 13       // u64 [b, SCRATCH_STRIDE] sort space when more than SORT_CAP keys are kept
+#define SP_BW 14
+#define SP_FIN_CAP 15       // >= BW * (K + 1): one step adds at most BW*K to at most BW kept
+#define SP_SCRATCH_STRIDE 16
+
+struct Trie {
+    const u64* louds;
+    const u64* louds_rank;
+    const u32* sel0;
+    const unsigned short* low;
+    const u64* high;
+    int hbits;
+    const u64* term;
+    const u64* term_rank;
+};
+
+struct Smem {
+    u64* sort;   // [SORT_CAP]
+    u32* warp;   // [33] block_scan
+    u32* hist;   // [256] block_select
+    u32* misc;   // [8]
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Order-preserving float <-> u32 maps.
+
+__device__ __forceinline__ u32 sortable_raw(float f) {
     u32 u = __float_as_uint(f);
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
+
+__device__ __forceinline__ u32 sortable(float f) {  // -0 ties +0, as float comparison does
+    return sortable_raw(f == 0.0f ? 0.0f : f);
+}
+
+__device__ __forceinline__ float unsortable(u32 u) {
+    return __uint_as_float((u & 0x80000000u) ? (u & 0x7FFFFFFFu) : ~u);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Bit vectors (same arithmetic as succinct_bits.py).
 
 __device__ __forceinline__ i64 sub_count(const u64* rd, i64 s, int w) {
     return w == 0 ? 0 : (i64)((rd[2 * s + 1] >> (9 * (w - 1))) & 511ull);
@@ -34,33 +118,36 @@ __device__ __forceinline__ i64 rank1(const u64* words, const u64* rd, i64 p) {  
     return r;
 }
 
-__device__ __forceinline__ i64 zeros_before(const u64* rd, i64 s) {
-    return s * SUPER_BITS - (i64)rd[2 * s];
-}
+__device__ __forceinline__ i64 zeros_before(const u64* rd, i64 s) { return s * 512 - (i64)rd[2 * s]; }
 
-__device__ __forceinline__ int select64(u64 x, int r) {  // position of the r-th set bit (0-based)
+__device__ __forceinline__ int select64(u64 x, int r) {  // position of the r-th (0-based) set bit
+    int pos = 0;
+    int c = __popcll(x & 0xFFFFFFFFull);
+    if (r >= c) { r -= c; x >>= 32; pos += 32; }
+    c = __popcll(x & 0xFFFFull);
+    if (r >= c) { r -= c; x >>= 16; pos += 16; }
+    c = __popcll(x & 0xFFull);
+    if (r >= c) { r -= c; x >>= 8; pos += 8; }
     for (int i = 0; i < r; ++i) x &= x - 1ull;
-    return __ffsll((long long)x) - 1;
+    return pos + __ffsll((long long)x) - 1;
 }
 
 // Position of the k-th (0-based) zero of the LOUDS bits.
-__device__ i64 select0(const u64* words, const u64* rd, const u32* samples, i64 k) {
-    i64 j = k / SAMPLE;
-    i64 lo = samples[j], hi = samples[j + 1];
+__device__ __forceinline__ i64 select0(const Trie& t, i64 k) {
+    i64 j = k / 512;
+    i64 lo = t.sel0[j], hi = t.sel0[j + 1];
     while (hi - lo > 8) {
         i64 mid = (lo + hi + 1) >> 1;
-        if (zeros_before(rd, mid) <= k) lo = mid; else hi = mid - 1;
+        if (zeros_before(t.louds_rank, mid) <= k) lo = mid; else hi = mid - 1;
     }
-    while (lo < hi && zeros_before(rd, lo + 1) <= k) ++lo;
-    i64 r = k - zeros_before(rd, lo);
+    while (lo < hi && zeros_before(t.louds_rank, lo + 1) <= k) ++lo;
+    i64 r = k - zeros_before(t.louds_rank, lo);
     int w = 0;
     for (int ww = 1; ww < 8; ++ww) {
-        i64 c = 64 * ww - sub_count(rd, lo, ww);
-        if (c <= r) w = ww; else break;
+        if (64 * ww - sub_count(t.louds_rank, lo, ww) <= r) w = ww; else break;
     }
-    i64 c = 64 * w - sub_count(rd, lo, w);
-    u64 x = ~words[lo * 8 + w];
-    return (lo * 8 + w) * 64 + select64(x, (int)(r - c));
+    i64 c = 64 * w - sub_count(t.louds_rank, lo, w);
+    return (lo * 8 + w) * 64 + select64(~t.louds[lo * 8 + w], (int)(r - c));
 }
 
 __device__ __forceinline__ i64 next_zero(const u64* words, i64 p) {
@@ -70,65 +157,448 @@ __device__ __forceinline__ i64 next_zero(const u64* words, i64 p) {
     return w * 64 + (__ffsll((long long)x) - 1);
 }
 
-__device__ __forceinline__ i64 label_of(const unsigned short* low, const u64* high, int hbits, i64 node) {
+__device__ __forceinline__ bool get_bit(const u64* words, i64 i) { return (words[i >> 6] >> (i & 63)) & 1ull; }
+
+__device__ __forceinline__ i64 label_of(const Trie& t, i64 node) {  // token on the edge into node >= 1
     i64 j = node - 1;
-    i64 v = low[j];
-    if (hbits) {
-        i64 p = j * hbits;
+    i64 v = t.low[j];
+    if (t.hbits) {
+        i64 p = j * t.hbits;
         i64 w = p >> 6;
         int off = (int)(p & 63);
-        u64 x = high[w] >> off;
-        if (off + hbits > 64) x |= high[w + 1] << (64 - off);
-        v |= (i64)(x & ((1ull << hbits) - 1ull)) << 16;
+        u64 x = t.high[w] >> off;
+        if (off + t.hbits > 64) x |= t.high[w + 1] << (64 - off);
+        v |= (i64)(x & ((1ull << t.hbits) - 1ull)) << 16;
     }
     return v;
 }
 
-__device__ __forceinline__ bool get_bit(const u64* words, i64 i) { return (words[i >> 6] >> (i & 63)) & 1ull; }
+__device__ __forceinline__ bool has_children(const Trie& t, i64 v) { return get_bit(t.louds, select0(t, v) + 1); }
 
-extern "C" __global__ void expand_kernel(
-    const u64* louds, const u64* louds_rank, const u32* louds_select0,
-    const unsigned short* label_low, const u64* label_high, int high_bits,
-    const u64* terminal, const u64* terminal_rank,
-    const int* ptok, const float* plp, const int* pcnt, int T, int K, int t,
-    const i64* live_node, const float* live_score, const i64* live_count, int BW,
-    float theta_sent, double factor, u64* live_out, i64* child_out, u64* fin_out) {
-    __shared__ i64 s_first, s_end;
-    int q = blockIdx.x, p = blockIdx.y;
-    if (p >= live_count[q]) return;
-    i64 v = live_node[(i64)q * BW + p];
-    float s = live_score[(i64)q * BW + p];
-    if (threadIdx.x == 0) {
-        i64 z = select0(louds, louds_rank, louds_select0, v);
-        s_first = z - v;
-        s_end = s_first + (next_zero(louds, z + 1) - z - 1);
+__device__ __forceinline__ i64 children_lower_bound(const Trie& t, i64 lo, i64 hi, i64 tok) {
+    while (lo < hi) {
+        i64 mid = (lo + hi) >> 1;
+        if (label_of(t, mid) < tok) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+__device__ __forceinline__ u32 tokens_lower_bound(const int* toks, u32 n, i64 lab) {
+    u32 lo = 0, hi = n;
+    while (lo < hi) {
+        u32 mid = (lo + hi) >> 1;
+        if ((i64)toks[mid] < lab) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Block-wide building blocks. Every thread of the block calls them (they hold barriers).
+
+__device__ __forceinline__ u32 pow2_at_least(u32 n) {
+    u32 p = 1;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+// Exclusive prefix sum of x over the block; *total = the sum.
+__device__ __forceinline__ u32 block_scan(u32 x, u32* warp, u32* total) {
+    u32 lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+    u32 inc = x;
+    for (u32 d = 1; d < 32; d <<= 1) {
+        u32 y = __shfl_up_sync(FULL, inc, d);
+        if (lane >= d) inc += y;
+    }
+    if (lane == 31) warp[w] = inc;
+    __syncthreads();
+    if (w == 0) {
+        u32 v = lane < NW ? warp[lane] : 0u;
+        u32 vi = v;
+        for (u32 d = 1; d < 32; d <<= 1) {
+            u32 y = __shfl_up_sync(FULL, vi, d);
+            if (lane >= d) vi += y;
+        }
+        if (lane < NW) warp[lane] = vi - v;
+        if (lane == 31) warp[32] = vi;
     }
     __syncthreads();
-    i64 first = s_first, end = s_end;
-    if (first >= end) return;
-    i64 row = ((i64)q * T + t) * K;
-    int n = pcnt[(i64)q * T + t];
-    i64 base = (i64)q * BW * K + (i64)p * K;
-    for (int k = threadIdx.x; k < n; k += blockDim.x) {
-        i64 tok = ptok[row + k];
-        i64 a = first, z = end;
-        while (a < z) {
-            i64 m = (a + z) >> 1;
-            if (label_of(label_low, label_high, high_bits, m) < tok) a = m + 1; else z = m;
+    u32 r = warp[w] + inc - x;
+    *total = warp[32];
+    __syncthreads();  // warp[] is reused by the next call
+    return r;
+}
+
+// This lane's position among the warp's lanes with pred set, from one atomicAdd on *counter per warp.
+// Every lane of the warp calls it.
+__device__ __forceinline__ u32 warp_append(bool pred, u32* counter) {
+    u32 bal = __ballot_sync(FULL, pred);
+    u32 lane = threadIdx.x & 31u;
+    u32 base = 0;
+    if (bal) {  // warp-uniform
+        int leader = __ffs((int)bal) - 1;
+        if ((int)lane == leader) base = atomicAdd(counter, (u32)__popc(bal));
+        base = __shfl_sync(FULL, base, leader);
+    }
+    return base + (u32)__popc(bal & ((1u << lane) - 1u));
+}
+
+// Bitonic sort of a[0, n2) descending, n2 a power of two; a in shared or global memory. A stage of
+// stride j <= 32 keeps each warp inside its own 64-key blocks (pair i touches keys of block i >> 5), so
+// between two such stages a warp barrier suffices.
+__device__ __forceinline__ void block_sort_desc(u64* a, u32 n2) {
+    __syncthreads();
+    for (u32 k = 2; k <= n2; k <<= 1) {
+        for (u32 j = k >> 1; j > 0; j >>= 1) {
+            for (u32 i = threadIdx.x; i < (n2 >> 1); i += NT) {
+                u32 lo = ((i & ~(j - 1u)) << 1) | (i & (j - 1u));
+                u32 hi = lo + j;
+                u64 x = a[lo], y = a[hi];
+                bool desc = (lo & k) == 0;
+                if (desc ? x < y : x > y) { a[lo] = y; a[hi] = x; }
+            }
+            u32 next = j > 1 ? j >> 1 : k;  // stride of the next stage (the next k starts at stride k)
+            if (j >= 64 || next >= 64) __syncthreads(); else __syncwarp();
         }
-        if (a >= end || label_of(label_low, label_high, high_bits, a) != tok) continue;
-        float sc = s + plp[row + k];
-        if (!(sc > theta_sent)) continue;
-        u32 slot = (u32)(p * K + k);
-        if (get_bit(terminal, a)) {
-            float norm = (float)((double)sc * factor);
-            i64 key = rank1(terminal, terminal_rank, a);
-            fin_out[base + k] = ((u64)sortable(norm) << 32) | (u64)(0xFFFFFFFFu - (u32)key);
+    }
+    __syncthreads();
+}
+
+// The m-th largest of the n distinct keys a[0, n), 1 <= m <= n: 8-bit digits from the top, stopping at
+// the first digit whose bucket holds exactly the keys still needed. -> the smallest value of that
+// bucket's range, so exactly m keys are >= the result.
+__device__ __forceinline__ u64 block_select(const u64* a, u32 n, u32 m, Smem& s) {
+    u64 prefix = 0, fixed = 0;
+    u32 need = m;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        for (u32 i = threadIdx.x; i < 256; i += NT) s.hist[i] = 0;
+        __syncthreads();
+        for (u32 i = threadIdx.x; i < n; i += NT) {
+            u64 x = a[i];
+            if ((x & fixed) == prefix) atomicAdd(&s.hist[(x >> shift) & 255ull], 1u);
         }
-        i64 za = select0(louds, louds_rank, louds_select0, a);
-        if (get_bit(louds, za + 1)) {  // a has children: it can stay live
-            live_out[base + k] = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - slot);
-            child_out[base + k] = a;
+        __syncthreads();
+        u32 carry = 0;  // keys in buckets above the ones scanned so far (buckets from 255 down)
+        for (u32 base = 0; base < 256; base += NT) {
+            u32 idx = base + threadIdx.x;
+            u32 c = idx < 256 ? s.hist[255 - idx] : 0u;
+            u32 tot;
+            u32 above = carry + block_scan(c, s.warp, &tot);
+            if (idx < 256 && c > 0 && above < need && above + c >= need) {
+                s.misc[0] = 255 - idx;
+                s.misc[1] = above;
+                s.misc[2] = c;
+            }
+            carry += tot;
         }
+        __syncthreads();
+        u32 bin = s.misc[0], above = s.misc[1], cnt = s.misc[2];
+        __syncthreads();  // misc is written again next round
+        prefix |= (u64)bin << shift;
+        fixed |= 255ull << shift;
+        need -= above;
+        if (cnt == need) break;  // always true at shift 0: keys are distinct
+    }
+    return prefix;
+}
+
+// The best min(n, cap) of the n distinct nonzero keys src[0, n), best first, in s.sort or in gbuf
+// (room for pow2_at_least(cap) keys); -> where they are, *m_out = how many.
+__device__ __forceinline__ const u64* block_top(const u64* src, u32 n, u32 cap, u64* gbuf, Smem& s, u32* m_out) {
+    u32 m = n < cap ? n : cap;
+    *m_out = m;
+    u64* buf;
+    u32 n2;
+    if (n <= SORT_CAP) {
+        n2 = pow2_at_least(n);
+        buf = s.sort;
+        for (u32 i = threadIdx.x; i < n2; i += NT) buf[i] = i < n ? src[i] : 0ull;
+    } else {
+        u64 tau = m < n ? block_select(src, n, m, s) : 0ull;
+        n2 = pow2_at_least(m);
+        buf = n2 <= SORT_CAP ? s.sort : gbuf;
+        for (u32 i = threadIdx.x; i < n2; i += NT) buf[i] = 0ull;
+        if (threadIdx.x == 0) s.misc[3] = 0;
+        __syncthreads();
+        for (u32 base = threadIdx.x & ~31u; base < n; base += NT) {
+            u32 i = base + (threadIdx.x & 31u);
+            u64 x = i < n ? src[i] : 0ull;
+            bool keep = i < n && x >= tau;
+            u32 pos = warp_append(keep, &s.misc[3]);
+            if (keep) buf[pos] = x;
+        }
+    }
+    block_sort_desc(buf, n2);
+    return buf;
+}
+
+__device__ __forceinline__ Trie load_trie(const i64* TP) {
+    Trie t;
+    t.louds = (const u64*)TP[TP_LOUDS];
+    t.louds_rank = (const u64*)TP[TP_LOUDS_RANK];
+    t.sel0 = (const u32*)TP[TP_LOUDS_SELECT0];
+    t.low = (const unsigned short*)TP[TP_LABEL_LOW];
+    t.high = (const u64*)TP[TP_LABEL_HIGH];
+    t.hbits = (int)TP[TP_HIGH_BITS];
+    t.term = (const u64*)TP[TP_TERMINAL];
+    t.term_rank = (const u64*)TP[TP_TERMINAL_RANK];
+    return t;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Kernels
+
+// One block per proposal row (q, r) of [b, R, K]. rows_in holds per row K token ids then the K log-prob
+// bits (one staging copy from the host). Keeps the proposals with lp > theta_tok and a token >= 0 (the
+// host maps ids outside [0, 2^31-1] to -1), sorted by token, a repeated token once with its best
+// log-prob, in ptok / plp [b, R, K] and pcnt [b, R]. With use_count, rows r >= live_count[q] (no live
+// beam reads them: AR) get pcnt 0. Needs K <= PREP_CAP.
+extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
+    const int* rows_in, int R, int K, float theta_tok, const int* live_count, int use_count,
+    int* ptok, float* plp, int* pcnt) {
+    __shared__ u64 s_sort[PREP_CAP];
+    __shared__ u32 s_warp[33];
+    const i64 row = blockIdx.x;
+    if (use_count && (int)(row % R) >= live_count[row / R]) {  // block-uniform
+        if (threadIdx.x == 0) pcnt[row] = 0;
+        return;
+    }
+    const int* ti = rows_in + row * 2 * K;
+    const int* li = ti + K;
+    u32 n2 = pow2_at_least((u32)K);
+    for (u32 i = threadIdx.x; i < n2; i += NT) {
+        u64 key = 0;
+        if (i < (u32)K) {
+            int tok = ti[i];
+            float lp = __int_as_float(li[i]);
+            if (tok >= 0 && lp > theta_tok) key = ((u64)(0xFFFFFFFFu - (u32)tok) << 32) | (u64)sortable_raw(lp);
+        }
+        s_sort[i] = key;
+    }
+    block_sort_desc(s_sort, n2);
+    u32 carry = 0;
+    for (u32 base = 0; base < n2; base += NT) {
+        u32 i = base + threadIdx.x;
+        u64 x = i < n2 ? s_sort[i] : 0ull;
+        bool keep = x != 0ull && (i == 0 || (s_sort[i - 1] >> 32) != (x >> 32));  // first = best lp
+        u32 tot;
+        u32 pos = carry + block_scan(keep ? 1u : 0u, s_warp, &tot);
+        if (keep) {
+            ptok[row * K + pos] = (int)(0xFFFFFFFFu - (u32)(x >> 32));
+            plp[row * K + pos] = unsortable((u32)x);
+        }
+        carry += tot;
+    }
+    if (threadIdx.x == 0) pcnt[row] = (int)carry;
+}
+
+// Keep the best BW finished keys (all that can still be reported), best first, at the front of fin.
+__device__ __forceinline__ u32 fold_finished(u64* fin, u32 fc, u32 BW, u64* gbuf, Smem& s) {
+    u32 m;
+    const u64* best = block_top(fin, fc, BW, gbuf, s, &m);
+    for (u32 i = threadIdx.x; i < m; i += NT) fin[i] = best[i];
+    __syncthreads();
+    return m;
+}
+
+// One block per query: steps t0 .. t1-1 of the search (semantics in trie_search_cpu.py), then, with
+// finalize, the best BW finished keys into out_ids / out_scores [b, BW]. Proposal rows are prepared
+// [b, R, K]: beam p reads row t (nar) or row p (AR). init: start from the root. Step t normalises with
+// factors[t + 1 - fbase] (the host's float64 factors, so scores round as on the CPU); step last_step
+// builds no live list.
+extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
+    const i64* TP, const i64* SP, const int* ptok, const float* plp, const int* pcnt, int R, int K, int nar,
+    int t0, int t1, int last_step, int init, int finalize, float theta_sent, const double* factors, int fbase,
+    i64* out_ids, float* out_scores) {
+    __shared__ u64 s_sort[SORT_CAP];
+    __shared__ u32 s_off[BEAM_CAP + 1];
+    __shared__ i64 s_first[BEAM_CAP];
+    __shared__ u32 s_deg[BEAM_CAP];
+    __shared__ u32 s_n[BEAM_CAP];
+    __shared__ float s_score[BEAM_CAP];
+    __shared__ u32 s_hist[256];
+    __shared__ u32 s_warp[33];
+    __shared__ u32 s_misc[8];
+    Smem s;
+    s.sort = s_sort;
+    s.warp = s_warp;
+    s.hist = s_hist;
+    s.misc = s_misc;
+    const Trie tr = load_trie(TP);
+    const i64 q = blockIdx.x;
+    const u32 BW = (u32)SP[SP_BW];
+    const u32 lane = threadIdx.x & 31u;
+    i64* live_node = (i64*)SP[SP_LIVE_NODE] + q * BW;
+    float* live_score = (float*)SP[SP_LIVE_SCORE] + q * BW;
+    int* live_parent = (int*)SP[SP_LIVE_PARENT] + q * BW;
+    int* live_token = (int*)SP[SP_LIVE_TOKEN] + q * BW;
+    int* live_count = (int*)SP[SP_LIVE_COUNT] + q;
+    // per live beam: first child, number of children (< 2^31: sibling labels are distinct tokens),
+    // proposals in its row, work offset, score
+    const bool small = BW <= BEAM_CAP;
+    i64* beam_first = small ? s_first : (i64*)SP[SP_BEAM_FIRST] + q * BW;
+    u32* beam_deg = small ? s_deg : (u32*)SP[SP_BEAM_DEG] + q * BW;
+    u32* beam_n = small ? s_n : (u32*)SP[SP_BEAM_N] + q * BW;
+    u32* off = small ? s_off : (u32*)SP[SP_BEAM_OFF] + q * (BW + 1);
+    float* beam_score = small ? s_score : live_score;
+    u64* cand = (u64*)SP[SP_CAND] + q * BW * K;
+    i64* slot_node = (i64*)SP[SP_SLOT_NODE] + q * BW * K;
+    const i64 fin_cap = SP[SP_FIN_CAP];
+    u64* fin = (u64*)SP[SP_FIN] + q * fin_cap;
+    int* fin_count = (int*)SP[SP_FIN_COUNT] + q;
+    u64* gbuf = (u64*)SP[SP_SCRATCH] + q * SP[SP_SCRATCH_STRIDE];
+    const float NEG_INF = __uint_as_float(0xff800000u);
+
+    if (init) {  // the root, score 0; nothing finished
+        for (u32 i = threadIdx.x; i < BW; i += NT) {
+            live_node[i] = i == 0 ? 0 : -1;
+            live_score[i] = i == 0 ? 0.0f : NEG_INF;
+            live_parent[i] = -1;
+            live_token[i] = -1;
+        }
+        if (threadIdx.x == 0) { *live_count = 1; *fin_count = 0; }
+        __syncthreads();
+    }
+    u32 nl = (u32)*live_count;
+    u32 fc = (u32)*fin_count;
+    __syncthreads();  // every thread has read the counts before thread 0 may store new ones
+
+    for (int t = t0; t < t1 && nl > 0; ++t) {
+        const bool last = t == last_step;
+        const double factor = factors[t + 1 - fbase];
+        if ((i64)fc + (i64)nl * K > fin_cap) fc = fold_finished(fin, fc, BW, gbuf, s);
+
+        // Phase A: the child range of every live beam and its work, min(children, proposals): a beam walks
+        // the shorter of its child list and its proposal row, binary-searching each entry in the other.
+        u32 carry = 0;
+        for (u32 base = 0; base < nl; base += NT) {
+            u32 p = base + threadIdx.x;
+            u32 work = 0;
+            if (p < nl) {
+                i64 v = live_node[p];
+                i64 z = select0(tr, v);
+                i64 deg = next_zero(tr.louds, z + 1) - z - 1;
+                u32 n = (u32)pcnt[q * R + (nar ? t : (int)p)];
+                beam_first[p] = z - v;
+                beam_deg[p] = (u32)deg;
+                beam_n[p] = n;
+                if (small) beam_score[p] = live_score[p];
+                work = deg < (i64)n ? (u32)deg : n;
+            }
+            u32 tot;
+            u32 ex = block_scan(work, s.warp, &tot);
+            if (p < nl) off[p] = carry + ex;
+            carry += tot;
+        }
+        const u32 W = carry;
+        if (threadIdx.x == 0) {
+            off[nl] = W;
+            s.misc[4] = 0;  // live candidates
+            s.misc[5] = 0;  // finished keys
+        }
+        __syncthreads();
+
+        // Phase B: work item w belongs to the beam p with off[p] <= w < off[p+1]. Loop bounds are
+        // warp-uniform so every lane reaches the warp_append ballots.
+        for (u32 base = threadIdx.x & ~31u; base < W; base += NT) {
+            u32 w = base + lane;
+            bool is_live = false, is_fin = false;
+            u64 live_key = 0, fin_key = 0;
+            i64 child = 0;
+            u32 slot = 0;
+            if (w < W) {
+                u32 lo = 0, hi = nl;  // off[lo] <= w < off[hi]
+                while (hi - lo > 1) {
+                    u32 mid = (lo + hi) >> 1;
+                    if (off[mid] <= w) lo = mid; else hi = mid;
+                }
+                const u32 p = lo, i = w - off[p];
+                const i64 row = q * R + (nar ? t : (int)p);
+                const int* toks = ptok + row * K;
+                const u32 n = beam_n[p];
+                const i64 first = beam_first[p], deg = beam_deg[p];
+                i64 c;
+                u32 k;
+                bool match;
+                if (deg < (i64)n) {  // child i: its label among the proposals
+                    c = first + i;
+                    i64 lab = label_of(tr, c);
+                    k = tokens_lower_bound(toks, n, lab);
+                    match = k < n && (i64)toks[k] == lab;
+                } else {  // proposal i: its token among the children
+                    k = i;
+                    i64 tok = toks[k];
+                    c = children_lower_bound(tr, first, first + deg, tok);
+                    match = c < first + deg && label_of(tr, c) == tok;
+                }
+                if (match) {
+                    float sc = beam_score[p] + plp[row * K + k];
+                    if (sc > theta_sent) {
+                        bool term = get_bit(tr.term, c);
+                        if (term) {
+                            float norm = (float)((double)sc * factor);
+                            u32 key = (u32)rank1(tr.term, tr.term_rank, c);
+                            is_fin = true;
+                            fin_key = ((u64)sortable(norm) << 32) | (u64)(0xFFFFFFFFu - key);
+                        }
+                        // a non-terminal node always has children; a terminal one may be a leaf
+                        if (!last && (!term || has_children(tr, c))) {
+                            is_live = true;
+                            slot = p * (u32)K + k;
+                            live_key = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - slot);
+                            child = c;
+                        }
+                    }
+                }
+            }
+            u32 pl = warp_append(is_live, &s.misc[4]);
+            u32 pf = warp_append(is_fin, &s.misc[5]);
+            if (is_live) {
+                cand[pl] = live_key;
+                slot_node[slot] = child;
+            }
+            if (is_fin) fin[fc + pf] = fin_key;
+        }
+        __syncthreads();
+        const u32 n_live = s.misc[4];
+        fc += s.misc[5];
+
+        // The new live list: the best BW candidates, best first (none on the last step). It is built from
+        // the composites and slot_node alone, so it may overwrite the old list in place.
+        u32 m;
+        const u64* best = block_top(cand, n_live, BW, gbuf, s, &m);
+        for (u32 i = threadIdx.x; i < BW; i += NT) {
+            if (i < m) {
+                u64 x = best[i];
+                u32 sl = 0xFFFFFFFFu - (u32)x;
+                u32 p = sl / (u32)K, k = sl - p * (u32)K;
+                live_node[i] = slot_node[sl];
+                live_score[i] = unsortable((u32)(x >> 32));
+                live_parent[i] = (int)p;
+                live_token[i] = ptok[(q * R + (nar ? t : (int)p)) * K + k];
+            } else {
+                live_node[i] = -1;
+                live_score[i] = NEG_INF;
+                live_parent[i] = -1;
+                live_token[i] = -1;
+            }
+        }
+        nl = m;
+        __syncthreads();
+    }
+
+    if (finalize) {
+        u32 m;
+        const u64* best = block_top(fin, fc, BW, gbuf, s, &m);
+        for (u32 i = threadIdx.x; i < BW; i += NT) {
+            u64 x = i < m ? best[i] : 0ull;
+            out_ids[q * BW + i] = i < m ? (i64)(0xFFFFFFFFu - (u32)x) : -1;
+            out_scores[q * BW + i] = i < m ? unsortable((u32)(x >> 32)) : NEG_INF;
+            if (i < m) fin[i] = x;  // the folded list: later steps (AR) continue from it
+        }
+        fc = m;
+    }
+    if (threadIdx.x == 0) {
+        *live_count = (int)nl;
+        *fin_count = (int)fc;
     }
 }
