@@ -24,8 +24,8 @@ users = synth_users(idx.manifest["schema"], args.requests, seed=11)
 m = gtmkit.Matcher(idx, "cuda")
 steps, _, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users, (1, 512, 1024, 1024))
 be = m.cuda
-be.profile = cp.zeros((B, 16), cp.int64)
-print("step | top us | expand+hist us | rounds | round us (each) | group us | rank us | total us | crowded")
+be.profile = cp.zeros((B, 32), cp.int64)
+print("step | top us | expand+hist us | rounds | round us (each) | round 1: list, test, merge us | group us | rank us | total us | crowded")
 for t, s in enumerate(steps):
     for _ in range(3):
         be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], None, q, s["k"], True, False,
@@ -37,6 +37,7 @@ for t, s in enumerate(steps):
     rounds = [np.median(p[n > r, 3 + r] - p[n > r, 2 + r]) / 1e3 for r in range(min(int(n.max()), 8))]
     last = np.array([p[i, 2 + min(n[i], 8)] for i in range(B)])
     print(f"{t + 1} | {d(0, 1):.1f} | {d(1, 2):.1f} | {np.median(n):.0f} (max {n.max()}) | "
-          f"{', '.join(f'{x:.1f}' for x in rounds)} | {np.median(p[:, 11] - last) / 1e3:.1f} | {d(11, 12):.1f} | "
+          f"{', '.join(f'{x:.1f}' for x in rounds)} | {d(2, 16):.1f}, {d(16, 17):.1f}, {d(17, 18):.1f} | "
+          f"{np.median(p[:, 11] - last) / 1e3:.1f} | {d(11, 12):.1f} | "
           f"{d(0, 12):.1f} | {int(p[:, 14].sum())}")
 be.profile = None

@@ -24,6 +24,7 @@ KERNEL_FILE = KERNEL_DIR / "gtm_step.cu"
 FUSED_FILE = KERNEL_DIR / "gtm_fused.cu"
 POST_FILE = KERNEL_DIR / "postfilter.cu"
 FUSED_CLUSTER = 8              # blocks per request (CL in gtm_fused.cu)
+FUSED_THREADS = 512            # threads per block (NT in gtm_fused.cu)
 FUSED_SMEM = 64 * 1024         # >= sizeof(Smem) in gtm_fused.cu (static_assert there)
 MAX_K = 2048
 NB = 4096      # score bins (kernels/gtm_step.cu)
@@ -103,7 +104,7 @@ class CudaBackend:
             t.excl_codes.shape[1], index.num_ads], np.int64))
         self.nbytes = int(sum(a.nbytes for a in d.values()))
         self._buffers = {}
-        # set to a CuPy int64 [B, 16] array to record the fused step's phase timestamps (profiling)
+        # set to a CuPy int64 [B, 32] array to record the fused step's phase timestamps (profiling)
         self.profile = None
 
     def batch(self, q: RequestBatch) -> DeviceBatch:
@@ -199,7 +200,7 @@ class CudaBackend:
         grouped = self._buf("grouped", (cap,), cp.uint64, scratch)
         topsel = self._buf("topsel", (B, k), cp.uint64, scratch)
         parent, token, node, score, out_count = out
-        self.k_fused((B * FUSED_CLUSTER,), (1024,),
+        self.k_fused((B * FUSED_CLUSTER,), (FUSED_THREADS,),
                      (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
                       np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,

@@ -186,7 +186,7 @@ __device__ u32 block_scan(u32 v, u32* warp_tot) {
     if (lane == 31) warp_tot[wid] = v;
     __syncthreads();
     if (wid == 0) {
-        u32 w = warp_tot[lane];
+        u32 w = lane < (int)(blockDim.x >> 5) ? warp_tot[lane] : 0u;  // blocks of fewer than 32 warps
         for (int o = 1; o < 32; o <<= 1) { u32 n = __shfl_up_sync(0xffffffffu, w, o); if (lane >= o) w += n; }
         warp_tot[lane] = w;
     }

@@ -29,7 +29,8 @@
 #include "gtm_common.cuh"
 
 #define CL 8            // blocks per request (cluster size)
-#define NT 1024         // threads per block
+#define NT 512          // threads per block: two blocks an SM, so 16 clusters of 8 fit at once on an H200
+#define BPT (FB / NT)   // score bins per thread in the bin scans
 #define FB 2048         // score bins
 #define GT_CAP 2048     // bin T ranked directly up to this many passers; a radix select beyond
 #define RAD_PASSES 8    // 8-bit digits of a 64-bit composite
@@ -118,8 +119,9 @@ struct Smem {
 };
 
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in backend_cuda.py must cover Smem");
+static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
-extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1)
+extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 2)
 fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
                   int V, const float* beam_scores, const i64* row_req, i64 R, int D, int k, int gtm, int count_all,
                   u64* __restrict__ cand, int* __restrict__ cand_child, u64* __restrict__ passed,
@@ -133,8 +135,8 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     const u32 rank = cluster_rank();
     const int b = blockIdx.x / CL;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    // optional phase timestamps (benchmarks/gpu_fused_profile.py): prof[b * 16 + i], ns
-    #define STAMP(i) do { if (prof && rank == 0 && tid == 0) { u64 t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); prof[b * 16 + (i)] = (i64)t_; } } while (0)
+    // optional phase timestamps (benchmarks/gpu_fused_profile.py): prof[b * 32 + i], ns
+    #define STAMP(i) do { if (prof && rank == 0 && tid == 0) { u64 t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); prof[b * 32 + (i)] = (i64)t_; } } while (0)
     STAMP(0);
 
     // rows of request b: [r0, r1) (row_req is non-decreasing)
@@ -177,7 +179,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     if (lane == 0) S.warp_max[warp] = mb;
     __syncthreads();
     if (warp == 0) {
-        float v = S.warp_max[lane];
+        float v = lane < NT / 32 ? S.warp_max[lane] : -__int_as_float(0x7f800000);
         for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
         if (lane == 0) S.s_top = v;
     }
@@ -237,11 +239,13 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     for (int i = tid; i < FB; i += NT) if (S.cum[i]) dsm_add(remote(&S.m_cand[i], 0), S.cum[i]);
     cluster_sync();
     {
-        int h0 = 2 * tid;  // FB == 2 * NT
-        u32 a0 = dsm_load(remote(&S.m_cand[h0], 0)), a1 = dsm_load(remote(&S.m_cand[h0 + 1], 0));
-        u32 incl = block_scan(a0 + a1, S.warp_tot);
-        S.cum[h0] = incl - a1;
-        S.cum[h0 + 1] = incl;
+        const int h0 = BPT * tid;  // this thread's bins
+        u32 v[BPT], sum = 0;
+#pragma unroll
+        for (int x = 0; x < BPT; ++x) { v[x] = dsm_load(remote(&S.m_cand[h0 + x], 0)); sum += v[x]; }
+        u32 acc = block_scan(sum, S.warp_tot) - sum;
+#pragma unroll
+        for (int x = 0; x < BPT; ++x) { acc += v[x]; S.cum[h0 + x] = acc; }
     }
     __syncthreads();
     const i64 C = S.cum[FB - 1];
@@ -272,6 +276,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         }
         __syncthreads();
         const u32 nw = S.n_work;
+        if (n_rounds == 0) STAMP(16);
         for (u32 base = 0; base < nw; base += NT) {
             u32 w = base + tid;
             bool pass = false;
@@ -295,21 +300,30 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
             }
         }
         __syncthreads();
+        if (n_rounds == 0) STAMP(17);
         for (int i = lo + 1 + tid; i <= hi; i += NT) if (S.pcnt[i]) dsm_add(remote(&S.m_pass[i], 0), S.pcnt[i]);
         cluster_sync();
+        if (n_rounds == 0) STAMP(18);
         // merged passers of the window, scanned: the first bin where the running total reaches k
         {
-            int h0 = 2 * tid;
-            u32 a0 = 0, a1 = 0;
-            if (h0 > lo && h0 <= hi) a0 = S.pcnt[h0] = dsm_load(remote(&S.m_pass[h0], 0));
-            if (h0 + 1 > lo && h0 + 1 <= hi) a1 = S.pcnt[h0 + 1] = dsm_load(remote(&S.m_pass[h0 + 1], 0));
-            u32 incl = block_scan(a0 + a1, S.warp_tot);
-            i64 before = passed_lo + (incl - a0 - a1);
+            const int h0 = BPT * tid;
+            u32 v[BPT], sum = 0;
+#pragma unroll
+            for (int x = 0; x < BPT; ++x) {
+                v[x] = 0;
+                if (h0 + x > lo && h0 + x <= hi) v[x] = S.pcnt[h0 + x] = dsm_load(remote(&S.m_pass[h0 + x], 0));
+                sum += v[x];
+            }
+            u32 incl = block_scan(sum, S.warp_tot);
+            i64 before = passed_lo + (incl - sum);
             if (tid == 0) S.s_T = -1;
             if (tid == NT - 1) S.s_wtot = incl;
             __syncthreads();
-            if (a0 && before < k && before + a0 >= k) S.s_T = h0;
-            else if (a1 && before + a0 < k && before + a0 + a1 >= k) S.s_T = h0 + 1;
+#pragma unroll
+            for (int x = 0; x < BPT; ++x) {  // the one bin where the running total crosses k
+                if (v[x] && before < k && before + v[x] >= k) S.s_T = h0 + x;
+                before += v[x];
+            }
             __syncthreads();
         }
         passed_lo += S.s_wtot;
@@ -329,11 +343,13 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     // ---- 4 rank the passers of bins <= T ---------------------------------------------------------
     // pass offsets per bin (exclusive scan over bins <= T) into cum
     {
-        int h0 = 2 * tid;
-        u32 a0 = h0 <= T ? S.pcnt[h0] : 0u, a1 = h0 + 1 <= T ? S.pcnt[h0 + 1] : 0u;
-        u32 incl = block_scan(a0 + a1, S.warp_tot);
-        S.cum[h0] = incl - a0 - a1;
-        S.cum[h0 + 1] = incl - a1;
+        const int h0 = BPT * tid;
+        u32 v[BPT], sum = 0;
+#pragma unroll
+        for (int x = 0; x < BPT; ++x) { v[x] = h0 + x <= T ? S.pcnt[h0 + x] : 0u; sum += v[x]; }
+        u32 acc = block_scan(sum, S.warp_tot) - sum;
+#pragma unroll
+        for (int x = 0; x < BPT; ++x) { S.cum[h0 + x] = acc; acc += v[x]; }
     }
     __syncthreads();
     const u32 c_lt = S.cum[T];                 // passers in bins < T (< k unless T is the last bin)
@@ -441,6 +457,6 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     }
     if (rank == 0 && tid == 0) out_count[b] = !gtm ? C : (count_all ? passed_lo : -1);  // count_all tests every bin
     STAMP(12);
-    if (prof && rank == 0 && tid == 0) { prof[b * 16 + 13] = n_rounds; prof[b * 16 + 14] = crowded; prof[b * 16 + 15] = C; }
+    if (prof && rank == 0 && tid == 0) { prof[b * 32 + 13] = n_rounds; prof[b * 32 + 14] = crowded; prof[b * 32 + 15] = C; }
     cluster_sync();  // block 0's shared memory must outlive every remote access to it
 }
