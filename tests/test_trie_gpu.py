@@ -1,4 +1,6 @@
-"""GPU constrained beam search over the succinct trie equals the CPU search (and so the reference)."""
+"""GPU constrained beam search over the succinct trie equals the CPU search (and so the reference):
+NAR and AR, thresholds, length normalisation, ties, labels >= 65536, BW above the number of candidates,
+more candidates than one block sorts in shared memory, rows prepared on the host, CuPy inputs."""
 
 from __future__ import annotations
 
@@ -15,11 +17,21 @@ if not cuda_available():
 
 import cupy as cp  # noqa: E402
 
-from gtmkit.matcher.trie_search_cpu import trie_beam_search  # noqa: E402
-from gtmkit.synth_trie import synth_keys, synth_proposals  # noqa: E402
+from gtmkit.errors import GtmkitError  # noqa: E402
 from gtmkit.indexer.succinct import SuccinctTrie  # noqa: E402
+from gtmkit.matcher import trie_search_cuda as tsc  # noqa: E402
+from gtmkit.matcher.trie_search_cpu import TrieBeamStepper, trie_beam_search  # noqa: E402
+from gtmkit.synth_trie import synth_keys, synth_proposals  # noqa: E402
 
 from test_succinct_search import random_logp, random_tokens, random_trie  # noqa: E402
+
+
+def assert_same(got, want):
+    ids, scores = cp.asnumpy(got[0]), cp.asnumpy(got[1])
+    assert ids.dtype == np.int64 and scores.dtype == np.float32
+    assert np.array_equal(ids, want[0])
+    np.testing.assert_allclose(scores, want[1], rtol=0, atol=1e-5)
+    assert np.array_equal(np.isneginf(scores), np.isneginf(want[1]))
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -27,22 +39,119 @@ def test_gpu_equals_cpu_on_random_tries(seed):
     rng = np.random.default_rng(seed)
     trie, _ = random_trie(rng, int(rng.integers(1, 40)))
     b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
-    bw = int(rng.integers(1, 7))
-    theta_tok = [-math.inf, -1.2][seed % 2]
-    theta_sent = [-math.inf, -3.0][(seed // 2) % 2]
+    bw = int(rng.integers(1, 12))
+    # thresholds equal to tied log-probs and sums test the strict comparisons
+    theta_tok = float(rng.choice([-math.inf, -1.0, -1.2]))
+    theta_sent = float(rng.choice([-math.inf, -3.0, -1.5]))
     alpha = [0.0, 0.7, -1.5][seed % 3]
     tokens, logp = random_tokens(rng, (b, T, K)), random_logp(rng, (b, T, K), seed % 2 == 0)
-    want_ids, want_scores = trie_beam_search(trie, tokens, logp, bw, theta_tok, theta_sent, alpha)
-    ids, scores = trie_beam_search(trie, tokens, logp, bw, theta_tok, theta_sent, alpha, device="cuda")
-    assert np.array_equal(cp.asnumpy(ids), want_ids)
-    np.testing.assert_allclose(cp.asnumpy(scores), want_scores, rtol=0, atol=1e-5)
+    want = trie_beam_search(trie, tokens, logp, bw, theta_tok, theta_sent, alpha)
+    got = trie_beam_search(trie, tokens, logp, bw, theta_tok, theta_sent, alpha, device="cuda")
+    assert isinstance(got[0], cp.ndarray) and isinstance(got[1], cp.ndarray)
+    assert_same(got, want)
 
 
-def test_gpu_equals_cpu_on_synth_workload():
-    keys = synth_keys(20000, seed=3, vocab=200_000)
-    trie = SuccinctTrie.build(keys)
-    tokens, logp = synth_proposals(trie, 4, 8, 200, seed=5)
-    want_ids, want_scores = trie_beam_search(trie, tokens, logp, 200, alpha=0.5)
-    ids, scores = trie_beam_search(trie, tokens, logp, 200, alpha=0.5, device="cuda")
-    assert np.array_equal(cp.asnumpy(ids), want_ids)
-    np.testing.assert_allclose(cp.asnumpy(scores), want_scores, rtol=0, atol=1e-5)
+@pytest.mark.parametrize("params", [dict(), dict(theta_tok=-6.0, theta_sent=-14.0, alpha=0.5)])
+def test_gpu_equals_cpu_on_synth_workload(params):
+    trie = SuccinctTrie.build(synth_keys(200_000, seed=3))
+    tokens, logp = synth_proposals(trie, 4, 8, 1000, seed=5)
+    want = trie_beam_search(trie, tokens, logp, 1000, **params)
+    got = trie_beam_search(trie, tokens, logp, 1000, device="cuda", **params)
+    assert_same(got, want)
+    assert (cp.asnumpy(got[0]) >= 0).sum() > 100
+
+
+@pytest.mark.parametrize("bw", [50, 1000, 3000, 5000])
+def test_gpu_many_candidates(bw):
+    """~10^4 candidates per step (radix select before the sort); BW above BEAM_CAP (per-beam data in
+    global memory) and above SORT_CAP (the sort in global memory)."""
+    rng = np.random.default_rng(bw)
+    vocab = np.concatenate([np.arange(60), 65536 + np.arange(60)])
+    pairs = [[int(a), int(c)] for a in vocab for c in vocab]
+    triples = [[int(x) for x in rng.choice(vocab, 3)] for _ in range(5000)]
+    trie = SuccinctTrie.build(pairs + triples)
+    b, T = 2, 3
+    tokens = np.stack([np.stack([rng.permutation(vocab) for _ in range(T)]) for _ in range(b)])
+    logp = random_logp(rng, tokens.shape, ties=bw % 2 == 0)
+    want = trie_beam_search(trie, tokens, logp, bw, alpha=0.7)
+    assert_same(trie_beam_search(trie, tokens, logp, bw, alpha=0.7, device="cuda"), want)
+
+
+def test_gpu_long_rows_prepared_on_host():
+    rng = np.random.default_rng(1)
+    trie, _ = random_trie(rng, 50)
+    K = tsc.PREP_CAP + 904
+    tokens, logp = random_tokens(rng, (2, 3, K)), random_logp(rng, (2, 3, K), True)
+    want = trie_beam_search(trie, tokens, logp, 6, theta_tok=-1.0)
+    assert_same(trie_beam_search(trie, tokens, logp, 6, theta_tok=-1.0, device="cuda"), want)
+
+
+@pytest.mark.parametrize("dtypes", [(np.int64, np.float64), (np.int32, np.float32), (np.uint64, np.float16)])
+def test_gpu_cupy_inputs(dtypes):
+    rng = np.random.default_rng(2)
+    trie, _ = random_trie(rng, 40)
+    tokens = random_tokens(rng, (3, 4, 7)).astype(dtypes[0])  # -1 becomes 2^64-1 in uint64: no key
+    logp = random_logp(rng, (3, 4, 7), False).astype(dtypes[1])
+    want = trie_beam_search(trie, tokens, logp, 5, alpha=0.3)
+    got = trie_beam_search(trie, cp.asarray(tokens), cp.asarray(logp), 5, alpha=0.3, device="cuda")
+    assert_same(got, want)
+
+
+def test_gpu_buffers_reused_across_shapes_and_streams():
+    rng = np.random.default_rng(3)
+    trie, _ = random_trie(rng, 40)
+    cases = []
+    for i in range(tsc.KEPT_SHAPES + 2):  # more shapes than kept: buffers are dropped and made again
+        shape = (1 + i % 3, 2 + i, 5)
+        cases.append((random_tokens(rng, shape), random_logp(rng, shape, i % 2 == 0), 3 + i))
+    for _ in range(2):
+        for tokens, logp, bw in cases:
+            first = trie_beam_search(trie, tokens, logp, bw, device="cuda")
+            with cp.cuda.Stream(non_blocking=True) as stream:
+                again = trie_beam_search(trie, tokens, logp, bw, device="cuda")
+                stream.synchronize()
+            assert first[0] is not again[0]
+            want = trie_beam_search(trie, tokens, logp, bw)
+            assert_same(first, want)
+            assert_same(again, want)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_gpu_ar_stepper_equals_cpu(seed):
+    rng = np.random.default_rng(50 + seed)
+    trie, _ = random_trie(rng, int(rng.integers(1, 120)))
+    b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
+    bw = int(rng.integers(1, 7))
+    theta_tok = float(rng.choice([-math.inf, -1.0, -1.2]))
+    theta_sent = float(rng.choice([-math.inf, -3.0, -1.5]))
+    alpha = [0.0, 0.7, -1.5][seed % 3]
+    max_steps = T if seed % 3 == 0 else None
+    tokens, logp = random_tokens(rng, (T, b, bw, K)), random_logp(rng, (T, b, bw, K), seed % 2 == 0)
+    cpu = TrieBeamStepper(trie, b, bw, theta_tok, theta_sent, alpha, max_steps)
+    gpu = tsc.TrieBeamStepperCuda(trie, b, bw, theta_tok, theta_sent, alpha, max_steps)
+    for t in range(T):
+        k = K if seed % 2 else int(rng.integers(1, K + 1))  # K may change between steps
+        r = bw if seed % 4 < 2 else max(int(cpu.live.count.max()), 1)  # R between the live count and BW
+        rows = (tokens[t, :, :r, :k], logp[t, :, :r, :k])
+        cpu.step(*rows)
+        if seed % 3 == 1:  # proposals already on the device
+            rows = (cp.asarray(rows[0]), cp.asarray(rows[1]))
+        gpu.step(*rows)
+        for name in ("nodes", "scores", "parents", "tokens", "count"):
+            assert np.array_equal(cp.asnumpy(getattr(gpu.live, name)), getattr(cpu.live, name)), (t, name)
+        if t == T // 2:
+            assert_same(gpu.result(), cpu.result())
+    assert gpu.done == cpu.done
+    assert_same(gpu.result(), cpu.result())
+
+
+def test_gpu_ar_stepper_errors():
+    trie = SuccinctTrie.build([[1, 2], [1, 3], [2, 5]])
+    gpu = tsc.TrieBeamStepperCuda(trie, 1, 3, max_steps=1)
+    gpu.step(np.array([[[1, 2]]]), np.float32([[[-0.5, -1.0]]]))
+    with pytest.raises(GtmkitError, match="all 1 steps"):
+        gpu.step(np.array([[[1, 2]]]), np.float32([[[-0.5, -1.0]]]))
+    gpu = tsc.TrieBeamStepperCuda(trie, 1, 3)
+    gpu.step(np.array([[[1, 2]]]), np.float32([[[-0.5, -1.0]]]))  # two live beams now
+    with pytest.raises(GtmkitError, match="2 <= R <= 3"):
+        gpu.step(np.array([[[1, 2]]]), np.float32([[[-0.5, -1.0]]]))

@@ -197,7 +197,10 @@ class EmuDevice:
     def to_host(self, a):
         return a
 
-    def upload(self, dst, host, nbytes):
+    def order(self, buf):
+        pass
+
+    def upload(self, dst, host, nbytes, done=None):
         assert dst.flags.c_contiguous and nbytes <= dst.nbytes and nbytes <= host.nbytes
         ctypes.memmove(dst.ctypes.data, host.ctypes.data, nbytes)
         return _Done()

@@ -63,13 +63,23 @@ class CupyDevice:
     def to_host(self, a):
         return a.get() if isinstance(a, self.cp.ndarray) else a
 
-    def upload(self, dst, host: np.ndarray, nbytes: int):
-        """Asynchronous copy of host[:nbytes] (pinned) to dst -> an event to wait on before reusing host."""
+    def upload(self, dst, host: np.ndarray, nbytes: int, done=None):
+        """Asynchronous copy of host[:nbytes] (pinned) to dst -> an event to wait on before reusing host
+        (`done`, recorded again, or a new one)."""
         stream = self.cp.cuda.get_current_stream()
         dst.data.copy_from_host_async(ctypes.c_void_p(host.ctypes.data), nbytes, stream)
-        done = self.cp.cuda.Event(disable_timing=True)
+        done = done if done is not None else self.cp.cuda.Event(disable_timing=True)
         done.record(stream)
         return done
+
+    def order(self, buf) -> None:
+        """Work on buf's device buffers queued on another stream finishes before the current stream uses them."""
+        stream = self.cp.cuda.get_current_stream()
+        if buf.stream is not None and buf.stream.ptr != stream.ptr:
+            done = self.cp.cuda.Event(disable_timing=True)
+            done.record(buf.stream)
+            stream.wait_event(done)
+        buf.stream = stream
 
     def launch(self, name: str, grid: int, args: tuple) -> None:
         self._kernels[name]((grid,), (self.nt,), args)
@@ -114,9 +124,11 @@ class _Buffers:
         if keep is None:
             self.live = LiveBeams(e((b, bw), np.int64), e((b, bw), np.float32), e((b, bw), np.int32),
                                   e((b, bw), np.int32), e((b,), np.int32))
+            self.live_first, self.live_deg = e((b, bw), np.int64), e((b, bw), np.uint32)  # child ranges
             self.fin_count = e((b,), np.int32)
         else:
-            self.live, self.fin_count = keep.live, keep.fin_count
+            self.live, self.live_first, self.live_deg = keep.live, keep.live_first, keep.live_deg
+            self.fin_count = keep.fin_count
         self.fin_cap = bw * (k + 1)  # one step adds at most bw * k to at most bw kept
         if keep is not None and keep.fin_cap >= self.fin_cap:
             self.fin, self.fin_cap = keep.fin, keep.fin_cap
@@ -126,10 +138,10 @@ class _Buffers:
                 self.fin[:, :keep.fin_cap] = keep.fin
         slots = max(bw * k, 1)
         big = bw > dev.beam_cap  # per-beam data in global memory, not shared
-        self.beam_first = e((b, bw) if big else (1,), np.int64)
-        self.beam_deg, self.beam_n = (e((b, bw) if big else (1,), np.uint32) for _ in range(2))
+        self.beam_n = e((b, bw) if big else (1,), np.uint32)
         self.beam_off = e((b, bw + 1) if big else (1,), np.uint32)
-        self.cand, self.slot_node = e((b, slots), np.uint64), e((b, slots), np.int64)
+        self.cand, self.slot_node, self.slot_first = (e((b, slots), t) for t in (np.uint64, np.int64, np.int64))
+        self.slot_deg = e((b, slots), np.uint32)
         stride = _pow2(bw) if _pow2(bw) > dev.sort_cap else 1
         self.scratch = e((b, stride), np.uint64)
         cells = max(b * rows * k, 1)
@@ -140,10 +152,11 @@ class _Buffers:
         self.host, self.up = dev.pinned(nbytes), e((nbytes,), np.uint8)
         self.factors = self.up[:8 * nf].view(np.float64)
         self.rows_in = self.up[8 * nf:8 * nf + 8 * cells].view(np.int32)
-        self.uploaded = None
+        self.uploaded, self.stream = None, keep.stream if keep is not None else None
         self.sp = dev.asarray(np.array(
-            [dev.ptr(x) for x in (*self.live, self.beam_first, self.beam_deg, self.beam_n, self.beam_off,
-                                  self.cand, self.slot_node, self.fin, self.fin_count, self.scratch)]
+            [dev.ptr(x) for x in (*self.live[:4], self.live_first, self.live_deg, self.live.count, self.beam_n,
+                                  self.beam_off, self.cand, self.slot_node, self.slot_first, self.slot_deg, self.fin,
+                                  self.fin_count, self.scratch)]
             + [bw, self.fin_cap, stride], np.int64))
         self.dummy_ids, self.dummy_scores = e((1,), np.int64), e((1,), np.float32)
 
@@ -188,6 +201,7 @@ def _stage(dev, buf: _Buffers, tokens, logp, theta_tok, factors, rows: int, use_
     """Proposals [b, rows, K] and factors to the device, rows prepared -> (ptok, plp, pcnt) device arrays."""
     b, k, nf = buf.b, buf.k, buf.nf
     n = b * rows * k
+    dev.order(buf)
     if buf.uploaded is not None:
         buf.uploaded.synchronize()  # the previous copy has read the pinned buffer
     host = buf.host
@@ -203,7 +217,7 @@ def _stage(dev, buf: _Buffers, tokens, logp, theta_tok, factors, rows: int, use_
         plp = host[o + 4 * n:o + 8 * n].view(np.float32).reshape(b, rows, k)
         pcnt = host[o + 8 * n:o + 8 * n + 4 * b * rows].view(np.int32).reshape(b, rows)
         _prepare_rows(tok64, lp, np.float32(theta_tok), used, ptok, plp, pcnt)
-        buf.uploaded = dev.upload(buf.up, host, o + 8 * n + 4 * b * rows)
+        buf.uploaded = dev.upload(buf.up, host, o + 8 * n + 4 * b * rows, buf.uploaded)
         up = buf.up
         return (up[o:o + 4 * n].view(np.int32), up[o + 4 * n:o + 8 * n].view(np.float32),
                 up[o + 8 * n:o + 8 * n + 4 * b * rows].view(np.int32))
@@ -212,7 +226,7 @@ def _stage(dev, buf: _Buffers, tokens, logp, theta_tok, factors, rows: int, use_
         staged = buf.rows_in[:2 * n].reshape(b, rows, 2, k)
         staged[:, :, 0, :] = xp.where(_valid_tokens(xp, tokens), tokens.astype(np.int32), np.int32(-1))
         staged[:, :, 1, :] = xp.ascontiguousarray(logp, np.float32).view(np.int32)
-        buf.uploaded = dev.upload(buf.up, host, 8 * nf)
+        buf.uploaded = dev.upload(buf.up, host, 8 * nf, buf.uploaded)
     else:
         staged = host[8 * nf:8 * nf + 8 * n].view(np.int32).reshape(b, rows, 2, k)
         tok_out = staged[:, :, 0, :]
@@ -222,7 +236,7 @@ def _stage(dev, buf: _Buffers, tokens, logp, theta_tok, factors, rows: int, use_
             tok_out[...] = -1
             np.copyto(tok_out, tokens, casting="unsafe", where=_valid_tokens(np, tokens))
         staged[:, :, 1, :].view(np.float32)[...] = logp
-        buf.uploaded = dev.upload(buf.up, host, 8 * nf + 8 * n)
+        buf.uploaded = dev.upload(buf.up, host, 8 * nf + 8 * n, buf.uploaded)
     if b * rows:
         dev.launch("prep_kernel", b * rows, (buf.rows_in, np.int32(rows), np.int32(k), np.float32(theta_tok),
                                              buf.live.count, np.int32(use_count), buf.ptok, buf.plp, buf.pcnt))

@@ -50,23 +50,25 @@ typedef unsigned int u32;
 #define TP_TERMINAL_RANK 7
 
 // Search state table: per-query buffers [b, ...] allocated once per shape, kept between launches.
-#define SP_LIVE_NODE 0      // i64 [b, BW]
-#define SP_LIVE_SCORE 1     // f32 [b, BW]
-#define SP_LIVE_PARENT 2    // i32 [b, BW]
-#define SP_LIVE_TOKEN 3     // i32 [b, BW]
-#define SP_LIVE_COUNT 4     // i32 [b]
-#define SP_BEAM_FIRST 5     // i64 [b, BW]    first child of live beam p  } used when BW > BEAM_CAP;
-#define SP_BEAM_DEG 6       // u32 [b, BW]    its number of children     } otherwise shared memory
-#define SP_BEAM_N 7         // u32 [b, BW]    proposals in its row       } holds them (and the
-#define SP_BEAM_OFF 8       // u32 [b, BW+1]  work offsets               } beam scores)
-#define SP_CAND 9           // u64 [b, BW*K]  this step's live candidates, compacted
-#define SP_SLOT_NODE 10     // i64 [b, BW*K]  node of the live candidate in slot p*K+k (only those written)
-#define SP_FIN 11           // u64 [b, FIN_CAP] finished keys: unordered, folded to the best BW when full
-#define SP_FIN_COUNT 12     // i32 [b]
-#define SP_SCRATCH 13       // u64 [b, SCRATCH_STRIDE] sort space when more than SORT_CAP keys are kept
-#define SP_BW 14
-#define SP_FIN_CAP 15       // >= BW * (K + 1): one step adds at most BW*K to at most BW kept
-#define SP_SCRATCH_STRIDE 16
+#define SP_LIVE_NODE 0      // i64 [b, BW]   live beams, best first: node
+#define SP_LIVE_SCORE 1     // f32 [b, BW]     summed log-prob
+#define SP_LIVE_PARENT 2    // i32 [b, BW]     beam it extends in the previous list
+#define SP_LIVE_TOKEN 3     // i32 [b, BW]     token it appended
+#define SP_LIVE_FIRST 4     // i64 [b, BW]     first child
+#define SP_LIVE_DEG 5       // u32 [b, BW]     number of children (< 2^31: sibling labels are distinct)
+#define SP_LIVE_COUNT 6     // i32 [b]
+#define SP_BEAM_N 7         // u32 [b, BW]   proposals in beam p's row   } when BW > BEAM_CAP; else in
+#define SP_BEAM_OFF 8       // u32 [b, BW+1] work offsets                } shared memory
+#define SP_CAND 9           // u64 [b, BW*K] this step's live candidates, compacted
+#define SP_SLOT_NODE 10     // i64 [b, BW*K] node, first child and number of children of the live
+#define SP_SLOT_FIRST 11    // i64 [b, BW*K]   candidate in slot p*K+k (only the slots written this step
+#define SP_SLOT_DEG 12      // u32 [b, BW*K]   are read)
+#define SP_FIN 13           // u64 [b, FIN_CAP] finished keys: unordered, folded to the best BW when full
+#define SP_FIN_COUNT 14     // i32 [b]
+#define SP_SCRATCH 15       // u64 [b, SCRATCH_STRIDE] sort space when more than SORT_CAP keys are kept
+#define SP_BW 16
+#define SP_FIN_CAP 17       // >= BW * (K + 1): one step adds at most BW*K to at most BW kept
+#define SP_SCRATCH_STRIDE 18
 
 struct Trie {
     const u64* louds;
@@ -140,7 +142,13 @@ __device__ __forceinline__ i64 select0(const Trie& t, i64 k) {
         i64 mid = (lo + hi + 1) >> 1;
         if (zeros_before(t.louds_rank, mid) <= k) lo = mid; else hi = mid - 1;
     }
-    while (lo < hi && zeros_before(t.louds_rank, lo + 1) <= k) ++lo;
+    // the last superblock in [lo, hi] with at most k zeros before it: its <= 8 candidates are loaded
+    // together rather than one after the other (zeros_before is monotone)
+    i64 sb = lo;
+#pragma unroll
+    for (int d = 1; d <= 8; ++d)
+        if (lo + d <= hi && zeros_before(t.louds_rank, lo + d) <= k) sb = lo + d;
+    lo = sb;
     i64 r = k - zeros_before(t.louds_rank, lo);
     int w = 0;
     for (int ww = 1; ww < 8; ++ww) {
@@ -172,8 +180,6 @@ __device__ __forceinline__ i64 label_of(const Trie& t, i64 node) {  // token on 
     }
     return v;
 }
-
-__device__ __forceinline__ bool has_children(const Trie& t, i64 v) { return get_bit(t.louds, select0(t, v) + 1); }
 
 __device__ __forceinline__ i64 children_lower_bound(const Trie& t, i64 lo, i64 hi, i64 tok) {
     while (lo < hi) {
@@ -411,7 +417,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
     i64* out_ids, float* out_scores) {
     __shared__ u64 s_sort[SORT_CAP];
     __shared__ u32 s_off[BEAM_CAP + 1];
-    __shared__ i64 s_first[BEAM_CAP];
+    __shared__ i64 s_first[BEAM_CAP];  // copies of the live beams' first child, children, score
     __shared__ u32 s_deg[BEAM_CAP];
     __shared__ u32 s_n[BEAM_CAP];
     __shared__ float s_score[BEAM_CAP];
@@ -431,17 +437,20 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
     float* live_score = (float*)SP[SP_LIVE_SCORE] + q * BW;
     int* live_parent = (int*)SP[SP_LIVE_PARENT] + q * BW;
     int* live_token = (int*)SP[SP_LIVE_TOKEN] + q * BW;
+    i64* live_first = (i64*)SP[SP_LIVE_FIRST] + q * BW;
+    u32* live_deg = (u32*)SP[SP_LIVE_DEG] + q * BW;
     int* live_count = (int*)SP[SP_LIVE_COUNT] + q;
-    // per live beam: first child, number of children (< 2^31: sibling labels are distinct tokens),
-    // proposals in its row, work offset, score
+    // what phase B reads per beam: in shared memory when BW fits
     const bool small = BW <= BEAM_CAP;
-    i64* beam_first = small ? s_first : (i64*)SP[SP_BEAM_FIRST] + q * BW;
-    u32* beam_deg = small ? s_deg : (u32*)SP[SP_BEAM_DEG] + q * BW;
+    i64* beam_first = small ? s_first : live_first;
+    u32* beam_deg = small ? s_deg : live_deg;
+    float* beam_score = small ? s_score : live_score;
     u32* beam_n = small ? s_n : (u32*)SP[SP_BEAM_N] + q * BW;
     u32* off = small ? s_off : (u32*)SP[SP_BEAM_OFF] + q * (BW + 1);
-    float* beam_score = small ? s_score : live_score;
     u64* cand = (u64*)SP[SP_CAND] + q * BW * K;
     i64* slot_node = (i64*)SP[SP_SLOT_NODE] + q * BW * K;
+    i64* slot_first = (i64*)SP[SP_SLOT_FIRST] + q * BW * K;
+    u32* slot_deg = (u32*)SP[SP_SLOT_DEG] + q * BW * K;
     const i64 fin_cap = SP[SP_FIN_CAP];
     u64* fin = (u64*)SP[SP_FIN] + q * fin_cap;
     int* fin_count = (int*)SP[SP_FIN_COUNT] + q;
@@ -455,7 +464,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
             live_parent[i] = -1;
             live_token[i] = -1;
         }
-        if (threadIdx.x == 0) { *live_count = 1; *fin_count = 0; }
+        if (threadIdx.x == 0) {
+            i64 z = select0(tr, 0);
+            live_first[0] = z;
+            live_deg[0] = (u32)(next_zero(tr.louds, z + 1) - z - 1);
+            *live_count = 1;
+            *fin_count = 0;
+        }
         __syncthreads();
     }
     u32 nl = (u32)*live_count;
@@ -467,22 +482,22 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         const double factor = factors[t + 1 - fbase];
         if ((i64)fc + (i64)nl * K > fin_cap) fc = fold_finished(fin, fc, BW, gbuf, s);
 
-        // Phase A: the child range of every live beam and its work, min(children, proposals): a beam walks
-        // the shorter of its child list and its proposal row, binary-searching each entry in the other.
+        // Phase A: the work of every live beam, min(children, proposals): a beam walks the shorter of its
+        // child list and its proposal row, binary-searching each entry in the other.
         u32 carry = 0;
         for (u32 base = 0; base < nl; base += NT) {
             u32 p = base + threadIdx.x;
             u32 work = 0;
             if (p < nl) {
-                i64 v = live_node[p];
-                i64 z = select0(tr, v);
-                i64 deg = next_zero(tr.louds, z + 1) - z - 1;
+                u32 deg = live_deg[p];
                 u32 n = (u32)pcnt[q * R + (nar ? t : (int)p)];
-                beam_first[p] = z - v;
-                beam_deg[p] = (u32)deg;
+                if (small) {
+                    s_first[p] = live_first[p];
+                    s_deg[p] = deg;
+                    s_score[p] = live_score[p];
+                }
                 beam_n[p] = n;
-                if (small) beam_score[p] = live_score[p];
-                work = deg < (i64)n ? (u32)deg : n;
+                work = deg < n ? deg : n;
             }
             u32 tot;
             u32 ex = block_scan(work, s.warp, &tot);
@@ -503,8 +518,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
             u32 w = base + lane;
             bool is_live = false, is_fin = false;
             u64 live_key = 0, fin_key = 0;
-            i64 child = 0;
-            u32 slot = 0;
+            i64 child = 0, child_first = 0;
+            u32 slot = 0, child_deg = 0;
             if (w < W) {
                 u32 lo = 0, hi = nl;  // off[lo] <= w < off[hi]
                 while (hi - lo > 1) {
@@ -514,13 +529,15 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                 const u32 p = lo, i = w - off[p];
                 const i64 row = q * R + (nar ? t : (int)p);
                 const int* toks = ptok + row * K;
-                const u32 n = beam_n[p];
-                const i64 first = beam_first[p], deg = beam_deg[p];
+                const u32 n = beam_n[p], deg = beam_deg[p];
+                const i64 first = beam_first[p];
                 i64 c;
                 u32 k;
+                u64 term_word;  // loaded as soon as the child is known, ahead of its use
                 bool match;
-                if (deg < (i64)n) {  // child i: its label among the proposals
+                if (deg < n) {  // child i: its label among the proposals
                     c = first + i;
+                    term_word = tr.term[c >> 6];
                     i64 lab = label_of(tr, c);
                     k = tokens_lower_bound(toks, n, lab);
                     match = k < n && (i64)toks[k] == lab;
@@ -529,23 +546,30 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                     i64 tok = toks[k];
                     c = children_lower_bound(tr, first, first + deg, tok);
                     match = c < first + deg && label_of(tr, c) == tok;
+                    term_word = match ? tr.term[c >> 6] : 0ull;
                 }
                 if (match) {
                     float sc = beam_score[p] + plp[row * K + k];
                     if (sc > theta_sent) {
-                        bool term = get_bit(tr.term, c);
+                        bool term = (term_word >> (c & 63)) & 1ull;
                         if (term) {
                             float norm = (float)((double)sc * factor);
                             u32 key = (u32)rank1(tr.term, tr.term_rank, c);
                             is_fin = true;
                             fin_key = ((u64)sortable(norm) << 32) | (u64)(0xFFFFFFFFu - key);
                         }
-                        // a non-terminal node always has children; a terminal one may be a leaf
-                        if (!last && (!term || has_children(tr, c))) {
-                            is_live = true;
-                            slot = p * (u32)K + k;
-                            live_key = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - slot);
-                            child = c;
+                        if (!last) {
+                            // the child's own child range, which the next step reads (and which tells
+                            // whether a terminal child has children: a non-terminal one always has)
+                            i64 z = select0(tr, c);
+                            child_deg = (u32)(next_zero(tr.louds, z + 1) - z - 1);
+                            if (child_deg > 0) {
+                                is_live = true;
+                                slot = p * (u32)K + k;
+                                live_key = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - slot);
+                                child = c;
+                                child_first = z - c;
+                            }
                         }
                     }
                 }
@@ -555,6 +579,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
             if (is_live) {
                 cand[pl] = live_key;
                 slot_node[slot] = child;
+                slot_first[slot] = child_first;
+                slot_deg[slot] = child_deg;
             }
             if (is_fin) fin[fc + pf] = fin_key;
         }
@@ -563,7 +589,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         fc += s.misc[5];
 
         // The new live list: the best BW candidates, best first (none on the last step). It is built from
-        // the composites and slot_node alone, so it may overwrite the old list in place.
+        // the composites and the slot arrays alone, so it may overwrite the old list in place.
         u32 m;
         const u64* best = block_top(cand, n_live, BW, gbuf, s, &m);
         for (u32 i = threadIdx.x; i < BW; i += NT) {
@@ -572,6 +598,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                 u32 sl = 0xFFFFFFFFu - (u32)x;
                 u32 p = sl / (u32)K, k = sl - p * (u32)K;
                 live_node[i] = slot_node[sl];
+                live_first[i] = slot_first[sl];
+                live_deg[i] = slot_deg[sl];
                 live_score[i] = unsortable((u32)(x >> 32));
                 live_parent[i] = (int)p;
                 live_token[i] = ptok[(q * R + (nar ? t : (int)p)) * K + k];
