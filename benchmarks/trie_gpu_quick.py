@@ -124,7 +124,8 @@ def main() -> int:
           f"{np.median(kern):.3f} ms (median); host overhead ~{1000 * gpu_mean - np.mean(dev_ms):.3f} ms")
     print(f"  CPU {cpu8:2d} threads {stats_ms(t8)}")
     print(f"  CPU {all_threads:2d} threads {stats_ms(ta)}  ({len(ta)} queries)")
-    print(f"  GPU speed-up vs CPU {cpu8} threads: mean {cpu_mean / gpu_mean:.1f}x  median {np.median(t8) / np.median(tg):.1f}x")
+    print(f"  GPU speed-up vs CPU {cpu8} threads: mean {cpu_mean / gpu_mean:.1f}x  "
+          f"median {np.median(t8) / np.median(tg):.1f}x")
 
     # b = 8 throughput
     res = {}

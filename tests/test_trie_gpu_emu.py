@@ -69,7 +69,10 @@ template <class T> static inline T emu_exchange(T v, int src) {
     memcpy(&r, &got, sizeof(T));
     return r;
 }
-template <class T> static inline T __shfl_sync(unsigned mask, T v, int src) { emu_full(mask); return emu_exchange(v, src); }
+template <class T> static inline T __shfl_sync(unsigned mask, T v, int src) {
+    emu_full(mask);
+    return emu_exchange(v, src);
+}
 template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d) {
     emu_full(mask);
     int lane = threadIdx.x & 31;
@@ -113,7 +116,8 @@ template <class F> static void emu_launch(unsigned grid, unsigned block, F f) {
 
 # the kernels' trie navigation, callable on its own (device functions are plain functions here)
 NAV = r"""
-extern "C" void emu_nav(const long long* TP, long long n, long long* z, long long* label, long long* key, long long* nz) {
+extern "C" void emu_nav(const long long* TP, long long n, long long* z, long long* label, long long* key,
+                        long long* nz) {
     Trie t = load_trie(TP);
     for (long long v = 0; v < n; ++v) {
         z[v] = select0(t, v);
@@ -170,7 +174,8 @@ class EmuDevice:
 
     def __init__(self, lib, sigs, cfg):
         self.lib, self.sigs = lib, sigs
-        self.nt, self.sort_cap, self.prep_cap, self.beam_cap = (cfg[k] for k in ("NT", "SORT_CAP", "PREP_CAP", "BEAM_CAP"))
+        self.nt, self.sort_cap = cfg["NT"], cfg["SORT_CAP"]
+        self.prep_cap, self.beam_cap = cfg["PREP_CAP"], cfg["BEAM_CAP"]
         self.key = ("emu",) + tuple(sorted(cfg.items()))
         self.buffers = {}
         self.launches = []

@@ -145,7 +145,8 @@ class _Buffers:
         stride = _pow2(bw) if _pow2(bw) > dev.sort_cap else 1
         self.scratch = e((b, stride), np.uint64)
         cells = max(b * rows * k, 1)
-        self.ptok, self.plp, self.pcnt = e((cells,), np.int32), e((cells,), np.float32), e((max(b * rows, 1),), np.int32)
+        self.ptok, self.plp = e((cells,), np.int32), e((cells,), np.float32)
+        self.pcnt = e((max(b * rows, 1),), np.int32)
         # staging: nf float64 factors, then per row K token ids and K log-prob bits (or, for rows prepared on
         # the host, ptok, plp and pcnt)
         nbytes = 8 * nf + 8 * cells + 4 * max(b * rows, 1) + 8
@@ -160,6 +161,12 @@ class _Buffers:
             + [bw, self.fin_cap, stride], np.int64))
         self.dummy_ids, self.dummy_scores = e((1,), np.int64), e((1,), np.float32)
 
+    def release(self) -> None:
+        """Before the buffers are dropped: the last copy has read the pinned buffer (freed pinned memory may
+        be handed out again at once)."""
+        if self.uploaded is not None:
+            self.uploaded.synchronize()
+
 
 def _nar_buffers(dev, shape: tuple) -> _Buffers:
     bufs = dev.buffers
@@ -167,7 +174,7 @@ def _nar_buffers(dev, shape: tuple) -> _Buffers:
         bufs[shape] = bufs.pop(shape)  # most recently used last
     else:
         if len(bufs) >= KEPT_SHAPES:
-            bufs.pop(next(iter(bufs)))
+            bufs.pop(next(iter(bufs))).release()
         bufs[shape] = _Buffers(dev, *shape)
     return bufs[shape]
 
@@ -267,11 +274,11 @@ def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, t
     b, steps, k = tokens.shape
     _check_size(bw, k, what)
     tp = _trie_params(dev, trie, what)
-    ids, scores = dev.empty((b, bw), np.int64), dev.empty((b, bw), np.float32)
     if b == 0:
-        return ids, scores
+        return dev.empty((0, bw), np.int64), dev.empty((0, bw), np.float32)
     buf = _nar_buffers(dev, (b, bw, steps, k, steps + 1))
     prepared = _stage(dev, buf, tokens, logp, tt, length_factors(a, steps), steps, False)
+    ids, scores = dev.empty((b, bw), np.int64), dev.empty((b, bw), np.float32)
     _search(dev, buf, tp, prepared, steps, True, 0, steps, steps - 1, True, 0, ts, (ids, scores))
     return ids, scores
 
@@ -327,7 +334,9 @@ class TrieBeamStepperCuda:
                               f"with {most} <= R <= {self.beam_width}")
         _check_size(self.beam_width, k, what)
         if k != self._buf.k:
-            self._buf = _Buffers(self._dev, b, self.beam_width, self.beam_width, k, 1, keep=self._buf)
+            old = self._buf
+            self._buf = _Buffers(self._dev, b, self.beam_width, self.beam_width, k, 1, keep=old)
+            old.release()
         factor = length_factors(self.alpha, self.steps + 1)[-1:]
         prepared = _stage(self._dev, self._buf, tokens, logp, self.theta_tok, factor, r, True)
         self._run(r, prepared, steps=1)
