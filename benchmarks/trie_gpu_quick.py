@@ -44,8 +44,9 @@ def main() -> int:
     import cupy as cp
     from gtmkit.matcher import trie_search_cuda as tsc
 
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    print(f"GPU {props['name'].decode()}  CPU {os.cpu_count()} cores  numba threads {numba.config.NUMBA_NUM_THREADS}")
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+    name = name.decode() if isinstance(name, bytes) else name
+    print(f"GPU {name}  CPU {os.cpu_count()} cores  numba threads {numba.config.NUMBA_NUM_THREADS}")
     t = time.perf_counter()
     trie = SuccinctTrie.build(synth_keys(a.keys, seed=1))
     print(f"trie: {a.keys} keys, {trie.num_nodes} nodes, built in {time.perf_counter() - t:.1f} s")

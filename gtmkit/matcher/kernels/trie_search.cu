@@ -551,12 +551,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                 if (match) {
                     float sc = beam_score[p] + plp[row * K + k];
                     if (sc > theta_sent) {
-                        bool term = (term_word >> (c & 63)) & 1ull;
-                        if (term) {
-                            float norm = (float)((double)sc * factor);
-                            u32 key = (u32)rank1(tr.term, tr.term_rank, c);
-                            is_fin = true;
-                            fin_key = ((u64)sortable(norm) << 32) | (u64)(0xFFFFFFFFu - key);
+                        const bool term = (term_word >> (c & 63)) & 1ull;
+                        u64 rd0 = 0, rd1 = 0;  // the key id's rank directory row, loaded before the
+                        if (term) {            // select0 chain below and used after it
+                            rd0 = tr.term_rank[2 * (c >> 9)];
+                            rd1 = tr.term_rank[2 * (c >> 9) + 1];
                         }
                         if (!last) {
                             // the child's own child range, which the next step reads (and which tells
@@ -570,6 +569,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                                 child = c;
                                 child_first = z - c;
                             }
+                        }
+                        if (term) {  // rank1(terminal, c) from the row and word already loaded
+                            int w = (int)((c >> 6) & 7), bit = (int)(c & 63);
+                            u64 key = rd0 + (w ? (rd1 >> (9 * (w - 1))) & 511ull : 0ull);
+                            if (bit) key += (u64)__popcll(term_word & ((1ull << bit) - 1ull));
+                            float norm = (float)((double)sc * factor);
+                            is_fin = true;
+                            fin_key = ((u64)sortable(norm) << 32) | (u64)(0xFFFFFFFFu - (u32)key);
                         }
                     }
                 }
