@@ -3,12 +3,18 @@
 // gtmkit/indexer/succinct_bits.py (row s = ones before superblock s, seven packed 9-bit word counts).
 //
 // Why one block per query for all steps: on the synthetic workloads (1M-10M keys, BW=K=1000, T=8) a
-// step meets at most a few thousand (beam, child) pairs and keeps one or two thousand candidates, so a
-// step is a chain of short, latency-bound phases. One 1024-thread block per query runs every step in a
-// single launch with __syncthreads between phases (no kernel launches, grid syncs or host round trips).
-// Candidates are compacted with warp-aggregated atomics and cut to the best BW by a bitonic sort in
-// shared memory, after an exact radix select when there are more than SORT_CAP of them. Heavier steps
-// stay exact (buffers hold BW*K candidates per query), only slower.
+// step walks at most ~7k (beam, child or proposal) pairs and finds at most ~1.6k candidates (counted on
+// the CPU), so a step is a chain of short, latency-bound phases: more blocks per query would shorten
+// only the widest phase and add grid or cluster barriers to every step. One 1024-thread block per query
+// runs every step in a single launch with __syncthreads between phases (no kernel launches, grid syncs
+// or host round trips). A step: (A) each live beam's work, the shorter of its child list and its
+// proposal row, and a prefix sum; (B) every work item binary-searches its entry in the other list; a
+// match becomes a finished key if terminal and, if it has children, a live candidate, whose own child
+// range is computed right there (the select0 that tells whether it has children gives it), so no step
+// starts with a select0 per beam; candidates are compacted with warp-aggregated atomics; (C) the best BW
+// by a bitonic sort in shared memory, after an exact radix select when there are more than SORT_CAP.
+// Finished keys accumulate unordered and are cut to the best BW only when their buffer could overflow,
+// and at the end. Heavier steps stay exact (buffers hold BW*K candidates per query), only slower.
 //
 // Orders, as 64-bit composites: larger = better, distinct, never 0.
 //   live candidate     (sortable(score) << 32) | (0xFFFFFFFF - slot), slot = parent beam * K + k
