@@ -128,7 +128,8 @@ def test_gpu_ar_stepper_equals_cpu(seed):
     max_steps = T if seed % 3 == 0 else None
     tokens, logp = random_tokens(rng, (T, b, bw, K)), random_logp(rng, (T, b, bw, K), seed % 2 == 0)
     cpu = TrieBeamStepper(trie, b, bw, theta_tok, theta_sent, alpha, max_steps)
-    gpu = tsc.TrieBeamStepperCuda(trie, b, bw, theta_tok, theta_sent, alpha, max_steps)
+    gpu = TrieBeamStepper(trie, b, bw, theta_tok, theta_sent, alpha, max_steps, device="cuda")
+    assert isinstance(gpu, tsc.TrieBeamStepperCuda)  # the public stepper dispatches to the GPU one
     for t in range(T):
         k = K if seed % 2 else int(rng.integers(1, K + 1))  # K may change between steps
         r = bw if seed % 4 < 2 else max(int(cpu.live.count.max()), 1)  # R between the live count and BW

@@ -481,10 +481,23 @@ class TrieBeamStepper:
         key_ids, scores = stepper.result()
 
     Same semantics and outputs as trie_beam_search; rows past a query's live count are ignored. With
-    max_steps given, the last step skips building a live list nobody will extend."""
+    max_steps given, the last step skips building a live list nobody will extend. device "cuda" (or
+    "auto" with a visible GPU) returns the GPU stepper (trie_search_cuda.TrieBeamStepperCuda: same calls,
+    CuPy arrays)."""
+
+    def __new__(cls, trie, batch: int, beam_width: int, theta_tok: float = -math.inf,
+                theta_sent: float = -math.inf, alpha: float = 0.0, max_steps: int = None, device: str = "cpu"):
+        if device == "cuda" or (device == "auto" and _gpu()):
+            if not _gpu():
+                raise GtmkitError("TrieBeamStepper: device 'cuda' needs CuPy and a visible GPU")
+            from .trie_search_cuda import TrieBeamStepperCuda
+            return TrieBeamStepperCuda(trie, batch, beam_width, theta_tok, theta_sent, alpha, max_steps)
+        if device not in ("cpu", "auto"):
+            raise GtmkitError(f"TrieBeamStepper: device must be 'cpu', 'cuda' or 'auto', got {device!r}")
+        return super().__new__(cls)
 
     def __init__(self, trie, batch: int, beam_width: int, theta_tok: float = -math.inf,
-                 theta_sent: float = -math.inf, alpha: float = 0.0, max_steps: int = None):
+                 theta_sent: float = -math.inf, alpha: float = 0.0, max_steps: int = None, device: str = "cpu"):
         self._arrays = _trie_arrays(trie, "TrieBeamStepper")
         if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
             raise GtmkitError(f"TrieBeamStepper: batch must be a positive integer, got {batch!r}")
