@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def child(code: str, *args) -> dict:
     """Run python -c code in a fresh process (its own peak RSS) and parse the last line of its output as JSON."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # the repo first, then whatever the caller had on its path (e.g. wheels installed with --target)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     r = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise SystemExit(f"child failed (rc {r.returncode}):\n{r.stderr[-3000:]}")
