@@ -91,8 +91,10 @@ __device__ bool node_passes(const Trie& t, const Req& q, int b, i64 node, int de
 // ---- the same test, shaped for latency ----------------------------------------------------------
 // node_passes walks partitions one by one, and each one's table rows are only fetched once its id has
 // arrived: up to ~4 dependent memory round trips per partition. Here the ids of up to PF partitions
-// are loaded together, their table rows are prefetched into L1 together, and the tests then run
-// from L1, so a candidate waits for about two round trips whatever its number of partitions.
+// are loaded together; the first partition is tested at once (most candidates that pass, pass there),
+// and only if it fails are the other partitions' table rows prefetched into L1 together, so a
+// candidate waits for two or three round trips whatever its number of partitions, and a passing one
+// costs no bandwidth for rows it never reads.
 #define PF 4
 
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
@@ -120,6 +122,17 @@ __device__ __forceinline__ bool partition_passes(const Trie& t, const Req& q, in
     return true;
 }
 
+__device__ __forceinline__ void prefetch_rows(const Trie& t, int bid, int bloom0) {
+    const u64* row = t.bitmask_table + (i64)bid * t.W;
+    prefetch_l1(row);
+    prefetch_l1(row + t.W - 1);
+    if (t.nb > 0) {
+        const u64* br = t.bloom_table + (t.bloom_base[0] + bloom0) * t.Wb;
+        prefetch_l1(br);
+        prefetch_l1(br + t.Wb - 1);
+    }
+}
+
 __device__ bool node_passes_fast(const Trie& t, const Req& q, int b, i64 node, int depth) {
     i64 s0, s1;
     if (t.jagged) { s0 = t.part_offsets[node]; s1 = t.part_offsets[node + 1]; }
@@ -131,21 +144,13 @@ __device__ bool node_passes_fast(const Trie& t, const Req& q, int b, i64 node, i
             bid[x] = p0 + x < s1 ? t.part_bitmask[p0 + x] : -1;
             bl[x] = (p0 + x < s1 && t.nb > 0) ? t.part_bloom[(p0 + x) * t.nb] : 0;
         }
+        if (bid[0] < 0) return false;  // fixed layouts pad at the end
+        if (partition_passes(t, q, b, p0, bid[0], bl[0])) return true;
 #pragma unroll
-        for (int x = 0; x < PF; ++x) {
-            if (bid[x] < 0) continue;
-            const u64* row = t.bitmask_table + (i64)bid[x] * t.W;
-            prefetch_l1(row);
-            prefetch_l1(row + t.W - 1);
-            if (t.nb > 0) {
-                const u64* br = t.bloom_table + (t.bloom_base[0] + bl[x]) * t.Wb;
-                prefetch_l1(br);
-                prefetch_l1(br + t.Wb - 1);
-            }
-        }
+        for (int x = 1; x < PF; ++x) if (bid[x] >= 0) prefetch_rows(t, bid[x], bl[x]);
 #pragma unroll
-        for (int x = 0; x < PF; ++x) {
-            if (bid[x] < 0) return false;  // fixed layouts pad at the end
+        for (int x = 1; x < PF; ++x) {
+            if (bid[x] < 0) return false;
             if (partition_passes(t, q, b, p0 + x, bid[x], bl[x])) return true;
         }
     }

@@ -31,6 +31,7 @@
 #define CL 8            // blocks per request (cluster size)
 #define NT 512          // threads per block: two blocks an SM, so 16 clusters of 8 fit at once on an H200
 #define BPT (FB / NT)   // score bins per thread in the bin scans
+#define EU 4            // candidates a thread handles per pass of the expand and list loops
 #define FB 2048         // score bins
 #define GT_CAP 2048     // bin T ranked directly up to this many passers; a radix select beyond
 #define RAD_PASSES 8    // 8-bit digits of a 64-bit composite
@@ -172,8 +173,9 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     // from inputs that are not log-probs, share bin 0: still exact, only less lazy.)
     float mb = -__int_as_float(0x7f800000);
     for (i64 r = r0 + tid; r < r1; r += NT) {
+        float v = beam_scores[r];  // loaded beside the node id, not after it
         i64 n = node_at(node_ids, nid64, r);
-        if (n >= 0 && n < t.n_internal) mb = fmaxf(mb, beam_scores[r]);
+        if (n >= 0 && n < t.n_internal) mb = fmaxf(mb, v);
     }
     for (int o = 16; o > 0; o >>= 1) mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
     if (lane == 0) S.warp_max[warp] = mb;
@@ -208,28 +210,53 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         __syncthreads();
         const u32 total = S.s_wtot;
         const int nr = (int)(rb - q0 < NT ? rb - q0 : NT);
-        for (u32 f0 = 0; f0 < total; f0 += NT) {  // whole warps iterate together (match_any)
-            u32 f = f0 + tid;
-            int bn = -1;
-            if (f < total) {
-                int x0 = 0, x1 = nr - 1;  // last row x with row_off[x] <= f: it holds child f
-                while (x0 < x1) { int m = (x0 + x1 + 1) >> 1; if (S.row_off[m] <= f) x0 = m; else x1 = m - 1; }
-                i64 row = q0 + x0;
-                i64 j = S.row_j0[x0] + (f - S.row_off[x0]);
-                int tok = t.child_tokens[j];
-                i64 at = row * (i64)V + tok;
-                float sc = beam_scores[row] + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at));
-                if (sc != sc) sc = -__int_as_float(0x7f800000);  // NaN ranks as -inf
-                if (sc == 0.0f) sc = 0.0f;                        // -0 ties +0 (as on the CPU)
-                u32 idx = (u32)(row - r0) * (u32)D + (u32)(j - S.row_j0[x0]);
-                u64 c = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
-                my_cand[nc + f] = c;
-                my_child[nc + f] = (int)(j + 1);
-                bn = bin_of<FB>(c, top);
+        // EU candidates a thread per pass, each phase's loads issued for all of them before any is
+        // used: one candidate at a time would put a token load and a log-prob gather back to back on
+        // the critical path of every candidate.
+        for (u32 f0 = 0; f0 < total; f0 += EU * NT) {  // whole warps iterate together (match_any)
+            int xr[EU];
+            i64 jj[EU];
+            int tk[EU];
+            float sv[EU];
+#pragma unroll
+            for (int u = 0; u < EU; ++u) {
+                u32 f = f0 + u * NT + tid;
+                int x0 = 0;
+                if (f < total) {
+                    int x1 = nr - 1;  // last row x with row_off[x] <= f: it holds child f
+                    while (x0 < x1) { int m = (x0 + x1 + 1) >> 1; if (S.row_off[m] <= f) x0 = m; else x1 = m - 1; }
+                }
+                xr[u] = x0;
+                jj[u] = S.row_j0[x0] + (f - S.row_off[x0]);
             }
-            // one shared atomic per distinct bin of a warp: peaked scores pile into few bins
-            unsigned same = __match_any_sync(0xffffffffu, bn);
-            if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&S.cum[bn], (u32)__popc(same));
+#pragma unroll
+            for (int u = 0; u < EU; ++u) tk[u] = f0 + u * NT + tid < total ? t.child_tokens[jj[u]] : 0;
+#pragma unroll
+            for (int u = 0; u < EU; ++u) {
+                sv[u] = 0.0f;
+                if (f0 + u * NT + tid < total) {
+                    i64 row = q0 + xr[u], at = row * (i64)V + tk[u];
+                    sv[u] = beam_scores[row] + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < EU; ++u) {
+                u32 f = f0 + u * NT + tid;
+                int bn = -1;
+                if (f < total) {
+                    float sc = sv[u];
+                    if (sc != sc) sc = -__int_as_float(0x7f800000);  // NaN ranks as -inf
+                    if (sc == 0.0f) sc = 0.0f;                        // -0 ties +0 (as on the CPU)
+                    u32 idx = (u32)(q0 + xr[u] - r0) * (u32)D + (u32)(jj[u] - S.row_j0[xr[u]]);
+                    u64 c = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
+                    my_cand[nc + f] = c;
+                    my_child[nc + f] = (int)(jj[u] + 1);
+                    bn = bin_of<FB>(c, top);
+                }
+                // one shared atomic per distinct bin of a warp: peaked scores pile into few bins
+                unsigned same = __match_any_sync(0xffffffffu, bn);
+                if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&S.cum[bn], (u32)__popc(same));
+            }
         }
         nc += total;
         __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
@@ -264,16 +291,22 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         // the scan would leave one test's memory latency per scanned slice on the critical path.
         if (tid == 0) S.n_work = 0;
         __syncthreads();
-        for (u32 base = 0; base < nc; base += NT) {  // whole warps iterate together (ballots)
-            u32 i = base + tid;
-            bool in = false;
-            if (i < nc) { int bn = bin_of<FB>(my_cand[i], top); in = bn > lo && bn <= hi; }
-            unsigned ballot = __ballot_sync(0xffffffffu, in);
-            if (ballot) {
-                u32 at = 0;
-                if (lane == 0) at = atomicAdd(&S.n_work, (u32)__popc(ballot));
-                at = __shfl_sync(0xffffffffu, at, 0);
-                if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = i;
+        for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
+            u64 cv[EU];
+#pragma unroll
+            for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
+#pragma unroll
+            for (int u = 0; u < EU; ++u) {
+                u32 i = base + u * NT + tid;
+                bool in = false;
+                if (i < nc) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
+                unsigned ballot = __ballot_sync(0xffffffffu, in);
+                if (ballot) {
+                    u32 at = 0;
+                    if (lane == 0) at = atomicAdd(&S.n_work, (u32)__popc(ballot));
+                    at = __shfl_sync(0xffffffffu, at, 0);
+                    if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = i;
+                }
             }
         }
         __syncthreads();
