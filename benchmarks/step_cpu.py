@@ -507,7 +507,8 @@ def markdown(r):
         "faster than (b) at that depth.", "",
         "Ratios and targets use ours with all numba threads. "
         "Notes. Every variant includes its per-request top-k (k = next beam size). Ours is one fused numba "
-        "step (`Matcher.step`, CSR children, lazy GTM in score order, bucket select). "
+        "step (`Matcher.step`, CSR children, lazy GTM in score order; bucket windows for requests under "
+        "16,384 candidates, a one-pass band with a rising threshold above). "
         "(a) SIDs packed as uint64 prefixes, one sorted unique array per depth (built once, "
         f"{st['a_packed_prefix_s']:.1f} s, {st['a_packed_prefix_mb']:.0f} MB); per step: key = prefix * V + v for all "
         "[R, V], `np.searchsorted` membership -> dense mask, scores = beam + logprob (masked -inf), "

@@ -13,6 +13,14 @@ from catalogs import random_user
 from test_build import MODES, _build
 
 
+@pytest.fixture(autouse=True, params=["buckets", "band"])
+def selection(request, monkeypatch):
+    """Every test runs with both top-k selections of the CPU step (select_cpu._select_request)."""
+    import gtmkit.matcher.select_cpu as S
+    monkeypatch.setattr(S, "BAND_FROM", 0 if request.param == "band" else 1 << 62)
+    return request.param
+
+
 def _rows_for(idx, rng, B, per_req, depth):
     """Random live rows at one depth, some dead (-1), rows of a request contiguous."""
     lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
@@ -166,3 +174,37 @@ def test_many_equal_scores(tmp_path):
     ref = step_reference(idx, nodes, lp, bs, rr, req, 50, gtm=False)[0]
     assert list(st.parent_rows[0][:len(ref[0])]) == ref[0] and list(st.tokens[0][:len(ref[1])]) == ref[1]
     assert len(ref[0]) > 32
+
+
+@pytest.mark.parametrize("scores", ["rounded", "ties", "wide"])
+def test_band_selection_on_large_requests(tmp_path, scores):
+    """Thousands of candidates per request, so the band selection compacts its buffer, and GTM pass
+    rates and rate hints that force a second band: same answer as the bucket selection (itself
+    checked against the reference above) and, on a sample, as the reference."""
+    idx, _, _ = _build(tmp_path, 74, "dynamic", {"target_fill": 0.4, "k_max": 3}, n_ads=20000, L=3, V=48)
+    band, buckets = Matcher(idx), Matcher(idx)
+    band._band_from, buckets._band_from = 0, 1 << 62
+    rng = np.random.default_rng(9)
+    B = 3
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
+    for depth in (1, 2):
+        nodes, rr = _rows_for(idx, rng, B, 500, depth)
+        lp = np.round(rng.normal(size=(len(nodes), idx.vocab_size)), 1).astype(np.float32)
+        bs = np.round(rng.normal(size=len(nodes)), 1).astype(np.float32)
+        if scores == "ties":
+            lp[:] = -1.0
+            bs[:] = 0.0
+        elif scores == "wide":
+            lp *= 40
+        for k in (1, 7, 300):
+            for hint in (1.0, 1e-3, 1.0 / 3.0):
+                band._gtm_rate[:] = hint
+                for gtm in (True, False):
+                    a = band.step(nodes, lp, bs, rr, reqs, k, gtm=gtm)
+                    b = buckets.step(nodes, lp, bs, rr, reqs, k, gtm=gtm)
+                    for name, x, y in zip(a._fields, a, b):
+                        assert np.array_equal(x, y), (depth, k, hint, gtm, name)
+        ref = step_reference(idx, nodes, lp, bs, rr, reqs, 7, True)
+        st = band.step(nodes, lp, bs, rr, reqs, 7, gtm=True)
+        for b_, (par, tok, kid, sc, n) in enumerate(ref):
+            assert list(st.parent_rows[b_][:len(par)]) == par and list(st.tokens[b_][:len(tok)]) == tok

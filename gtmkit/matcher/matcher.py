@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import GtmkitError
 from . import kernels_cpu as K
+from . import select_cpu
 from .arrays import stack_requests, trie_arrays
 
 
@@ -53,6 +54,9 @@ class Matcher:
         self.vocab_size = index.vocab_size
         self.first_leaf = index.first_leaf
         self._bloom_words = int(self.arrays.bloom_table.shape[1])
+        # GTM pass rate last seen per depth (CPU step): sizes the first band of candidates kept
+        self._gtm_rate = np.full(len(index.level_offsets), 1.0 / 3.0)
+        self._band_from = select_cpu.BAND_FROM  # requests with this many candidates use the band selection
         self.cuda = None
         if device == "cuda":
             from .backend_cuda import CudaBackend
@@ -123,7 +127,7 @@ class Matcher:
         out = Step(np.empty((B, k), np.int32), np.empty((B, k), np.int32), np.empty((B, k), np.int32),
                    np.empty((B, k), np.float32), np.empty(B, np.int64))  # the kernel writes every slot
         K.step_kernel(self.arrays, q, starts, node_ids, logprobs, beam_scores, int(k), bool(gtm),
-                      bool(count_candidates), *out)
+                      bool(count_candidates), *out, self._gtm_rate, self._band_from)
         return out
 
     def mask(self, node_ids, row_request, requests, gtm: bool = True) -> np.ndarray:
@@ -167,8 +171,6 @@ class Matcher:
             return self.cuda.postfilter_padded(_dev(leaf_nodes, "int64"), q, bool(exact))
 
     def _step_cuda(self, node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates, max_children):
-        import cupy as cp
-
         with _stream_of(logprobs):
             nodes = _dev_index(node_ids).reshape(-1)
             R = int(nodes.shape[0])
