@@ -208,3 +208,21 @@ def test_band_selection_on_large_requests(tmp_path, scores):
         st = band.step(nodes, lp, bs, rr, reqs, 7, gtm=True)
         for b_, (par, tok, kid, sc, n) in enumerate(ref):
             assert list(st.parent_rows[b_][:len(par)]) == par and list(st.tokens[b_][:len(tok)]) == tok
+
+
+def test_request_starts_equals_searchsorted():
+    """The numba row-offset helper of Matcher.step: same offsets as np.searchsorted, and it refuses
+    decreasing or out-of-range request numbers."""
+    from gtmkit.matcher.kernels_cpu import request_starts
+
+    rng = np.random.default_rng(0)
+    for trial in range(500):
+        B, R = int(rng.integers(1, 6)), int(rng.integers(0, 12))
+        rr = np.sort(rng.integers(0, B, R)).astype(np.int64)
+        if trial % 5 == 0 and R > 1:
+            rr[rng.integers(R)] = rng.integers(-1, B + 2)
+        starts = np.empty(B + 1, np.int64)
+        ok = request_starts(rr, starts)
+        assert ok == (R == 0 or (np.all(np.diff(rr) >= 0) and rr[0] >= 0 and rr[-1] < B))
+        if ok:
+            assert np.array_equal(starts, np.searchsorted(rr, np.arange(B + 1)))

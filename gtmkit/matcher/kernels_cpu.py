@@ -13,6 +13,29 @@ from .gtm_cpu import _gtm, depth_of, node_passes  # noqa: F401  (depth_of, node_
 from .select_cpu import _select_request
 
 
+@njit(cache=True)
+def request_starts(row_request, starts):
+    """starts[b] = first row of request b (starts[-1] = rows); False unless row_request is
+    non-decreasing within [0, len(starts) - 1)."""
+    B = starts.shape[0] - 1
+    R = row_request.shape[0]
+    prev = 0
+    for r in range(R):
+        v = row_request[r]
+        if v < prev or v >= B:
+            return False
+        prev = v
+    b = 0
+    for r in range(R):
+        while b <= row_request[r]:
+            starts[b] = r
+            b += 1
+    while b <= B:
+        starts[b] = R
+        b += 1
+    return True
+
+
 @njit(parallel=True, cache=True)
 def step_kernel(t, q, req_rows, node_ids, logprobs, beam_scores, k, gtm, count_all,
                 out_parent, out_token, out_node, out_score, out_count, rate_hint, band_from):

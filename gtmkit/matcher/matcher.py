@@ -92,10 +92,9 @@ class Matcher:
         row_request = np.ascontiguousarray(row_request, np.int64).reshape(-1)
         if row_request.shape != node_ids.shape:
             raise GtmkitError(f"row_request has {len(row_request)} rows, node_ids {len(node_ids)}")
-        if len(row_request) and (np.any(np.diff(row_request) < 0) or row_request[0] < 0
-                                 or row_request[-1] >= n_requests):
+        starts = np.empty(n_requests + 1, np.int64)
+        if not K.request_starts(row_request, starts):  # one numba pass: checks and offsets together
             raise GtmkitError("row_request must be non-decreasing request numbers in [0, num_requests)")
-        starts = np.searchsorted(row_request, np.arange(n_requests + 1)).astype(np.int64)
         return node_ids, row_request, starts
 
     # --- operations --------------------------------------------------------------------------
