@@ -60,19 +60,43 @@ def _score_of(comp):
     return np.uint32(bits).view(np.float32)
 
 
+@njit(cache=True, inline="always")
+def _insertion_desc(a, lo, hi):
+    for x in range(lo + 1, hi):
+        v = a[x]
+        y = x - 1
+        while y >= lo and a[y] < v:
+            a[y + 1] = a[y]
+            y -= 1
+        a[y + 1] = v
+
+
+@njit(cache=True)
+def _emit(no, ct, node_ids, r0, row_start, comp, n, b, k, out_parent, out_token, out_node, out_score):
+    """Request b's outputs from its passers' composites comp[:n], best first: the k best, -1 / -inf
+    padded. A candidate's row and child come back from its index through the per-row offsets."""
+    for x in range(min(k, n)):
+        i = np.int64(LOW32 - (comp[x] & LOW32))
+        rx = _row_of(row_start, i)
+        j = no[node_ids[r0 + rx]] + (i - row_start[rx])
+        out_parent[b, x] = r0 + rx
+        out_token[b, x] = ct[j]
+        out_node[b, x] = j + 1
+        out_score[b, x] = _score_of(comp[x])
+    for x in range(min(k, n), k):
+        out_parent[b, x] = -1
+        out_token[b, x] = -1
+        out_node[b, x] = -1
+        out_score[b, x] = -np.inf
+
+
 @njit(cache=True)
 def _sort_desc(buf, lo, hi):
     """Sort buf[lo:hi] descending in place: a counting sort on linear score bins, then insertion sorts
     inside the (small) bins; a crowded bin (many equal scores) gets a real sort."""
     n = hi - lo
     if n <= 32:
-        for x in range(lo + 1, hi):
-            v = buf[x]
-            y = x - 1
-            while y >= lo and buf[y] < v:
-                buf[y + 1] = buf[y]
-                y -= 1
-            buf[y + 1] = v
+        _insertion_desc(buf, lo, hi)
         return
     mn, mx = np.inf, -np.inf
     for x in range(lo, hi):
@@ -98,16 +122,10 @@ def _sort_desc(buf, lo, hi):
     b0 = 0
     for bk in range(NB):  # start[bk] is now the end of bin bk
         b1 = start[bk]
-        if b1 - b0 > 32:
+        if b1 - b0 > 32:  # a crowded bin (many equal scores): a real sort, never quadratic
             tmp[b0:b1] = np.sort(tmp[b0:b1])[::-1]
         else:
-            for x in range(b0 + 1, b1):
-                v = tmp[x]
-                y = x - 1
-                while y >= b0 and tmp[y] < v:
-                    tmp[y + 1] = tmp[y]
-                    y -= 1
-                tmp[y + 1] = v
+            _insertion_desc(tmp, b0, b1)
         b0 = b1
     buf[lo:hi] = tmp
 
@@ -264,50 +282,12 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     else:
         out_count[b] = -1 if gtm else C
     # Order the passers by distinct uint64 composites (sortable score << 32 | ~index): score desc, then
-    # candidate index asc = (row asc, token asc). The score buckets already order them coarsely, so a
-    # counting sort by bucket plus insertion sorts inside the (tiny) buckets replaces a full sort.
-    bits = score.view(np.uint32)
-    start = np.zeros(NB + 1, np.int64)
-    for x in range(ns):
-        start[_bucket(score[sel[x]], mn, scale, NB) + 1] += 1
-    for i in range(NB):
-        start[i + 1] += start[i]
+    # candidate index asc = (row asc, token asc).
     comp = np.empty(ns, np.uint64)
     for x in range(ns):
-        i = sel[x]
-        u = np.uint64(bits[i])
-        key = (u ^ SIGN_MASK) if u & SIGN else (u | SIGN)
-        bk = _bucket(score[i], mn, scale, NB)
-        comp[start[bk]] = (key << SHIFT32) | (LOW32 - np.uint64(i))
-        start[bk] += 1
-    lo = 0
-    for bk in range(NB):  # start[bk] is now the end of bucket bk; sort each bucket descending
-        hi = start[bk]
-        if hi - lo > 32:  # a crowded bucket (many equal scores): a real sort, never quadratic
-            comp[lo:hi] = np.sort(comp[lo:hi])[::-1]
-        else:
-            for x in range(lo + 1, hi):
-                v = comp[x]
-                y = x - 1
-                while y >= lo and comp[y] < v:
-                    comp[y + 1] = comp[y]
-                    y -= 1
-                comp[y + 1] = v
-        lo = hi
-    for x in range(min(k, ns)):
-        i = np.int64(LOW32 - (comp[x] & LOW32))
-        rx = _row_of(row_start, i)
-        n = node_ids[r0 + rx]
-        j = no[n] + (i - row_start[rx])
-        out_parent[b, x] = r0 + rx
-        out_token[b, x] = ct[j]
-        out_node[b, x] = j + 1
-        out_score[b, x] = score[i]
-    for x in range(min(k, ns), k):  # fewer than k: -1 / -inf padding
-        out_parent[b, x] = -1
-        out_token[b, x] = -1
-        out_node[b, x] = -1
-        out_score[b, x] = -np.inf
+        comp[x] = _composite(score[sel[x]], sel[x])
+    _sort_desc(comp, 0, ns)
+    _emit(no, ct, node_ids, r0, row_start, comp, ns, b, k, out_parent, out_token, out_node, out_score)
 
 
 @njit(cache=True)
@@ -411,20 +391,7 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
         rate_hint[depth] = npass / ntested  # racy between requests on purpose: any recent rate will do
     out_count[b] = npass if test_all else (-1 if gtm else C)
     _sort_desc(passed, 0, npass)
-    for x in range(min(k, npass)):
-        i = np.int64(LOW32 - (passed[x] & LOW32))
-        rx = _row_of(row_start, i)
-        n = node_ids[r0 + rx]
-        j = no[n] + (i - row_start[rx])
-        out_parent[b, x] = r0 + rx
-        out_token[b, x] = ct[j]
-        out_node[b, x] = j + 1
-        out_score[b, x] = _score_of(passed[x])
-    for x in range(min(k, npass), k):  # fewer than k: -1 / -inf padding
-        out_parent[b, x] = -1
-        out_token[b, x] = -1
-        out_node[b, x] = -1
-        out_score[b, x] = -np.inf
+    _emit(no, ct, node_ids, r0, row_start, passed, npass, b, k, out_parent, out_token, out_node, out_score)
 
 
 BAND_FROM = 16384  # candidates of one request from which the band selection pays off (measured)
