@@ -470,6 +470,18 @@ def trie_beam_search(trie, tokens, logp, beam_width: int, theta_tok: float = -ma
     return state.result()
 
 
+def stepper_settings(obj, batch, beam_width, theta_tok, theta_sent, alpha, max_steps) -> None:
+    """Checked settings of an AR stepper (CPU or GPU), set on obj; its step count starts at 0."""
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise GtmkitError(f"TrieBeamStepper: batch must be a positive integer, got {batch!r}")
+    obj.batch, obj.beam_width = int(batch), _beam_width(beam_width)
+    obj.theta_tok = np.float32(_float(theta_tok, "theta_tok"))
+    obj.theta_sent = np.float32(_float(theta_sent, "theta_sent"))
+    obj.alpha = _float(alpha, "alpha")
+    obj.max_steps = None if max_steps is None else int(max_steps)
+    obj.steps = 0
+
+
 class TrieBeamStepper:
     """AR constrained beam search, one step per call, proposals per beam from the caller's model.
 
@@ -499,14 +511,7 @@ class TrieBeamStepper:
     def __init__(self, trie, batch: int, beam_width: int, theta_tok: float = -math.inf,
                  theta_sent: float = -math.inf, alpha: float = 0.0, max_steps: int = None, device: str = "cpu"):
         self._arrays = _trie_arrays(trie, "TrieBeamStepper")
-        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
-            raise GtmkitError(f"TrieBeamStepper: batch must be a positive integer, got {batch!r}")
-        self.batch, self.beam_width = int(batch), _beam_width(beam_width)
-        self.theta_tok = np.float32(_float(theta_tok, "theta_tok"))
-        self.theta_sent = np.float32(_float(theta_sent, "theta_sent"))
-        self.alpha = _float(alpha, "alpha")
-        self.max_steps = None if max_steps is None else int(max_steps)
-        self.steps = 0
+        stepper_settings(self, batch, beam_width, theta_tok, theta_sent, alpha, max_steps)
         self._state = _State(self.batch, self.beam_width)
 
     @property

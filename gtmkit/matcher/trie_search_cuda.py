@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import GtmkitError
 from ..indexer.succinct_input import MAX_TOKEN
-from .trie_search_cpu import LiveBeams, _beam_width, _float, _prepare_rows, _trie_arrays, length_factors
+from .trie_search_cpu import LiveBeams, _beam_width, _float, _prepare_rows, _trie_arrays, length_factors, stepper_settings
 
 KERNEL_FILE = Path(__file__).with_name("kernels") / "trie_search.cu"
 NT, SORT_CAP, PREP_CAP, BEAM_CAP = 1024, 2048, 4096, 1024  # as compiled in kernels/trie_search.cu
@@ -293,14 +293,7 @@ class TrieBeamStepperCuda:
                  theta_sent: float = -math.inf, alpha: float = 0.0, max_steps: int = None, device=None):
         self._dev = device if device is not None else cuda_device()
         self._tp = _trie_params(self._dev, trie, "TrieBeamStepper")
-        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
-            raise GtmkitError(f"TrieBeamStepper: batch must be a positive integer, got {batch!r}")
-        self.batch, self.beam_width = int(batch), _beam_width(beam_width)
-        self.theta_tok = np.float32(_float(theta_tok, "theta_tok"))
-        self.theta_sent = np.float32(_float(theta_sent, "theta_sent"))
-        self.alpha = _float(alpha, "alpha")
-        self.max_steps = None if max_steps is None else int(max_steps)
-        self.steps = 0
+        stepper_settings(self, batch, beam_width, theta_tok, theta_sent, alpha, max_steps)
         _check_size(self.beam_width, 1, "TrieBeamStepper")
         self._buf = _Buffers(self._dev, self.batch, self.beam_width, self.beam_width, 1, 1)
         self._run(0, init=True)  # the root
