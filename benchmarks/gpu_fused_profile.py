@@ -18,12 +18,36 @@ from step_gpu import record_inputs  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--index", required=True)
 ap.add_argument("--requests", type=int, default=16)
+ap.add_argument("--ncu-step", type=int, default=0, help="only run this step (1-based) once inside "
+                "cudaProfilerStart/Stop (run under ncu --profile-from-start off)")
+ap.add_argument("--sub", action="append", default=[], metavar="OLD=>NEW",
+                help="profile a variant of gtm_fused.cu with this text replaced (repeatable)")
 args = ap.parse_args()
 idx = gtmkit.load_index(args.index, verify=False)
 users = synth_users(idx.manifest["schema"], args.requests, seed=11)
 m = gtmkit.Matcher(idx, "cuda")
 steps, _, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users, (1, 512, 1024, 1024))
 be = m.cuda
+if args.sub:
+    from gtmkit.matcher.backend_cuda import FUSED_FILE, FUSED_SMEM, KERNEL_DIR
+    src = FUSED_FILE.read_text()
+    for sub in args.sub:
+        old, new = sub.split("=>")
+        assert old in src, old
+        src = src.replace(old, new)
+    be.k_fused = cp.RawModule(code=src, options=("--std=c++14", f"-I{KERNEL_DIR}")).get_function("fused_step_kernel")
+    be.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
+    print("variant:", "; ".join(args.sub))
+if args.ncu_step:
+    s = steps[args.ncu_step - 1]
+    for prof in (False, True):
+        if prof:
+            cp.cuda.profiler.start()
+        be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], None, q, s["k"], True, False,
+                s["max_children"])
+        cp.cuda.Device().synchronize()
+    cp.cuda.profiler.stop()
+    sys.exit(0)
 be.profile = cp.zeros((B, 32), cp.int64)
 print("step | top us | expand+hist us | rounds | round us (each) | round 1: list, test, merge us | group us | rank us | total us | crowded")
 for t, s in enumerate(steps):

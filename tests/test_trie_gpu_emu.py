@@ -123,7 +123,7 @@ extern "C" void emu_nav(const long long* TP, long long n, long long* z, long lon
         z[v] = select0(t, v);
         label[v] = v ? label_of(t, v) : -1;
         key[v] = get_bit(t.term, v) ? rank1(t.term, t.term_rank, v) : -1;
-        nz[v] = next_zero(t.louds, z[v] + 1);
+        nz[v] = run_end(t, z[v], v);
     }
 }
 """
@@ -250,7 +250,7 @@ def assert_equal(got, want):
 
 
 def test_navigation_equals_numba(emu):
-    """select0, next_zero, labels and key ids of the kernels at every node of a synthetic trie."""
+    """select0, run ends (children), labels and key ids of the kernels at every node of a synthetic trie."""
     from gtmkit.indexer import succinct_bits as bits, succinct_nav as nav
     from gtmkit.matcher.trie_search_cuda import _trie_params
     from gtmkit.synth_trie import synth_keys
@@ -262,7 +262,9 @@ def test_navigation_equals_numba(emu):
     emu.lib.emu_nav(p[0], ctypes.c_longlong(n), *p[1:])
     want_z = np.array([bits.select0(a.louds, a.louds_rank, a.louds_select0, v) for v in range(n)])
     assert np.array_equal(z, want_z)
-    assert np.array_equal(nz - z - 1, [nav.child_range(a, v)[1] - nav.child_range(a, v)[0] for v in range(n)])
+    deg = np.array([nav.child_range(a, v)[1] - nav.child_range(a, v)[0] for v in range(n)])
+    assert np.array_equal(nz - z - 1, deg)
+    assert deg.max() > 128 and np.any((deg > 0) & (deg < 64))  # runs past two words (select path) and short ones
     assert np.array_equal(label[1:], nav.labels_of(a, np.arange(1, n)))
     assert label.max() >= 65536
     terminal = np.array([nav.is_terminal(a, v) for v in range(n)])

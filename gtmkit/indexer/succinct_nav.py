@@ -56,11 +56,23 @@ def next_zero(words, p):
 
 
 @njit(cache=True)
+def run_end(t, s, v):
+    """Position of the zero that ends node v's run of ones (s = select0(v)): the next two words are scanned
+    (nearly every node has fewer than 64 children), longer runs (the root of a large-vocabulary trie has
+    up to millions) go through the select directory rather than word by word."""
+    p = s + 1
+    w = p >> 6
+    if (~t.louds[w] & (_ALL << np.uint64(p & 63))) != 0 or ~t.louds[w + 1] != 0:
+        return next_zero(t.louds, p)
+    return select0(t.louds, t.louds_rank, t.louds_select0, v + 1)
+
+
+@njit(cache=True)
 def child_range(t, v):
     """(first, end): the children of node v are nodes first .. end-1 (first == end for a leaf)."""
     s = select0(t.louds, t.louds_rank, t.louds_select0, v)
     first = s - v
-    return first, first + (next_zero(t.louds, s + 1) - s - 1)
+    return first, first + (run_end(t, s, v) - s - 1)
 
 
 @njit(cache=True)

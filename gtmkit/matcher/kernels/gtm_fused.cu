@@ -13,8 +13,9 @@
 // candidates exactly by "score desc, parent row asc, token asc", and no two are equal.
 //
 // Phases (per cluster = per request b):
-//  1 expand: each block takes a contiguous slice of the request's rows; a warp per row writes its
-//    children's composites and child nodes to the block's scratch region (compacted).
+//  1 expand: each block takes every CL-th row of the request (so the best beams' candidates, which the
+//    first rounds test, are spread over the blocks); its threads write the children's composites and
+//    child nodes to the block's scratch region (compacted).
 //  2 best score of the request (cluster max) -> score bins; candidate histogram merged in block 0.
 //  3 rounds: test GTM on the candidates of bins (lo, hi]; passers are appended to the block's list and
 //    counted per bin (merged in block 0). After each barrier every block reads the same merged
@@ -189,17 +190,21 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     const float top = S.s_top;
     STAMP(1);
 
-    // ---- 2 expand: this block's rows [ra, rb), flattened over its threads ----------------------
-    // A block scan of the rows' out-degrees numbers their children; thread f takes child f, finds its
-    // row by binary search in shared memory, and writes the composite, the child and its bin count.
-    const i64 ra = r0 + (i64)nrows * rank / CL, rb = r0 + (i64)nrows * (rank + 1) / CL;
+    // ---- 2 expand: this block's rows, flattened over its threads ----------------------------------
+    // Block `rank` takes every CL-th row (r0 + rank + CL * x, x < nmine): rows come best beam first, so
+    // contiguous slices would hand block 0 most of the best bins' candidates, and every block would wait
+    // at the cluster barriers for block 0's GTM tests. A block scan of the rows' out-degrees numbers
+    // their children; thread f takes child f, finds its row by binary search in shared memory, and
+    // writes the composite, the child and its bin count.
+    const int nmine = nrows > (int)rank ? (nrows - (int)rank + CL - 1) / CL : 0;
     const float* lp32 = (const float*)logprobs;
     u32 nc = 0;
-    for (i64 q0 = ra; q0 < rb; q0 += NT) {
-        i64 r = q0 + tid;
+    for (int x0 = 0; x0 < nmine; x0 += NT) {
+        const i64 q0 = r0 + rank + (i64)CL * x0;  // row of batch entry x: q0 + CL * x
+        i64 r = q0 + (i64)CL * tid;
         u32 deg = 0;
         i64 j0 = 0;
-        if (r < rb) {
+        if (x0 + tid < nmine) {
             i64 n = node_at(node_ids, nid64, r);
             if (n >= 0 && n < t.n_internal) { j0 = t.node_offsets[n]; deg = (u32)(t.node_offsets[n + 1] - j0); }
         }
@@ -209,7 +214,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         if (tid == NT - 1) S.s_wtot = incl;
         __syncthreads();
         const u32 total = S.s_wtot;
-        const int nr = (int)(rb - q0 < NT ? rb - q0 : NT);
+        const int nr = nmine - x0 < NT ? nmine - x0 : NT;
         // EU candidates a thread per pass, each phase's loads issued for all of them before any is
         // used: one candidate at a time would put a token load and a log-prob gather back to back on
         // the critical path of every candidate.
@@ -235,7 +240,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
             for (int u = 0; u < EU; ++u) {
                 sv[u] = 0.0f;
                 if (f0 + u * NT + tid < total) {
-                    i64 row = q0 + xr[u], at = row * (i64)V + tk[u];
+                    i64 row = q0 + (i64)CL * xr[u], at = row * (i64)V + tk[u];
                     sv[u] = beam_scores[row] + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at));
                 }
             }
@@ -247,7 +252,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                     float sc = sv[u];
                     if (sc != sc) sc = -__int_as_float(0x7f800000);  // NaN ranks as -inf
                     if (sc == 0.0f) sc = 0.0f;                        // -0 ties +0 (as on the CPU)
-                    u32 idx = (u32)(q0 + xr[u] - r0) * (u32)D + (u32)(jj[u] - S.row_j0[xr[u]]);
+                    u32 idx = (u32)(q0 + (i64)CL * xr[u] - r0) * (u32)D + (u32)(jj[u] - S.row_j0[xr[u]]);
                     u64 c = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
                     my_cand[nc + f] = c;
                     my_child[nc + f] = (int)(jj[u] + 1);

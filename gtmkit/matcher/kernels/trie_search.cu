@@ -45,6 +45,23 @@ typedef unsigned int u32;
 #define NW (NT / 32)
 #define FULL 0xffffffffu
 
+// Compiled with -DTRIE_PROF (benchmarks/trie_gpu_profile.py only): block 0's thread 0 adds the time
+// since its previous mark to trie_prof[i] at each PROF_MARK(i), and counts into PROF_ADD.
+#ifdef TRIE_PROF
+__device__ u64 trie_prof[32];
+__device__ __forceinline__ u64 gtimer() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define PROF_MARK(i) do { if (blockIdx.x == 0 && threadIdx.x == 0) { u64 now_ = gtimer(); \
+    trie_prof[i] += now_ - trie_prof[31]; trie_prof[31] = now_; } } while (0)
+#define PROF_ADD(i, v) do { if (blockIdx.x == 0 && threadIdx.x == 0) trie_prof[i] += (u64)(v); } while (0)
+#else
+#define PROF_MARK(i) do { } while (0)
+#define PROF_ADD(i, v) do { } while (0)
+#endif
+
 // Trie parameter table (int64 values, trie_search_cuda.py builds it).
 #define TP_LOUDS 0
 #define TP_LOUDS_RANK 1
@@ -164,11 +181,17 @@ __device__ __forceinline__ i64 select0(const Trie& t, i64 k) {
     return (lo * 8 + w) * 64 + select64(~t.louds[lo * 8 + w], (int)(r - c));
 }
 
-__device__ __forceinline__ i64 next_zero(const u64* words, i64 p) {
-    i64 w = p >> 6;
-    u64 x = ~words[w] & (~0ull << (p & 63));
-    while (x == 0ull) { ++w; x = ~words[w]; }
-    return w * 64 + (__ffsll((long long)x) - 1);
+// Position of the zero after z, the k-th zero (node k's run of ones ends there): the two words from z + 1
+// are tried first (nearly every node has fewer than 64 children), longer runs go through the select
+// directory. A word-by-word scan would walk the root's run (up to millions of children with large
+// vocabularies) one dependent load per word: ~1 ms per launch on a 10M-key trie.
+__device__ __forceinline__ i64 run_end(const Trie& t, i64 z, i64 k) {
+    i64 p = z + 1, w = p >> 6;
+    u64 x = ~t.louds[w] & (~0ull << (p & 63));
+    if (x) return w * 64 + (__ffsll((long long)x) - 1);
+    x = ~t.louds[w + 1];  // exists: a zero follows z
+    if (x) return (w + 1) * 64 + (__ffsll((long long)x) - 1);
+    return select0(t, k + 1);
 }
 
 __device__ __forceinline__ bool get_bit(const u64* words, i64 i) { return (words[i >> 6] >> (i & 63)) & 1ull; }
@@ -326,6 +349,7 @@ __device__ __forceinline__ const u64* block_top(const u64* src, u32 n, u32 cap, 
         for (u32 i = threadIdx.x; i < n2; i += NT) buf[i] = i < n ? src[i] : 0ull;
     } else {
         u64 tau = m < n ? block_select(src, n, m, s) : 0ull;
+        PROF_MARK(5);  // radix select
         n2 = pow2_at_least(m);
         buf = n2 <= SORT_CAP ? s.sort : gbuf;
         for (u32 i = threadIdx.x; i < n2; i += NT) buf[i] = 0ull;
@@ -339,7 +363,9 @@ __device__ __forceinline__ const u64* block_top(const u64* src, u32 n, u32 cap, 
             if (keep) buf[pos] = x;
         }
     }
+    PROF_MARK(6);  // copy / compaction
     block_sort_desc(buf, n2);
+    PROF_MARK(7);  // bitonic sort
     return buf;
 }
 
@@ -473,7 +499,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         if (threadIdx.x == 0) {
             i64 z = select0(tr, 0);
             live_first[0] = z;
-            live_deg[0] = (u32)(next_zero(tr.louds, z + 1) - z - 1);
+            live_deg[0] = (u32)(run_end(tr, z, 0) - z - 1);
             *live_count = 1;
             *fin_count = 0;
         }
@@ -482,11 +508,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
     u32 nl = (u32)*live_count;
     u32 fc = (u32)*fin_count;
     __syncthreads();  // every thread has read the counts before thread 0 may store new ones
+    PROF_MARK(0);  // start
 
     for (int t = t0; t < t1 && nl > 0; ++t) {
         const bool last = t == last_step;
         const double factor = factors[t + 1 - fbase];
         if ((i64)fc + (i64)nl * K > fin_cap) fc = fold_finished(fin, fc, BW, gbuf, s);
+        PROF_MARK(1);  // fold
 
         // Phase A: the work of every live beam, min(children, proposals): a beam walks the shorter of its
         // child list and its proposal row, binary-searching each entry in the other.
@@ -511,6 +539,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
             carry += tot;
         }
         const u32 W = carry;
+        PROF_MARK(2);  // phase A
+        PROF_ADD(10, W);
+        PROF_ADD(12, 1);
         if (threadIdx.x == 0) {
             off[nl] = W;
             s.misc[4] = 0;  // live candidates
@@ -567,7 +598,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                             // the child's own child range, which the next step reads (and which tells
                             // whether a terminal child has children: a non-terminal one always has)
                             i64 z = select0(tr, c);
-                            child_deg = (u32)(next_zero(tr.louds, z + 1) - z - 1);
+                            child_deg = (u32)(run_end(tr, z, c) - z - 1);
                             if (child_deg > 0) {
                                 is_live = true;
                                 slot = p * (u32)K + k;
@@ -600,6 +631,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         __syncthreads();
         const u32 n_live = s.misc[4];
         fc += s.misc[5];
+        PROF_MARK(3);  // phase B
+        PROF_ADD(11, n_live);
 
         // The new live list: the best BW candidates, best first (none on the last step). It is built from
         // the composites and the slot arrays alone, so it may overwrite the old list in place.
@@ -625,6 +658,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         }
         nl = m;
         __syncthreads();
+        PROF_MARK(4);  // new live list
     }
 
     if (finalize) {
@@ -642,4 +676,5 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         *live_count = (int)nl;
         *fin_count = (int)fc;
     }
+    PROF_MARK(8);  // finalize
 }
