@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import CpuWatch, child  # noqa: E402
 from _common import machine as _machine  # noqa: E402
 
-DATE = "2026-11-29"
+DATE = time.strftime("%Y-%m-%d")  # the machine's date when the run starts
 SEED_KEYS = 1
 
 # ------------------------------------------------------------------------------------------------
@@ -141,8 +141,15 @@ def machine(threads: int) -> dict:
         marisa = version("marisa-trie")
     except Exception:
         marisa = "?"
+    gpu = None
+    try:
+        import cupy
+        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+        gpu = name.decode() if isinstance(name, bytes) else name
+    except Exception:  # no CuPy or no device: the CPU rows only
+        pass
     return _machine(numpy=np.__version__, numba=numba.__version__, pyarrow=pyarrow.__version__, marisa_trie=marisa,
-                    numba_threads=threads, numba_threading_layer=layer)
+                    numba_threads=threads, numba_threading_layer=layer, gpu=gpu)
 
 
 def log(*a):
