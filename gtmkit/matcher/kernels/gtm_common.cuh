@@ -91,10 +91,10 @@ __device__ bool node_passes(const Trie& t, const Req& q, int b, i64 node, int de
 // ---- the same test, shaped for latency ----------------------------------------------------------
 // node_passes walks partitions one by one, and each one's table rows are only fetched once its id has
 // arrived: up to ~4 dependent memory round trips per partition. Here the ids of up to PF partitions
-// are loaded together; the first partition is tested at once (most candidates that pass, pass there),
-// and only if it fails are the other partitions' table rows prefetched into L1 together, so a
-// candidate waits for two or three round trips whatever its number of partitions, and a passing one
-// costs no bandwidth for rows it never reads.
+// are loaded together; the first partition's bitmask and Bloom rows are requested together and it is
+// tested at once (most candidates that pass, pass there), and only if it fails are the other
+// partitions' rows prefetched into L1 together, so a candidate waits for two or three round trips
+// whatever its number of partitions, and a passing one costs no bandwidth for rows it never reads.
 #define PF 4
 
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
@@ -145,6 +145,8 @@ __device__ bool node_passes_fast(const Trie& t, const Req& q, int b, i64 node, i
             bl[x] = (p0 + x < s1 && t.nb > 0) ? t.part_bloom[(p0 + x) * t.nb] : 0;
         }
         if (bid[0] < 0) return false;  // fixed layouts pad at the end
+        // the first partition's Bloom row is requested with its bitmask row, not after the bitmask test
+        prefetch_rows(t, bid[0], bl[0]);
         if (partition_passes(t, q, b, p0, bid[0], bl[0])) return true;
 #pragma unroll
         for (int x = 1; x < PF; ++x) if (bid[x] >= 0) prefetch_rows(t, bid[x], bl[x]);

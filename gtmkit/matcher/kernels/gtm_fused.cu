@@ -1,5 +1,5 @@
 // The whole CD+GTM step with its top-k in ONE launch (Hopper, sm_90+): a thread block cluster of CL
-// blocks per request; the blocks of a cluster merge histograms in block 0's shared memory
+// blocks per request; the blocks of a cluster merge histograms in each other's shared memory
 // (distributed shared memory) and meet at hardware cluster barriers. NVRTC: built-in types only.
 //
 // Why: the multi-kernel step (gtm_step.cu) spends most of its time between its 13 launches. Here a
@@ -16,14 +16,14 @@
 //  1 expand: each block takes every CL-th row of the request (so the best beams' candidates, which the
 //    first rounds test, are spread over the blocks); its threads write the children's composites and
 //    child nodes to the block's scratch region (compacted).
-//  2 best score of the request (cluster max) -> score bins; candidate histogram merged in block 0.
+//  2 best score of the request (cluster max) -> score bins; candidate histogram merged (OWNER).
 //  3 rounds: test GTM on the candidates of bins (lo, hi]; passers are appended to the block's list and
-//    counted per bin (merged in block 0). After each barrier every block reads the same merged
+//    counted per bin (merged). After each barrier every block reads the same merged
 //    counts and takes the same decision: stop at the first bin T where the passers of bins <= T reach
 //    k, or widen the window by the pass rate seen so far (at least doubling). Every candidate above
 //    the k-th passer has then been tested: the answer equals filter-then-top-k.
 //  4 rank: passers of bins < T are all kept (fewer than k); bin T supplies the rest. Passers are
-//    grouped by bin (counting sort through block 0's fill counters); a passer's output position is
+//    grouped by bin (counting sort through the merged fill counters); a passer's output position is
 //    its bin's offset plus the number of larger composites in its bin. A crowded bin T (ties, or
 //    everything below best - SPAN) is cut to exactly the needed count by a radix select first.
 
@@ -36,6 +36,9 @@
 #define FB 2048         // score bins
 #define GT_CAP 2048     // bin T ranked directly up to this many passers; a radix select beyond
 #define RAD_PASSES 8    // 8-bit digits of a 64-bit composite
+// The merged per-bin arrays (m_cand, m_pass, m_fill) are spread over the cluster: block OWNER(i) holds
+// bin i, so the blocks' remote adds and loads land on CL shared memories, not all on block 0's.
+#define OWNER(i) ((u32)(i) / (u32)(FB / CL))
 
 // ---- cluster primitives (PTX; no cooperative_groups header under NVRTC) --------------------------
 __device__ __forceinline__ u32 cluster_rank() {
@@ -102,9 +105,9 @@ __device__ __forceinline__ i64 node_at(const void* node_ids, int nid64, i64 r) {
 struct Smem {
     u32 cum[FB];       // candidate histogram -> cumulative counts; after the rounds: pass offsets per bin
     u32 pcnt[FB];      // this block's passers per bin; after a round: the merged counts of its window
-    u32 m_cand[FB];    // block 0: merged candidate histogram
-    u32 m_pass[FB];    // block 0: merged passers per bin
-    u32 m_fill[FB];    // block 0: fill counters of the grouping by bin
+    u32 m_cand[FB];    // bins this block owns (OWNER): merged candidate histogram
+    u32 m_pass[FB];    // bins this block owns: merged passers per bin
+    u32 m_fill[FB];    // bins this block owns: fill counters of the grouping by bin
     u32 m_rad[RAD_PASSES][256];  // block 0: merged digit histograms of the radix select
     u32 l_rad[256];
     u32 warp_tot[32];
@@ -141,12 +144,32 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     #define STAMP(i) do { if (prof && rank == 0 && tid == 0) { u64 t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); prof[b * 32 + (i)] = (i64)t_; } } while (0)
     STAMP(0);
 
-    // rows of request b: [r0, r1) (row_req is non-decreasing)
-    __shared__ i64 s_r0, s_r1;
-    if (tid < 2) {
-        i64 want = b + tid, a = 0, z = R;
-        while (a < z) { i64 m = (a + z) >> 1; if (row_req[m] < want) a = m + 1; else z = m; }
-        if (tid == 0) s_r0 = a; else s_r1 = a;
+    // rows of request b: [r0, r1), r0 = the first row with row_req >= b, r1 the first >= b + 1 (row_req is
+    // non-decreasing). All threads probe at once, NT rows a round (two rounds up to NT^2 rows): one
+    // thread's binary search was a chain of log2(R) dependent loads, ~7 us at R = 16384.
+    __shared__ i64 s_lo[2], s_hi[2];  // the answer lies in [lo, hi]
+    if (tid < 2) { s_lo[tid] = 0; s_hi[tid] = R; }
+    __syncthreads();
+    for (;;) {
+        i64 lo[2] = {s_lo[0], s_lo[1]}, hi[2] = {s_hi[0], s_hi[1]}, st[2];
+        if (lo[0] == hi[0] && lo[1] == hi[1]) break;  // block-uniform
+        int c[2];
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+            st[w] = (hi[w] - lo[w] + NT - 1) / NT;
+            i64 pr = lo[w] + tid * st[w];
+            c[w] = __syncthreads_count(pr < hi[w] && row_req[pr] < b + w);  // probes below the answer
+        }
+        if (tid == 0) {
+#pragma unroll
+            for (int w = 0; w < 2; ++w) {
+                if (c[w] == 0) { s_hi[w] = lo[w]; continue; }  // row lo already reaches b + w
+                i64 nh = lo[w] + c[w] * st[w];
+                s_lo[w] = lo[w] + (c[w] - 1) * st[w] + 1;
+                s_hi[w] = nh < hi[w] ? nh : hi[w];
+            }
+        }
+        __syncthreads();
     }
     for (int i = tid; i < FB; i += NT) { S.cum[i] = 0; S.pcnt[i] = 0; S.m_cand[i] = 0; S.m_pass[i] = 0; S.m_fill[i] = 0; }
     for (int i = tid; i < RAD_PASSES * 256; i += NT) (&S.m_rad[0][0])[i] = 0;
@@ -154,7 +177,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     if (tid < t.n_levels && tid < 16) S.lvl[tid] = t.level_offsets[tid];
     __syncthreads();
     cluster_arrive();  // "my shared arrays are zeroed"; waited for just before the first remote add
-    const i64 r0 = s_r0, r1 = s_r1;
+    const i64 r0 = s_lo[0], r1 = s_lo[1];
     const int nrows = (int)(r1 - r0);
     // Scratch layout (backend_cuda.py sizes it): request b owns slots from (r0 + 2*CL*b) * D32 on,
     // CL block regions of (ceil(nrows/CL) + 1) * D32 slots each (D32 = D rounded up to 32).
@@ -267,14 +290,14 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
     }
     if (tid == 0) S.n_cand = nc;
-    cluster_wait();  // block 0's arrays are zeroed before anyone adds to them
-    for (int i = tid; i < FB; i += NT) if (S.cum[i]) dsm_add(remote(&S.m_cand[i], 0), S.cum[i]);
+    cluster_wait();  // every block's arrays are zeroed before anyone adds to them
+    for (int i = tid; i < FB; i += NT) if (S.cum[i]) dsm_add(remote(&S.m_cand[i], OWNER(i)), S.cum[i]);
     cluster_sync();
     {
         const int h0 = BPT * tid;  // this thread's bins
         u32 v[BPT], sum = 0;
 #pragma unroll
-        for (int x = 0; x < BPT; ++x) { v[x] = dsm_load(remote(&S.m_cand[h0 + x], 0)); sum += v[x]; }
+        for (int x = 0; x < BPT; ++x) { v[x] = dsm_load(remote(&S.m_cand[h0 + x], OWNER(h0 + x))); sum += v[x]; }
         u32 acc = block_scan(sum, S.warp_tot) - sum;
 #pragma unroll
         for (int x = 0; x < BPT; ++x) { acc += v[x]; S.cum[h0 + x] = acc; }
@@ -341,7 +364,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         }
         __syncthreads();
         if (n_rounds == 0) STAMP(17);
-        for (int i = lo + 1 + tid; i <= hi; i += NT) if (S.pcnt[i]) dsm_add(remote(&S.m_pass[i], 0), S.pcnt[i]);
+        for (int i = lo + 1 + tid; i <= hi; i += NT) if (S.pcnt[i]) dsm_add(remote(&S.m_pass[i], OWNER(i)), S.pcnt[i]);
         cluster_sync();
         if (n_rounds == 0) STAMP(18);
         // merged passers of the window, scanned: the first bin where the running total reaches k
@@ -351,7 +374,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
 #pragma unroll
             for (int x = 0; x < BPT; ++x) {
                 v[x] = 0;
-                if (h0 + x > lo && h0 + x <= hi) v[x] = S.pcnt[h0 + x] = dsm_load(remote(&S.m_pass[h0 + x], 0));
+                if (h0 + x > lo && h0 + x <= hi) v[x] = S.pcnt[h0 + x] = dsm_load(remote(&S.m_pass[h0 + x], OWNER(h0 + x)));
                 sum += v[x];
             }
             u32 incl = block_scan(sum, S.warp_tot);
@@ -407,7 +430,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         unsigned same = __match_any_sync(0xffffffffu, bn);
         int leader = __ffs(same) - 1;
         u32 at = 0;
-        if (bn >= 0 && lane == leader) at = dsm_fetch_add(remote(&S.m_fill[bn], 0), (u32)__popc(same));
+        if (bn >= 0 && lane == leader) at = dsm_fetch_add(remote(&S.m_fill[bn], OWNER(bn)), (u32)__popc(same));
         at = __shfl_sync(0xffffffffu, at, leader);
         if (bn >= 0) grp[S.cum[bn] + at + __popc(same & ((1u << lane) - 1u))] = c;
     }
@@ -498,5 +521,5 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     if (rank == 0 && tid == 0) out_count[b] = !gtm ? C : (count_all ? passed_lo : -1);  // count_all tests every bin
     STAMP(12);
     if (prof && rank == 0 && tid == 0) { prof[b * 32 + 13] = n_rounds; prof[b * 32 + 14] = crowded; prof[b * 32 + 15] = C; }
-    cluster_sync();  // block 0's shared memory must outlive every remote access to it
+    cluster_sync();  // a block's shared memory must outlive every remote access to it
 }
