@@ -73,6 +73,10 @@ template <class T> static inline T __shfl_sync(unsigned mask, T v, int src) {
     emu_full(mask);
     return emu_exchange(v, src);
 }
+template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int d) {
+    emu_full(mask);
+    return emu_exchange(v, (int)(threadIdx.x & 31) ^ d);
+}
 template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d) {
     emu_full(mask);
     int lane = threadIdx.x & 31;

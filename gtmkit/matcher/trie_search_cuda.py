@@ -142,6 +142,7 @@ class _Buffers:
         self.beam_off = e((b, bw + 1) if big else (1,), np.uint32)
         self.cand, self.slot_node, self.slot_first = (e((b, slots), t) for t in (np.uint64, np.int64, np.int64))
         self.slot_deg = e((b, slots), np.uint32)
+        self.match = e((b, slots), np.uint32)  # a step's matches (slots), kernel phase B1 -> B2
         stride = _pow2(bw) if _pow2(bw) > dev.sort_cap else 1
         self.scratch = e((b, stride), np.uint64)
         cells = max(b * rows * k, 1)
@@ -158,7 +159,7 @@ class _Buffers:
             [dev.ptr(x) for x in (*self.live[:4], self.live_first, self.live_deg, self.live.count, self.beam_n,
                                   self.beam_off, self.cand, self.slot_node, self.slot_first, self.slot_deg, self.fin,
                                   self.fin_count, self.scratch)]
-            + [bw, self.fin_cap, stride], np.int64))
+            + [bw, self.fin_cap, stride, dev.ptr(self.match)], np.int64))
         self.dummy_ids, self.dummy_scores = e((1,), np.int64), e((1,), np.float32)
 
     def release(self) -> None:

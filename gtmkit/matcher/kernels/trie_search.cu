@@ -8,11 +8,12 @@
 // only the widest phase and add grid or cluster barriers to every step. One 1024-thread block per query
 // runs every step in a single launch with __syncthreads between phases (no kernel launches, grid syncs
 // or host round trips). A step: (A) each live beam's work, the shorter of its child list and its
-// proposal row, and a prefix sum; (B) every work item binary-searches its entry in the other list; a
-// match becomes a finished key if terminal and, if it has children, a live candidate, whose own child
-// range is computed right there (the select0 that tells whether it has children gives it), so no step
-// starts with a select0 per beam; candidates are compacted with warp-aggregated atomics; (C) the best BW
-// by a bitonic sort in shared memory, after an exact radix select when there are more than SORT_CAP.
+// proposal row, and a prefix sum; (B1) every work item binary-searches its entry in the other list and
+// the matches are compacted; (B2) a match becomes a finished key if terminal and, if it has children, a
+// live candidate, whose own child range is computed right there (the select0 that tells whether it has
+// children gives it), so no step starts with a select0 per beam; candidates are compacted with
+// warp-aggregated atomics; (C) the best BW by a bitonic sort in shared memory, after an exact radix
+// select when there are more than SORT_CAP.
 // Finished keys accumulate unordered and are cut to the best BW only when their buffer could overflow,
 // and at the end. Heavier steps stay exact (buffers hold BW*K candidates per query), only slower.
 //
@@ -92,6 +93,7 @@ __device__ __forceinline__ u64 gtimer() {
 #define SP_BW 16
 #define SP_FIN_CAP 17       // >= BW * (K + 1): one step adds at most BW*K to at most BW kept
 #define SP_SCRATCH_STRIDE 18
+#define SP_MATCH 19         // u32 [b, BW*K] this step's matches (slots), phase B1 -> B2
 
 struct Trie {
     const u64* louds;
@@ -298,6 +300,37 @@ __device__ __forceinline__ void block_sort_desc(u64* a, u32 n2) {
     __syncthreads();
 }
 
+// The same sort for n2 <= NT when a has room for 2 * n2 keys: thread i keeps key i in a register;
+// stages of stride < 32 swap through warp shuffles (no memory, no barrier), wider ones through a,
+// alternating between a[0, n2) and a[n2, 2 n2) so that one barrier a stage suffices (a stage's writes
+// go to the half that no thread can still be reading). Half the barriers and no shared-memory traffic
+// for the narrow stages, which are most of them.
+__device__ __forceinline__ void block_sort_desc_reg(u64* a, u32 n2) {
+    __syncthreads();  // a[0, n2) is written
+    const u32 i = threadIdx.x;
+    u64 x = i < n2 ? a[i] : 0ull;
+    u32 half = 0;
+    for (u32 k = 2; k <= n2; k <<= 1) {
+        for (u32 j = k >> 1; j > 0; j >>= 1) {
+            u64 y;
+            if (j >= 32) {  // block-uniform
+                u64* buf = a + half * n2;
+                if (i < n2) buf[i] = x;
+                __syncthreads();
+                y = i < n2 ? buf[i ^ j] : 0ull;
+                half ^= 1u;
+            } else {  // lanes >= n2 (n2 < 32) only meet each other: i ^ j < n2 iff i < n2
+                y = __shfl_xor_sync(FULL, x, j);
+            }
+            bool keep_max = ((i & j) == 0) == ((i & k) == 0);  // lower of a descending pair, or upper
+            x = keep_max ? (x > y ? x : y) : (x < y ? x : y);  // of an ascending one
+        }
+    }
+    __syncthreads();  // the last wide stage's reads are done
+    if (i < n2) a[i] = x;
+    __syncthreads();
+}
+
 // The m-th largest of the n distinct keys a[0, n), 1 <= m <= n: 8-bit digits from the top, stopping at
 // the first digit whose bucket holds exactly the keys still needed. -> the smallest value of that
 // bucket's range, so exactly m keys are >= the result.
@@ -364,7 +397,8 @@ __device__ __forceinline__ const u64* block_top(const u64* src, u32 n, u32 cap, 
         }
     }
     PROF_MARK(6);  // copy / compaction
-    block_sort_desc(buf, n2);
+    if (n2 <= NT && buf == s.sort && 2 * n2 <= SORT_CAP) block_sort_desc_reg(buf, n2);
+    else block_sort_desc(buf, n2);
     PROF_MARK(7);  // bitonic sort
     return buf;
 }
@@ -412,7 +446,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
         }
         s_sort[i] = key;
     }
-    block_sort_desc(s_sort, n2);
+    if (n2 <= NT && 2 * n2 <= PREP_CAP) block_sort_desc_reg(s_sort, n2);
+    else block_sort_desc(s_sort, n2);
     u32 carry = 0;
     for (u32 base = 0; base < n2; base += NT) {
         u32 i = base + threadIdx.x;
@@ -483,6 +518,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
     i64* slot_node = (i64*)SP[SP_SLOT_NODE] + q * BW * K;
     i64* slot_first = (i64*)SP[SP_SLOT_FIRST] + q * BW * K;
     u32* slot_deg = (u32*)SP[SP_SLOT_DEG] + q * BW * K;
+    u32* match_list = (u32*)SP[SP_MATCH] + q * BW * K;
     const i64 fin_cap = SP[SP_FIN_CAP];
     u64* fin = (u64*)SP[SP_FIN] + q * fin_cap;
     int* fin_count = (int*)SP[SP_FIN_COUNT] + q;
@@ -513,8 +549,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
     for (int t = t0; t < t1 && nl > 0; ++t) {
         const bool last = t == last_step;
         const double factor = factors[t + 1 - fbase];
-        if ((i64)fc + (i64)nl * K > fin_cap) fc = fold_finished(fin, fc, BW, gbuf, s);
-        PROF_MARK(1);  // fold
 
         // Phase A: the work of every live beam, min(children, proposals): a beam walks the shorter of its
         // child list and its proposal row, binary-searching each entry in the other.
@@ -540,23 +574,30 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         }
         const u32 W = carry;
         PROF_MARK(2);  // phase A
+        // a step finishes at most one key per work item: fold only when W more could overflow fin
+        if ((i64)fc + (i64)W > fin_cap) fc = fold_finished(fin, fc, BW, gbuf, s);
+        PROF_MARK(1);  // fold
         PROF_ADD(10, W);
         PROF_ADD(12, 1);
         if (threadIdx.x == 0) {
             off[nl] = W;
             s.misc[4] = 0;  // live candidates
             s.misc[5] = 0;  // finished keys
+            s.misc[6] = 0;  // matches
         }
         __syncthreads();
 
-        // Phase B: work item w belongs to the beam p with off[p] <= w < off[p+1]. Loop bounds are
-        // warp-uniform so every lane reaches the warp_append ballots.
+        // Phase B1: work item w belongs to the beam p with off[p] <= w < off[p+1]; it finds its entry in
+        // the other list, and a match above theta_sent goes on the match list (its slot p*K+k; the node in
+        // slot_node). Phase B2 then walks the child range and key id of the matches only: the select0
+        // chain (several dependent DRAM reads on a large trie) runs once for all matches, not in every
+        // B1 round that happens to hold one. Loop bounds are warp-uniform so every lane reaches the
+        // warp_append ballots.
         for (u32 base = threadIdx.x & ~31u; base < W; base += NT) {
             u32 w = base + lane;
-            bool is_live = false, is_fin = false;
-            u64 live_key = 0, fin_key = 0;
-            i64 child = 0, child_first = 0;
-            u32 slot = 0, child_deg = 0;
+            bool hit = false;
+            u32 slot = 0;
+            i64 c = 0;
             if (w < W) {
                 u32 lo = 0, hi = nl;  // off[lo] <= w < off[hi]
                 while (hi - lo > 1) {
@@ -568,13 +609,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                 const int* toks = ptok + row * K;
                 const u32 n = beam_n[p], deg = beam_deg[p];
                 const i64 first = beam_first[p];
-                i64 c;
                 u32 k;
-                u64 term_word;  // loaded as soon as the child is known, ahead of its use
                 bool match;
                 if (deg < n) {  // child i: its label among the proposals
                     c = first + i;
-                    term_word = tr.term[c >> 6];
                     i64 lab = label_of(tr, c);
                     k = tokens_lower_bound(toks, n, lab);
                     match = k < n && (i64)toks[k] == lab;
@@ -583,46 +621,66 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                     i64 tok = toks[k];
                     c = children_lower_bound(tr, first, first + deg, tok);
                     match = c < first + deg && label_of(tr, c) == tok;
-                    term_word = match ? tr.term[c >> 6] : 0ull;
                 }
                 if (match) {
-                    float sc = beam_score[p] + plp[row * K + k];
-                    if (sc > theta_sent) {
-                        const bool term = (term_word >> (c & 63)) & 1ull;
-                        u64 rd0 = 0, rd1 = 0;  // the key id's rank directory row, loaded before the
-                        if (term) {            // select0 chain below and used after it
-                            rd0 = tr.term_rank[2 * (c >> 9)];
-                            rd1 = tr.term_rank[2 * (c >> 9) + 1];
-                        }
-                        if (!last) {
-                            // the child's own child range, which the next step reads (and which tells
-                            // whether a terminal child has children: a non-terminal one always has)
-                            i64 z = select0(tr, c);
-                            child_deg = (u32)(run_end(tr, z, c) - z - 1);
-                            if (child_deg > 0) {
-                                is_live = true;
-                                slot = p * (u32)K + k;
-                                live_key = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - slot);
-                                child = c;
-                                child_first = z - c;
-                            }
-                        }
-                        if (term) {  // rank1(terminal, c) from the row and word already loaded
-                            int w = (int)((c >> 6) & 7), bit = (int)(c & 63);
-                            u64 key = rd0 + (w ? (rd1 >> (9 * (w - 1))) & 511ull : 0ull);
-                            if (bit) key += (u64)__popcll(term_word & ((1ull << bit) - 1ull));
-                            float norm = (float)((double)sc * factor);
-                            is_fin = true;
-                            fin_key = ((u64)sortable(norm) << 32) | (u64)(0xFFFFFFFFu - (u32)key);
-                        }
+                    hit = beam_score[p] + plp[row * K + k] > theta_sent;
+                    slot = p * (u32)K + k;
+                }
+            }
+            u32 pm = warp_append(hit, &s.misc[6]);
+            if (hit) {
+                match_list[pm] = slot;
+                slot_node[slot] = c;
+            }
+        }
+        __syncthreads();
+        const u32 n_match = s.misc[6];
+        PROF_MARK(9);  // phase B1
+
+        // Phase B2: each match becomes a finished key if terminal and a live candidate if it has children.
+        for (u32 base = threadIdx.x & ~31u; base < n_match; base += NT) {
+            u32 m = base + lane;
+            bool is_live = false, is_fin = false;
+            u64 live_key = 0, fin_key = 0;
+            i64 child_first = 0;
+            u32 slot = 0, child_deg = 0;
+            if (m < n_match) {
+                slot = match_list[m];
+                const u32 p = slot / (u32)K, k = slot - p * (u32)K;
+                const i64 c = slot_node[slot];
+                const u64 term_word = tr.term[c >> 6];  // loaded ahead of its use
+                const i64 row = q * R + (nar ? t : (int)p);
+                const float sc = beam_score[p] + plp[row * K + k];  // as in B1, the same sum
+                const bool term = (term_word >> (c & 63)) & 1ull;
+                u64 rd0 = 0, rd1 = 0;  // the key id's rank directory row, loaded before the
+                if (term) {            // select0 chain below and used after it
+                    rd0 = tr.term_rank[2 * (c >> 9)];
+                    rd1 = tr.term_rank[2 * (c >> 9) + 1];
+                }
+                if (!last) {
+                    // the child's own child range, which the next step reads (and which tells
+                    // whether a terminal child has children: a non-terminal one always has)
+                    i64 z = select0(tr, c);
+                    child_deg = (u32)(run_end(tr, z, c) - z - 1);
+                    if (child_deg > 0) {
+                        is_live = true;
+                        live_key = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - slot);
+                        child_first = z - c;
                     }
+                }
+                if (term) {  // rank1(terminal, c) from the row and word already loaded
+                    int w = (int)((c >> 6) & 7), bit = (int)(c & 63);
+                    u64 key = rd0 + (w ? (rd1 >> (9 * (w - 1))) & 511ull : 0ull);
+                    if (bit) key += (u64)__popcll(term_word & ((1ull << bit) - 1ull));
+                    float norm = (float)((double)sc * factor);
+                    is_fin = true;
+                    fin_key = ((u64)sortable(norm) << 32) | (u64)(0xFFFFFFFFu - (u32)key);
                 }
             }
             u32 pl = warp_append(is_live, &s.misc[4]);
             u32 pf = warp_append(is_fin, &s.misc[5]);
-            if (is_live) {
+            if (is_live) {  // slot_node[slot] holds the child since B1
                 cand[pl] = live_key;
-                slot_node[slot] = child;
                 slot_first[slot] = child_first;
                 slot_deg[slot] = child_deg;
             }
@@ -631,7 +689,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         __syncthreads();
         const u32 n_live = s.misc[4];
         fc += s.misc[5];
-        PROF_MARK(3);  // phase B
+        PROF_MARK(3);  // phase B2
         PROF_ADD(11, n_live);
 
         // The new live list: the best BW candidates, best first (none on the last step). It is built from
