@@ -452,7 +452,8 @@ def markdown(r: dict) -> str:
              f"Machine: {mc['cpu']}, {mc['cores']} cores, {mc['memory_gib']} GiB; Python {mc['python']}, numpy "
              f"{mc['numpy']}, numba {mc['numba']} ({mc['numba_threads']} threads for the cpu search, "
              f"{mc['numba_threading_layer']} layer), pyarrow "
-             f"{mc['pyarrow']}, marisa-trie {mc['marisa_trie']}.  ",
+             f"{mc['pyarrow']}, marisa-trie {mc['marisa_trie']}"
+             f"{'; GPU ' + mc['gpu'] if mc.get('gpu') else ''}.  ",
              f"Command: `{r['command']}` (wall {r['wall_s'] / 60:.1f} min{_synth_note(r)}).", "",
              "## Build (each in its own child process)", "",
              "| keys | tokens | nodes | builds | ours s | marisa s | marisa/ours time | ours cold-start s | ours MB | marisa MB "
