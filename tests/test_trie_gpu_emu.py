@@ -1,21 +1,13 @@
 """The GPU trie search without a GPU: kernels/trie_search.cu, driven by trie_search_cuda.py as on the
-device, runs on the CPU through a small CUDA emulation and must equal the CPU search exactly.
-
-The emulation compiles the .cu with g++: each CUDA thread is a real thread, __syncthreads and the warp
-intrinsics are barriers (a warp intrinsic reached by part of a warp deadlocks, as a wrong mask would
-misbehave on the GPU), __shared__ is a static shared by the block's threads, blocks run one after the
-other. Configurations shrink the block and shared-memory sizes so that the radix select, the sort in
-global memory, the global work offsets and the host-prepared rows all run on small inputs. Every launch
-checks its arguments against the kernel's signature (a Python int or a wrong dtype fails here; CuPy
-would pass it on silently)."""
+device, runs on the CPU through the CUDA emulation of tests/cuda_emu.py and must equal the CPU search
+exactly. Configurations shrink the block and shared-memory sizes so that the radix select, the sort in
+global memory, the global work offsets and the host-prepared rows all run on small inputs."""
 
 from __future__ import annotations
 
 import ctypes
 import math
-import re
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -24,99 +16,10 @@ from gtmkit.matcher.trie_search_cpu import TrieBeamStepper, trie_beam_search
 from gtmkit.matcher.trie_search_cuda import KERNEL_FILE, TrieBeamStepperCuda, trie_beam_search_cuda
 from gtmkit.indexer.succinct import SuccinctTrie
 
+from cuda_emu import build_emulator, kernel_signatures, launch
 from test_succinct_search import random_logp, random_tokens, random_trie
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
-
-HARNESS = r"""
-#include <pthread.h>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <thread>
-#include <vector>
-
-struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
-static thread_local emu_dim3 threadIdx, blockIdx;
-static emu_dim3 blockDim, gridDim;
-
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __shared__ static
-#define __restrict__ __restrict
-
-static pthread_barrier_t emu_block_bar;
-struct EmuWarp { pthread_barrier_t bar; unsigned long long v[32]; };
-static EmuWarp emu_warps[32];
-
-static inline void __syncthreads() { pthread_barrier_wait(&emu_block_bar); }
-static inline void emu_full(unsigned mask) {
-    if (mask != 0xffffffffu) { fprintf(stderr, "emu: partial warp mask\n"); abort(); }
-}
-static inline EmuWarp& emu_warp() { return emu_warps[threadIdx.x >> 5]; }
-static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_full(mask); pthread_barrier_wait(&emu_warp().bar); }
-template <class T> static inline T emu_exchange(T v, int src) {
-    EmuWarp& w = emu_warp();
-    unsigned long long bits = 0;
-    memcpy(&bits, &v, sizeof(T));
-    w.v[threadIdx.x & 31] = bits;
-    pthread_barrier_wait(&w.bar);
-    unsigned long long got = w.v[src & 31];
-    pthread_barrier_wait(&w.bar);
-    T r;
-    memcpy(&r, &got, sizeof(T));
-    return r;
-}
-template <class T> static inline T __shfl_sync(unsigned mask, T v, int src) {
-    emu_full(mask);
-    return emu_exchange(v, src);
-}
-template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int d) {
-    emu_full(mask);
-    return emu_exchange(v, (int)(threadIdx.x & 31) ^ d);
-}
-template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d) {
-    emu_full(mask);
-    int lane = threadIdx.x & 31;
-    return emu_exchange(v, lane >= (int)d ? lane - (int)d : lane);
-}
-static inline unsigned __ballot_sync(unsigned mask, int pred) {
-    emu_full(mask);
-    EmuWarp& w = emu_warp();
-    w.v[threadIdx.x & 31] = pred ? 1 : 0;
-    pthread_barrier_wait(&w.bar);
-    unsigned r = 0;
-    for (int i = 0; i < 32; ++i) if (w.v[i]) r |= 1u << i;
-    pthread_barrier_wait(&w.bar);
-    return r;
-}
-static inline unsigned atomicAdd(unsigned* a, unsigned v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
-static inline int atomicAdd(int* a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
-static inline int __popc(unsigned x) { return __builtin_popcount(x); }
-static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
-static inline int __ffs(int x) { return __builtin_ffs(x); }
-static inline int __ffsll(long long x) { return __builtin_ffsll(x); }
-static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
-static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
-static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
-
-template <class F> static void emu_launch(unsigned grid, unsigned block, F f) {
-    if (block % 32 || block > 1024) { fprintf(stderr, "emu: bad block size\n"); abort(); }
-    blockDim.x = block;
-    gridDim.x = grid;
-    for (unsigned b = 0; b < grid; ++b) {
-        pthread_barrier_init(&emu_block_bar, nullptr, block);
-        for (unsigned w = 0; w < block / 32; ++w) pthread_barrier_init(&emu_warps[w].bar, nullptr, 32);
-        std::vector<std::thread> threads;
-        for (unsigned t = 0; t < block; ++t) threads.emplace_back([=] { threadIdx.x = t; blockIdx.x = b; f(); });
-        for (auto& th : threads) th.join();
-        pthread_barrier_destroy(&emu_block_bar);
-        for (unsigned w = 0; w < block / 32; ++w) pthread_barrier_destroy(&emu_warps[w].bar);
-    }
-}
-"""
 
 # the kernels' trie navigation, callable on its own (device functions are plain functions here)
 NAV = r"""
@@ -131,41 +34,6 @@ extern "C" void emu_nav(const long long* TP, long long n, long long* z, long lon
     }
 }
 """
-
-KERNEL_RE = re.compile(r'extern "C" __global__ void __launch_bounds__\([^)]*\)\s*(\w+)\(([^)]*)\)')
-# kernel parameter types -> what a launch must pass (a NumPy scalar type, or an array dtype for pointers)
-SCALARS = {"int": np.int32, "float": np.float32, "double": np.float64, "i64": np.int64}
-POINTEES = {"int": np.int32, "float": np.float32, "double": np.float64, "i64": np.int64, "u64": np.uint64,
-            "u32": np.uint32}
-
-
-def kernel_signatures(source: str) -> dict:
-    out = {}
-    for name, params in KERNEL_RE.findall(source):
-        types = []
-        for p in params.split(","):
-            typ = p.strip().rsplit(None, 1)[0] if "*" not in p else p[:p.rindex("*") + 1].strip()
-            types.append(" ".join(typ.split()))
-        out[name] = types
-    return out
-
-
-def build_emulator(tmp_path, defines: dict):
-    source = KERNEL_FILE.read_text()
-    sigs = kernel_signatures(source)
-    wrappers = []
-    for name, types in sigs.items():
-        args = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
-        wrappers.append(f'extern "C" void emu_{name}(unsigned grid, unsigned block, void** a) '
-                        f'{{ emu_launch(grid, block, [=] {{ {name}({args}); }}); }}')
-    src = tmp_path / "emu.cpp"
-    src.write_text(HARNESS + f'#include "{KERNEL_FILE}"\n' + "\n".join(wrappers) + "\n" + NAV)
-    lib = tmp_path / "emu.so"
-    flags = [f"-D{k}={v}" for k, v in defines.items()]
-    r = subprocess.run(["g++", "-O1", "-std=c++17", "-pthread", "-shared", "-fPIC", "-w", *flags, str(src), "-o",
-                        str(lib)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
-    return ctypes.CDLL(str(lib)), sigs
 
 
 class _Done:
@@ -215,21 +83,8 @@ class EmuDevice:
         return _Done()
 
     def launch(self, name, grid, args):
-        types = self.sigs[name]
-        assert len(args) == len(types), (name, len(args), len(types))
-        held = []
-        for typ, a in zip(types, args):
-            if typ.endswith("*"):
-                want = POINTEES[typ.replace("const", "").replace("*", "").strip()]
-                assert isinstance(a, np.ndarray) and a.dtype == want and a.flags.c_contiguous, (name, typ, a)
-                held.append(ctypes.c_void_p(a.ctypes.data))
-            else:
-                want = SCALARS[typ]
-                assert type(a) is want, (name, typ, type(a))
-                held.append(np.ctypeslib.as_ctypes_type(want)(a))
-        ptrs = (ctypes.c_void_p * max(len(held), 1))(*[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in held])
         self.launches.append(name)
-        getattr(self.lib, "emu_" + name)(ctypes.c_uint(grid), ctypes.c_uint(self.nt), ptrs)
+        launch(self.lib, self.sigs, name, grid, self.nt, args)
 
 
 CONFIGS = {
@@ -243,7 +98,7 @@ CONFIGS = {
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def emu(request, tmp_path_factory):
     cfg = CONFIGS[request.param]
-    lib, sigs = build_emulator(tmp_path_factory.mktemp("emu_" + request.param), cfg)
+    lib, sigs = build_emulator(tmp_path_factory.mktemp("emu_" + request.param), KERNEL_FILE, cfg, NAV)
     return EmuDevice(lib, sigs, cfg)
 
 

@@ -18,14 +18,13 @@ import numpy as np
 
 from ..errors import GtmkitError
 from .arrays import RequestBatch, TrieArrays
+from .kernel_params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params,
+                            trie_params)
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
 KERNEL_FILE = KERNEL_DIR / "gtm_step.cu"
 FUSED_FILE = KERNEL_DIR / "gtm_fused.cu"
 POST_FILE = KERNEL_DIR / "postfilter.cu"
-FUSED_CLUSTER = 8              # blocks per request (CL in gtm_fused.cu)
-FUSED_THREADS = 512            # threads per block (NT in gtm_fused.cu)
-FUSED_SMEM = 64 * 1024         # >= sizeof(Smem) in gtm_fused.cu (static_assert there)
 MAX_K = 2048
 NB = 4096      # score bins (kernels/gtm_step.cu)
 ST = 8         # per-request state words
@@ -59,8 +58,7 @@ class DeviceBatch:
         self.bitmask = cp.asarray(q.bitmask)
         self.sig_off, self.sigs = cp.asarray(q.sig_off), cp.asarray(q.sigs)
         self.code_off, self.codes = cp.asarray(q.code_off), cp.asarray(q.codes)
-        self.params = cp.asarray(np.array([_ptr(self.bitmask), q.bitmask.shape[1], _ptr(self.sig_off), _ptr(self.sigs),
-                                           _ptr(self.code_off), _ptr(self.codes)], np.int64))
+        self.params = cp.asarray(request_params(q, lambda name: _ptr(getattr(self, name))))
 
 
 class CudaBackend:
@@ -92,12 +90,7 @@ class CudaBackend:
         self.first_leaf = index.first_leaf
         self.max_degree = [int(x) for x in index.max_degree]
         self.max_ads_per_sid = int(np.diff(np.asarray(index.sid_ad_offsets)).max())
-        self.params = cp.asarray(np.array([
-            _ptr(d["node_offsets"]), _ptr(d["child_tokens"]), _ptr(d["level_offsets"]), len(t.level_offsets),
-            int(t.jagged), _ptr(d["level_base"]), _ptr(d["level_width"]), _ptr(d["part_offsets"]),
-            _ptr(d["part_bitmask"]), _ptr(d["part_bloom"]), t.part_bloom.shape[1], _ptr(d["bitmask_table"]),
-            t.bitmask_table.shape[1], _ptr(d["bloom_table"]), t.bloom_table.shape[1], _ptr(d["bloom_base"]),
-            len(t.node_offsets) - 1], np.int64))
+        self.params = cp.asarray(trie_params(t, lambda name: _ptr(d[name])))
         self.ad_params = cp.asarray(np.array([
             _ptr(d["sid_ad_offsets"]), _ptr(d["sid_ad_ids"]), _ptr(d["ad_bitmask"]), _ptr(d["allow_off"]),
             _ptr(d["allow_codes"]), t.allow_codes.shape[1], _ptr(d["excl_off"]), _ptr(d["excl_codes"]),
@@ -192,8 +185,7 @@ class CudaBackend:
             raise GtmkitError(f"{R} rows x {D} children per row exceed the GPU step's 32-bit candidate numbering")
         if node_ids.dtype not in (cp.int32, cp.int64):
             node_ids = node_ids.astype(cp.int64)
-        # request b's scratch starts at (first row + 2 * CL * b) * D rounded up to 32 (gtm_fused.cu)
-        cap = (R + 2 * FUSED_CLUSTER * B) * (-(-D // 32) * 32)
+        cap = fused_scratch_slots(R, B, D, FUSED_CLUSTER)
         cand = self._buf("cand", (cap,), cp.uint64, scratch)
         child = self._buf("child", (cap,), cp.int32, scratch)
         passed = self._buf("passed", (cap,), cp.uint64, scratch)

@@ -97,7 +97,11 @@ __device__ bool node_passes(const Trie& t, const Req& q, int b, i64 node, int de
 // whatever its number of partitions, and a passing one costs no bandwidth for rows it never reads.
 #define PF 4
 
+#ifdef GTMKIT_EMU
+__device__ __forceinline__ void prefetch_l1(const void*) {}
+#else
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+#endif
 
 __device__ __forceinline__ bool partition_passes(const Trie& t, const Req& q, int b, i64 p, int bid, int bloom0) {
     const u64* row = t.bitmask_table + (i64)bid * t.W;
@@ -170,9 +174,13 @@ __device__ __forceinline__ float load_lp(const void* lp, int dtype, i64 idx) {
     if (dtype == 0) return ((const float*)lp)[idx];
     unsigned short h = ((const unsigned short*)lp)[idx];
     if (dtype == 2) return __uint_as_float(((u32)h) << 16);  // bfloat16
+#ifdef GTMKIT_EMU
+    return emu_half_to_float(h);                                 // float16
+#else
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));             // float16
     return f;
+#endif
 }
 
 // Linear score bins below the request's best score `top` (bin 0 = best): a lower bin never holds a

@@ -29,17 +29,28 @@
 
 #include "gtm_common.cuh"
 
+// CL, NT, EU and GT_CAP may be overridden at compile time (the CPU emulation, tests/test_fused_emu.py,
+// shrinks them so that small inputs reach every path); backend_cuda.py's FUSED_* match the defaults.
+#ifndef CL
 #define CL 8            // blocks per request (cluster size)
+#endif
+#ifndef NT
 #define NT 512          // threads per block: two blocks an SM, so 16 clusters of 8 fit at once on an H200
+#endif
 #define BPT (FB / NT)   // score bins per thread in the bin scans
+#ifndef EU
 #define EU 4            // candidates a thread handles per pass of the expand and list loops
+#endif
 #define FB 2048         // score bins
+#ifndef GT_CAP
 #define GT_CAP 2048     // bin T ranked directly up to this many passers; a radix select beyond
+#endif
 #define RAD_PASSES 8    // 8-bit digits of a 64-bit composite
 // The merged per-bin arrays (m_cand, m_pass, m_fill) are spread over the cluster: block OWNER(i) holds
 // bin i, so the blocks' remote adds and loads land on CL shared memories, not all on block 0's.
 #define OWNER(i) ((u32)(i) / (u32)(FB / CL))
 
+#ifndef GTMKIT_EMU  // the emulation defines these for threads on the CPU
 // ---- cluster primitives (PTX; no cooperative_groups header under NVRTC) --------------------------
 __device__ __forceinline__ u32 cluster_rank() {
     u32 r;
@@ -89,6 +100,7 @@ __device__ __forceinline__ u32 dsm_load(u32 addr) {
     asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
     return v;
 }
+#endif
 
 // First bin > lo whose cumulative count reaches target (FB - 1 if none); cum is non-decreasing.
 __device__ __forceinline__ int first_bin_f(const u32* cum, int lo, i64 target) {
@@ -121,6 +133,7 @@ struct Smem {
     u32 n_work;        // this round's work list length
     int s_T, s_done;
     u32 s_wtot;
+    i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
 };
 
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in backend_cuda.py must cover Smem");
@@ -133,7 +146,11 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                   u64* __restrict__ grouped, u64* __restrict__ topsel,
                   int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count,
                   i64* prof) {
+#ifdef GTMKIT_EMU
+    unsigned char* smem_raw = emu_dyn_smem();
+#else
     extern __shared__ __align__(16) unsigned char smem_raw[];
+#endif
     Smem& S = *reinterpret_cast<Smem*>(smem_raw);
     Trie t = load_trie(TP);
     Req q = load_req(QP);
@@ -141,13 +158,18 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     const int b = blockIdx.x / CL;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     // optional phase timestamps (benchmarks/gpu_fused_profile.py): prof[b * 32 + i], ns
+#ifdef GTMKIT_EMU
+    #define STAMP(i) do { } while (0)
+#else
     #define STAMP(i) do { if (prof && rank == 0 && tid == 0) { u64 t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); prof[b * 32 + (i)] = (i64)t_; } } while (0)
+#endif
     STAMP(0);
 
     // rows of request b: [r0, r1), r0 = the first row with row_req >= b, r1 the first >= b + 1 (row_req is
     // non-decreasing). All threads probe at once, NT rows a round (two rounds up to NT^2 rows): one
     // thread's binary search was a chain of log2(R) dependent loads, ~7 us at R = 16384.
-    __shared__ i64 s_lo[2], s_hi[2];  // the answer lies in [lo, hi]
+    i64* s_lo = S.r_lo;
+    i64* s_hi = S.r_hi;
     if (tid < 2) { s_lo[tid] = 0; s_hi[tid] = R; }
     __syncthreads();
     for (;;) {

@@ -1,0 +1,253 @@
+"""A small CUDA emulation on the CPU, so that the kernels in gtmkit/matcher/kernels/ run without a GPU and
+can be checked against the CPU code in CI (tests/test_trie_gpu_emu.py, tests/test_fused_emu.py).
+
+A .cu file is compiled with g++ behind HARNESS: each CUDA thread is a real thread; __syncthreads and the
+warp intrinsics are barriers (a warp intrinsic reached by part of a warp deadlocks, as a wrong mask would
+misbehave on the GPU); a static __shared__ variable is shared by every thread of the launch, so kernels
+that declare them run one block at a time; dynamic shared memory is per block. A thread block cluster's
+blocks run at once, with a split arrive/wait cluster barrier and the distributed-shared-memory helpers
+of gtm_fused.cu (compiled with GTMKIT_EMU, which swaps its PTX for these); clusters run one after the
+other. `launch` checks every argument against the kernel's signature (a Python int or a wrong dtype
+fails here; CuPy would pass it on silently)."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "gtmkit" / "matcher" / "kernels"
+
+HARNESS = r"""
+#include <pthread.h>
+#include <math.h>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
+static thread_local emu_dim3 threadIdx, blockIdx;
+static emu_dim3 blockDim, gridDim;
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __cluster_dims__(...)
+#define __shared__ static
+#define __restrict__ __restrict
+
+#define EMU_MAX_CL 8
+struct EmuWarp { pthread_barrier_t bar; unsigned long long v[32]; };
+struct EmuBlock { pthread_barrier_t bar; int count = 0; unsigned char* smem = nullptr; };
+static EmuBlock emu_blocks[EMU_MAX_CL];
+static EmuWarp emu_warps[EMU_MAX_CL * 32];
+static thread_local unsigned emu_rank;  // the block's rank in its cluster
+
+static inline void __syncthreads() { pthread_barrier_wait(&emu_blocks[emu_rank].bar); }
+static inline void emu_full(unsigned mask) {
+    if (mask != 0xffffffffu) { fprintf(stderr, "emu: partial warp mask\n"); abort(); }
+}
+static inline EmuWarp& emu_warp() { return emu_warps[emu_rank * 32 + (threadIdx.x >> 5)]; }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_full(mask); pthread_barrier_wait(&emu_warp().bar); }
+template <class T> static inline T emu_exchange(T v, int src) {
+    EmuWarp& w = emu_warp();
+    unsigned long long bits = 0;
+    memcpy(&bits, &v, sizeof(T));
+    w.v[threadIdx.x & 31] = bits;
+    pthread_barrier_wait(&w.bar);
+    unsigned long long got = w.v[src & 31];
+    pthread_barrier_wait(&w.bar);
+    T r;
+    memcpy(&r, &got, sizeof(T));
+    return r;
+}
+template <class T> static inline T __shfl_sync(unsigned mask, T v, int src) {
+    emu_full(mask);
+    return emu_exchange(v, src);
+}
+template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int d) {
+    emu_full(mask);
+    return emu_exchange(v, (int)(threadIdx.x & 31) ^ d);
+}
+template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d) {
+    emu_full(mask);
+    int lane = threadIdx.x & 31;
+    return emu_exchange(v, lane >= (int)d ? lane - (int)d : lane);
+}
+static inline unsigned emu_lanes_where(unsigned long long mine, bool equal_to_mine_only) {
+    EmuWarp& w = emu_warp();
+    w.v[threadIdx.x & 31] = mine;
+    pthread_barrier_wait(&w.bar);
+    unsigned r = 0;
+    for (int i = 0; i < 32; ++i)
+        if (equal_to_mine_only ? w.v[i] == mine : w.v[i] != 0) r |= 1u << i;
+    pthread_barrier_wait(&w.bar);
+    return r;
+}
+static inline unsigned __ballot_sync(unsigned mask, int pred) {
+    emu_full(mask);
+    return emu_lanes_where(pred ? 1 : 0, false);
+}
+static inline unsigned __match_any_sync(unsigned mask, int v) {
+    emu_full(mask);
+    return emu_lanes_where((unsigned long long)(unsigned)v, true);
+}
+static inline int __syncthreads_count(int pred) {
+    EmuBlock& b = emu_blocks[emu_rank];
+    __syncthreads();  // the previous call's reset is done
+    if (pred) __atomic_fetch_add(&b.count, 1, __ATOMIC_SEQ_CST);
+    __syncthreads();
+    int r = __atomic_load_n(&b.count, __ATOMIC_SEQ_CST);
+    __syncthreads();
+    if (threadIdx.x == 0) b.count = 0;
+    return r;
+}
+static inline unsigned atomicAdd(unsigned* a, unsigned v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+static inline int atomicAdd(int* a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+static inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline float emu_half_to_float(unsigned short h) {
+    unsigned s = (h >> 15) & 1u, e = (h >> 10) & 31u, m = h & 1023u, u;
+    if (e == 31) u = (s << 31) | 0x7f800000u | (m << 13);
+    else if (e) u = (s << 31) | ((e + 112) << 23) | (m << 13);
+    else if (!m) u = s << 31;
+    else { float f = (float)m / 16777216.0f; return s ? -f : f; }  // subnormal: m * 2^-24
+    return __uint_as_float(u);
+}
+
+// ---- clusters -------------------------------------------------------------------------------------
+static unsigned emu_cl = 1;
+static std::mutex emu_cl_mu;
+static std::condition_variable emu_cl_cv;
+static unsigned emu_cl_arrived = 0, emu_cl_gen = 0;
+static thread_local unsigned emu_cl_my_gen;
+static inline unsigned char* emu_dyn_smem() { return emu_blocks[emu_rank].smem; }
+static inline unsigned cluster_rank() { return emu_rank; }
+static inline void cluster_arrive() {
+    std::lock_guard<std::mutex> g(emu_cl_mu);
+    emu_cl_my_gen = emu_cl_gen;
+    if (++emu_cl_arrived == emu_cl * blockDim.x) { emu_cl_arrived = 0; ++emu_cl_gen; emu_cl_cv.notify_all(); }
+}
+static inline void cluster_wait() {
+    std::unique_lock<std::mutex> g(emu_cl_mu);
+    emu_cl_cv.wait(g, [] { return emu_cl_gen != emu_cl_my_gen; });
+}
+static inline void cluster_sync() { cluster_arrive(); cluster_wait(); }
+// the same shared variable in block `rank` of the cluster, and atomic access to it
+static inline unsigned* remote(const void* p, unsigned rank) {
+    return (unsigned*)(emu_blocks[rank].smem + ((const unsigned char*)p - emu_dyn_smem()));
+}
+static inline void dsm_add(unsigned* a, unsigned v) { __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+static inline unsigned dsm_fetch_add(unsigned* a, unsigned v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+static inline void dsm_max(unsigned* a, unsigned v) {
+    unsigned old = __atomic_load_n(a, __ATOMIC_SEQ_CST);
+    while (old < v && !__atomic_compare_exchange_n(a, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+}
+static inline unsigned dsm_load(unsigned* a) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); }
+
+// grid blocks in clusters of `cl`; a cluster's blocks run at once, each with `smem` bytes of dynamic
+// shared memory (garbage-filled: kernels must initialise what they read)
+template <class F> static void emu_launch(unsigned grid, unsigned block, unsigned cl, unsigned smem, F f) {
+    if (block % 32 || block > 1024 || cl < 1 || cl > EMU_MAX_CL || grid % cl) {
+        fprintf(stderr, "emu: bad launch shape\n");
+        abort();
+    }
+    blockDim.x = block;
+    gridDim.x = grid;
+    emu_cl = cl;
+    std::vector<unsigned char> mem((size_t)cl * smem + 1);
+    for (size_t i = 0; i < mem.size(); ++i) mem[i] = (unsigned char)(i * 131 + 17);
+    for (unsigned c = 0; c < grid / cl; ++c) {
+        for (unsigned r = 0; r < cl; ++r) {
+            pthread_barrier_init(&emu_blocks[r].bar, nullptr, block);
+            emu_blocks[r].count = 0;
+            emu_blocks[r].smem = mem.data() + (size_t)r * smem;
+            for (unsigned w = 0; w < block / 32; ++w) pthread_barrier_init(&emu_warps[r * 32 + w].bar, nullptr, 32);
+        }
+        emu_cl_arrived = 0;
+        std::vector<std::thread> threads;
+        for (unsigned r = 0; r < cl; ++r)
+            for (unsigned t = 0; t < block; ++t)
+                threads.emplace_back([=] { threadIdx.x = t; blockIdx.x = c * cl + r; emu_rank = r; f(); });
+        for (auto& th : threads) th.join();
+        for (unsigned r = 0; r < cl; ++r) {
+            pthread_barrier_destroy(&emu_blocks[r].bar);
+            for (unsigned w = 0; w < block / 32; ++w) pthread_barrier_destroy(&emu_warps[r * 32 + w].bar);
+        }
+    }
+}
+"""
+
+KERNEL_RE = re.compile(r'extern "C" __global__ void\s+(?:__\w+__\([^)]*\)\s*)*(\w+)\(([^)]*)\)')
+# kernel parameter types -> what a launch must pass (a NumPy scalar type, or an array dtype for pointers;
+# None: any dtype)
+SCALARS = {"int": np.int32, "float": np.float32, "double": np.float64, "i64": np.int64}
+POINTEES = {"int": np.int32, "float": np.float32, "double": np.float64, "i64": np.int64, "u64": np.uint64,
+            "u32": np.uint32, "void": None}
+
+
+def kernel_signatures(source: str) -> dict:
+    """kernel name -> parameter types, e.g. ["const int*", "int", ...]."""
+    out = {}
+    for name, params in KERNEL_RE.findall(source):
+        types = []
+        for p in params.split(","):
+            typ = p.strip().rsplit(None, 1)[0] if "*" not in p else p[:p.rindex("*") + 1].strip()
+            types.append(" ".join(typ.split()))
+        out[name] = types
+    return out
+
+
+def build_emulator(tmp_path: Path, kernel_file: Path, defines: dict, extra: str = "") -> tuple:
+    """Compile kernel_file behind HARNESS -> (ctypes library, signatures). Each kernel NAME gets a C entry
+    emu_NAME(grid, block, cluster, smem_bytes, args)."""
+    source = Path(kernel_file).read_text()
+    sigs = kernel_signatures(source)
+    wrappers = []
+    for name, types in sigs.items():
+        args = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
+        wrappers.append(f'extern "C" void emu_{name}(unsigned grid, unsigned block, unsigned cl, unsigned smem, '
+                        f'void** a) {{ emu_launch(grid, block, cl, smem, [=] {{ {name}({args}); }}); }}')
+    src = tmp_path / "emu.cpp"
+    src.write_text(HARNESS + f'#include "{kernel_file}"\n' + "\n".join(wrappers) + "\n" + extra)
+    lib = tmp_path / "emu.so"
+    flags = [f"-D{k}={v}" for k, v in defines.items()]
+    r = subprocess.run(["g++", "-O1", "-std=c++17", "-pthread", "-shared", "-fPIC", "-w", f"-I{KERNEL_DIR}", *flags,
+                        str(src), "-o", str(lib)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return ctypes.CDLL(str(lib)), sigs
+
+
+def launch(lib, sigs: dict, name: str, grid: int, block: int, args: tuple, cluster: int = 1, smem: int = 0):
+    """Run kernel `name` on the emulation, each argument checked against its parameter type."""
+    types = sigs[name]
+    assert len(args) == len(types), (name, len(args), len(types))
+    held = []
+    for typ, a in zip(types, args):
+        if typ.endswith("*") and a is None:  # a null pointer
+            held.append(ctypes.c_void_p(None))
+        elif typ.endswith("*"):
+            want = POINTEES[typ.replace("const", "").replace("*", "").strip()]
+            assert isinstance(a, np.ndarray) and a.flags.c_contiguous and (want is None or a.dtype == want), \
+                (name, typ, a)
+            held.append(ctypes.c_void_p(a.ctypes.data))
+        else:
+            want = SCALARS[typ]
+            assert type(a) is want, (name, typ, type(a))
+            held.append(np.ctypeslib.as_ctypes_type(want)(a))
+    ptrs = (ctypes.c_void_p * max(len(held), 1))(*[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in held])
+    getattr(lib, "emu_" + name)(ctypes.c_uint(grid), ctypes.c_uint(block), ctypes.c_uint(cluster), ctypes.c_uint(smem),
+                                ptrs)

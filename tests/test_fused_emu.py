@@ -1,0 +1,136 @@
+"""The fused GPU step without a GPU: kernels/gtm_fused.cu (thread block clusters, distributed shared
+memory) runs on the CPU through the CUDA emulation of tests/cuda_emu.py, fed the same pointer tables as
+on the device (gtmkit/matcher/kernel_params.py), and must equal the CPU matcher's step exactly. The
+configurations shrink the cluster and block (CL, NT) and the direct-ranking cap (GT_CAP, so that a
+crowded bin goes through the radix select on small inputs)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from gtmkit.matcher.kernel_params import FUSED_SMEM, fused_scratch_slots, request_params, trie_params
+from gtmkit.matcher.matcher import Matcher
+
+from catalogs import random_user
+from cuda_emu import KERNEL_DIR, build_emulator, launch
+from test_build import MODES, _build
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+
+CONFIGS = {
+    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2),
+    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4),
+}
+
+
+class FusedEmu:
+    """Matcher.step's arguments -> the emulated fused kernel's Step arrays (parent, token, node, score,
+    count), the buffers filled with garbage first as the device's would be."""
+
+    def __init__(self, name, lib, sigs, cfg):
+        self.name, self.lib, self.sigs, self.cl, self.nt = name, lib, sigs, cfg["CL"], cfg["NT"]
+        self.rng = np.random.default_rng(0)
+
+    def _garbage(self, shape, dtype):
+        a = np.empty(shape, dtype)
+        a.view(np.uint8).reshape(-1)[:] = self.rng.integers(0, 256, a.nbytes, dtype=np.uint8)
+        return a
+
+    def step(self, m: Matcher, node_ids, logprobs, beam_scores, row_request, requests, k, gtm=True, count=False,
+             lp_dtype=0):
+        t, q = m.arrays, m.batch(requests)
+        tarr = {n: np.ascontiguousarray(getattr(t, n)) for n in t._fields if n != "jagged"}
+        qarr = {n: np.ascontiguousarray(getattr(q, n)) for n in q._fields}
+        tp = trie_params(t, lambda n: tarr[n].ctypes.data)
+        qp = request_params(q, lambda n: qarr[n].ctypes.data)
+        R, B = len(node_ids), q.size
+        D = int(max(m.index.max_degree))
+        slots = fused_scratch_slots(R, B, D, self.cl)
+        scratch = [self._garbage(slots, np.uint64), self._garbage(slots, np.int32), self._garbage(slots, np.uint64),
+                   self._garbage(slots, np.uint64), self._garbage((B, k), np.uint64)]
+        out = [self._garbage((B, k), np.int32) for _ in range(3)] + [self._garbage((B, k), np.float32),
+                                                                      self._garbage(B, np.int64)]
+        nid64 = node_ids.dtype == np.int64
+        launch(self.lib, self.sigs, "fused_step_kernel", B * self.cl, self.nt,
+               (tp, qp, np.ascontiguousarray(node_ids), np.int32(nid64), np.ascontiguousarray(logprobs),
+                np.int32(lp_dtype), np.int32(m.vocab_size), np.ascontiguousarray(beam_scores, np.float32),
+                np.ascontiguousarray(row_request, np.int64), np.int64(R), np.int32(D), np.int32(k), np.int32(gtm),
+                np.int32(count), *scratch, *out, None), cluster=self.cl, smem=FUSED_SMEM)
+        return out
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def emu(request, tmp_path_factory):
+    cfg = CONFIGS[request.param]
+    lib, sigs = build_emulator(tmp_path_factory.mktemp("fused_" + request.param), KERNEL_DIR / "gtm_fused.cu", cfg)
+    return FusedEmu(request.param, lib, sigs, cfg)
+
+
+def _same(got, want):
+    for name, x, y in zip(want._fields, want, got):
+        assert np.array_equal(x, y), (name, x, y)
+
+
+def _case(idx, rng, B, per_req, depth, kind="normal"):
+    lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
+    nodes = rng.integers(lo, hi, size=B * per_req)
+    nodes[rng.random(len(nodes)) < 0.2] = -1
+    rr = np.repeat(np.arange(B), per_req)
+    if kind == "ties":  # few distinct scores: crowded bins, ties broken by row and token
+        lp = rng.choice(np.float32([0.0, -0.0, -0.5, -1.0]), size=(len(nodes), idx.vocab_size))
+        bs = np.zeros(len(nodes), np.float32)
+    elif kind == "wide":  # scores over every score bin and below them (the bins every block owns)
+        lp = np.round(rng.uniform(-90, 0, size=(len(nodes), idx.vocab_size)), 1).astype(np.float32)
+        bs = np.zeros(len(nodes), np.float32)
+    else:
+        lp = np.round(rng.normal(size=(len(nodes), idx.vocab_size)), 1).astype(np.float32)
+        lp.flat[rng.integers(lp.size)] = np.nan
+        lp.flat[rng.integers(lp.size)] = -np.inf
+        bs = np.round(rng.normal(size=len(nodes)), 1).astype(np.float32)
+    return nodes, rr, lp, bs
+
+
+@pytest.mark.parametrize("mode,kw", MODES)
+def test_step_equals_cpu(tmp_path, emu, mode, kw):
+    """Every depth, dead rows, NaN and -inf, ties, scores over every bin, k above the candidates, with and
+    without GTM and counts; the crowded configuration runs the static mode only (a launch costs ~0.5 s)."""
+    if emu.name == "crowded" and mode != "static":
+        pytest.skip("the crowded configuration runs the static mode only")
+    idx, _, _ = _build(tmp_path, 70, mode, kw, n_ads=300, L=3, V=9)
+    m = Matcher(idx, "cpu")
+    rng = np.random.default_rng(1)
+    B = 3
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
+    cases = [(9, 40, "ties"), (9, 60, "wide")]
+    if emu.name != "crowded":
+        cases += [(6, 5, "normal"), (1, 1, "normal")]
+    flags = [(True, False), (False, False), (True, True)]  # (gtm, count) in turn
+    n = 0
+    for depth in range(idx.sid_length):
+        for per_req, k, kind in cases:
+            nodes, rr, lp, bs = _case(idx, rng, B, per_req, depth, kind)
+            gtm, count = flags[n % len(flags)]
+            n += 1
+            want = m.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
+            _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, gtm, count), want)
+
+
+def test_int32_nodes_half_precision_and_uneven_requests(tmp_path, emu):
+    idx, _, _ = _build(tmp_path, 71, "static", {"k": [2, 3, 2]}, n_ads=300, L=3, V=9)
+    m = Matcher(idx, "cpu")
+    rng = np.random.default_rng(2)
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
+    depth = 1
+    lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
+    rr = np.array([0, 0, 0, 0, 0, 2, 2], np.int64)  # request 1 has no rows
+    nodes = rng.integers(lo, hi, size=len(rr))
+    lp32 = np.round(rng.normal(size=(len(rr), idx.vocab_size)), 2).astype(np.float32)
+    bs = np.round(rng.normal(size=len(rr)), 1).astype(np.float32)
+    for lp_dtype, bits in [(1, lp32.astype(np.float16)), (2, (lp32.view(np.uint32) >> 16).astype(np.uint16))]:
+        lp = bits.astype(np.float32) if lp_dtype == 1 else (bits.astype(np.uint32) << 16).view(np.float32)
+        want = m.step(nodes, lp, bs, rr, reqs, 7, count_candidates=True)
+        got = emu.step(m, nodes.astype(np.int32), bits.view(np.uint16), bs, rr, reqs, 7, True, True, lp_dtype)
+        _same(got, want)
