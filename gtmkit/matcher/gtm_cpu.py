@@ -93,14 +93,12 @@ GTM_BATCH = 64
 
 @njit(cache=True)
 def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff, sigs, b,
-               nodes, n, ok_out):
+               nodes, n, ok_out, s0, s1, todo):
     """_gtm for nodes[:n], partition by partition across the batch: the table rows of different nodes
     are independent loads, so their cache misses overlap instead of queueing one node at a time.
     The partition test is spelled out here as in _gtm on purpose: factored into a shared helper
-    (inlined or not), numba's code for this loop ran the depth-1 step ~1.8x slower."""
-    s0 = np.empty(n, np.int64)
-    s1 = np.empty(n, np.int64)
-    todo = np.empty(n, np.bool_)
+    (inlined or not), numba's code for this loop ran the depth-1 step ~1.8x slower. s0, s1, todo: the caller's scratch of
+    >= n entries (allocating them per batch cost ~30% of a depth-1 batch)."""
     widest = 0
     for z in range(n):
         node = nodes[z]
@@ -116,6 +114,9 @@ def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, bl
         widest = max(widest, s1[z] - s0[z])
     nb = pbl.shape[1]
     W, Wb = bmt.shape[1], blt.shape[1]
+    # the last partition tested and its verdict: neighbouring nodes near the root often share their
+    # deduplicated table rows (at depth 1 of the synth index all 512 nodes do), so a repeat costs a compare
+    last_p, last_ok = np.int64(-1), False
     for j in range(widest):
         for z in range(n):
             if not todo[z]:
@@ -128,6 +129,17 @@ def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, bl
             if bid < 0:  # fixed layouts pad at the end
                 todo[z] = False
                 continue
+            if last_p >= 0 and bid == pbm[last_p]:
+                same = True
+                for k in range(nb):
+                    if pbl[p, k] != pbl[last_p, k]:
+                        same = False
+                        break
+                if same:
+                    if last_ok:
+                        ok_out[z] = True
+                        todo[z] = False
+                    continue
             ok = True
             for a in range(qbm.shape[1]):
                 hit = False
@@ -153,6 +165,7 @@ def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, bl
                         break
                 ok = found
                 k += 1
+            last_p, last_ok = p, ok
             if ok:
                 ok_out[z] = True
                 todo[z] = False

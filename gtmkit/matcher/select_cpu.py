@@ -236,6 +236,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     qi = np.empty(GTM_BATCH, np.int64)
     qn = np.empty(GTM_BATCH, np.int64)
     qok = np.empty(GTM_BATCH, np.bool_)
+    qs0, qs1, qtodo = np.empty(GTM_BATCH, np.int64), np.empty(GTM_BATCH, np.int64), np.empty(GTM_BATCH, np.bool_)
     while True:
         hi = lo + 1
         while hi < NB - 1 and cum[hi] < target:
@@ -256,7 +257,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
                 nq += 1
             if nq == GTM_BATCH or (i == C and nq > 0):  # test GTM on a batch of window candidates
                 _gtm_batch(jag, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff,
-                           sigs, b, qn, nq, qok)
+                           sigs, b, qn, nq, qok, qs0, qs1, qtodo)
                 for z in range(nq):
                     if qok[z]:
                         sel[ns] = qi[z]
@@ -330,6 +331,7 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
     qn = np.empty(GTM_BATCH, np.int64)
     qc = np.empty(GTM_BATCH, np.uint64)
     qok = np.empty(GTM_BATCH, np.bool_)
+    qs0, qs1, qtodo = np.empty(GTM_BATCH, np.int64), np.empty(GTM_BATCH, np.int64), np.empty(GTM_BATCH, np.bool_)
     lo, hi_incl = -np.inf, np.float32(np.inf)
     hint = rate_hint[depth] if depth >= 0 else 1.0
     want = C if test_all else (k if not gtm else int(k * 1.2 / min(max(hint, 1.0 / 16.0), 1.0)) + 1)
@@ -370,7 +372,7 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
                     nq += 1
                 if nq == GTM_BATCH or (z == nrem and nq > 0):
                     _gtm_batch(jag, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff,
-                               sigs, b, qn, nq, qok)
+                               sigs, b, qn, nq, qok, qs0, qs1, qtodo)
                     for y in range(nq):
                         if qok[y]:
                             if npass == passed.shape[0]:  # a chunk may pass more than k: keep room
