@@ -210,6 +210,32 @@ def test_band_selection_on_large_requests(tmp_path, scores):
             assert list(st.parent_rows[b_][:len(par)]) == par and list(st.tokens[b_][:len(tok)]) == tok
 
 
+def test_band_selection_keeps_every_tie_at_its_threshold(tmp_path):
+    """Regression: when more scores than the band's buffer tie at its threshold, the buffer grows. It used
+    to drop later candidates instead, a better one arriving after the ties among them, and ties that a
+    second band (strictly below the threshold) never revisits."""
+    idx, _, _ = _build(tmp_path, 74, "dynamic", {"target_fill": 0.4, "k_max": 3}, n_ads=20000, L=3, V=48)
+    band, buckets = Matcher(idx), Matcher(idx)
+    band._band_from, buckets._band_from = 0, 1 << 62
+    rng = np.random.default_rng(10)
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(2)]
+    nodes, rr = _rows_for(idx, rng, 2, 500, 1)
+    lp = np.full((len(nodes), idx.vocab_size), -1.0, np.float32)
+    bs = np.zeros(len(nodes), np.float32)
+    last = np.nonzero((nodes >= 0) & (rr == 0))[0][-1]
+    lp[last, :] = 0.0  # request 0's best candidates come after thousands of ties
+    for k in (1, 3, 40):
+        for hint in (1.0, 1e-3):
+            band._gtm_rate[:] = hint
+            for gtm in (True, False):
+                a = band.step(nodes, lp, bs, rr, reqs, k, gtm=gtm)
+                b = buckets.step(nodes, lp, bs, rr, reqs, k, gtm=gtm)
+                for name, x, y in zip(a._fields, a, b):
+                    assert np.array_equal(x, y), (k, hint, gtm, name)
+    st = band.step(nodes, lp, bs, rr, reqs, 3, gtm=False)
+    assert list(st.parent_rows[0]) == [last] * 3 and st.scores[0, 0] == 0.0
+
+
 def test_request_starts_equals_searchsorted():
     """The numba row-offset helper of Matcher.step: same offsets as np.searchsorted, and it refuses
     decreasing or out-of-range request numbers."""
