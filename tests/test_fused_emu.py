@@ -16,6 +16,7 @@ from gtmkit.matcher.matcher import Matcher
 
 from catalogs import random_user
 from cuda_emu import KERNEL_DIR, build_emulator, launch
+from step_cases import step_case
 from test_build import MODES, _build
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
@@ -74,25 +75,6 @@ def _same(got, want):
         assert np.array_equal(x, y), (name, x, y)
 
 
-def _case(idx, rng, B, per_req, depth, kind="normal"):
-    lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
-    nodes = rng.integers(lo, hi, size=B * per_req)
-    nodes[rng.random(len(nodes)) < 0.2] = -1
-    rr = np.repeat(np.arange(B), per_req)
-    if kind == "ties":  # few distinct scores: crowded bins, ties broken by row and token
-        lp = rng.choice(np.float32([0.0, -0.0, -0.5, -1.0]), size=(len(nodes), idx.vocab_size))
-        bs = np.zeros(len(nodes), np.float32)
-    elif kind == "wide":  # scores over every score bin and below them (the bins every block owns)
-        lp = np.round(rng.uniform(-90, 0, size=(len(nodes), idx.vocab_size)), 1).astype(np.float32)
-        bs = np.zeros(len(nodes), np.float32)
-    else:
-        lp = np.round(rng.normal(size=(len(nodes), idx.vocab_size)), 1).astype(np.float32)
-        lp.flat[rng.integers(lp.size)] = np.nan
-        lp.flat[rng.integers(lp.size)] = -np.inf
-        bs = np.round(rng.normal(size=len(nodes)), 1).astype(np.float32)
-    return nodes, rr, lp, bs
-
-
 @pytest.mark.parametrize("mode,kw", MODES)
 def test_step_equals_cpu(tmp_path, emu, mode, kw):
     """Every depth, dead rows, NaN and -inf, ties, scores over every bin, k above the candidates, with and
@@ -111,7 +93,7 @@ def test_step_equals_cpu(tmp_path, emu, mode, kw):
     n = 0
     for depth in range(idx.sid_length):
         for per_req, k, kind in cases:
-            nodes, rr, lp, bs = _case(idx, rng, B, per_req, depth, kind)
+            nodes, rr, lp, bs = step_case(idx, rng, B, per_req, depth, kind)
             gtm, count = flags[n % len(flags)]
             n += 1
             want = m.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)

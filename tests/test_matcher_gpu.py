@@ -18,6 +18,7 @@ from gtmkit.logits import SyntheticDecoder  # noqa: E402
 from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 
 from catalogs import random_user  # noqa: E402
+from step_cases import step_case  # noqa: E402
 from test_build import MODES, _build  # noqa: E402
 
 
@@ -40,18 +41,6 @@ def _same_step(a, b):
         assert np.array_equal(x, y), name
 
 
-def _case(idx, rng, B, per_req, depth):
-    lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
-    nodes = rng.integers(lo, hi, size=B * per_req)
-    nodes[rng.random(len(nodes)) < 0.2] = -1
-    rr = np.repeat(np.arange(B), per_req)
-    lp = np.round(rng.normal(size=(len(nodes), idx.vocab_size)), 1).astype(np.float32)
-    lp.flat[rng.integers(lp.size)] = np.nan
-    lp.flat[rng.integers(lp.size)] = -np.inf
-    bs = np.round(rng.normal(size=len(nodes)), 1).astype(np.float32)
-    return nodes, rr, lp, bs
-
-
 @pytest.mark.parametrize("mode,kw", MODES)
 def test_step_mask_postfilter_equal_cpu(tmp_path, mode, kw):
     idx, _, _ = _build(tmp_path, 70, mode, kw, n_ads=400, L=3, V=9)
@@ -61,7 +50,7 @@ def test_step_mask_postfilter_equal_cpu(tmp_path, mode, kw):
     reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
     for depth in range(idx.sid_length):
         for per_req, k in [(6, 5), (9, 200), (1, 1)]:
-            nodes, rr, lp, bs = _case(idx, rng, B, per_req, depth)
+            nodes, rr, lp, bs = step_case(idx, rng, B, per_req, depth)
             for gtm in (True, False):
                 for count in (True, False):
                     a = cpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
@@ -80,7 +69,7 @@ def test_half_precision_and_torch_inputs(tmp_path):
     cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
     rng = np.random.default_rng(2)
     reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
-    nodes, rr, lp, bs = _case(idx, rng, 3, 7, 1)
+    nodes, rr, lp, bs = step_case(idx, rng, 3, 7, 1)
     lp16 = lp.astype(np.float16)
     _same_step(cpu.step(nodes, lp16.astype(np.float32), bs, rr, reqs, 6),
                gpu.step(nodes, cp.asarray(lp16), bs, rr, reqs, 6))
@@ -173,7 +162,7 @@ def test_large_steps_equal_cpu(tmp_path, scores, step_path):
     reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
     for depth in (1, 2):
         per_req = int(rng.integers(300, 700))
-        nodes, rr, lp, bs = _case(idx, rng, B, per_req, depth)
+        nodes, rr, lp, bs = step_case(idx, rng, B, per_req, depth)
         if scores == "ties":
             lp[:] = -1.0
             bs[:] = 0.0

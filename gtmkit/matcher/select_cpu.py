@@ -134,9 +134,10 @@ def _sort_desc(buf, lo, hi):
 def _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, lo, hi_incl, buf, tmp):
     """Composites of the candidates with lo <= score <= hi_incl, scored in one
     pass, keeping only about the best `want`: whenever the buffer fills, the threshold rises to the
-    want-th best score kept so far and the buffer is compacted (grown when ties at the threshold still
-    fill it). Returns (count, final threshold, buffer): buffer[:count] holds exactly the band's
-    candidates scoring >= the final threshold."""
+    want-th best score kept so far and the buffer is compacted. Returns (count, final threshold):
+    buf[:count] holds exactly the band's candidates scoring >= the final threshold; count -1 when more
+    than len(buf) scores tie at the threshold (call again with a larger buf). Growing buf in here
+    instead made numba's code for the pass ~13x slower (the array is reassigned inside the loop)."""
     cap = buf.shape[0]
     theta = lo
     n = 0
@@ -172,15 +173,12 @@ def _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, 
                     n = m
                     if not v >= theta:
                         continue
-                    if n == cap:  # more than cap scores tie at the threshold: grow the buffer, since the
-                        grown = np.empty(2 * cap, np.uint64)  # band must hold every candidate >= theta
-                        grown[:n] = buf[:n]                   # (the next band starts strictly below it)
-                        buf = grown
-                        cap = 2 * cap
+                    if n == cap:  # more than cap scores tie at the threshold: the band must hold every
+                        return -1, theta  # candidate >= theta, so the caller retries with a larger buffer
                 buf[n] = _composite(v, c + jj)
                 n += 1
         c += deg
-    return n, theta, buf
+    return n, theta
 
 
 @njit(cache=True)
@@ -342,8 +340,12 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
     while True:
         want = max(1, min(want, C))
         buf = np.empty(min(C, 4 * want + 1024), np.uint64)
-        nbuf, theta, buf = _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, lo, hi_incl,
-                                 buf, tmp)
+        nbuf, theta = _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, lo, hi_incl,
+                            buf, tmp)
+        while nbuf < 0:  # ties overflowed the buffer (rare): again with twice the room (at most C: then it fits)
+            buf = np.empty(min(C, 2 * buf.shape[0]), np.uint64)
+            nbuf, theta = _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, lo, hi_incl,
+                                buf, tmp)
         # Walk the band best first in chunks sized by the pass rate seen so far: a chunk is the m best
         # left (a selection on the composites, no sort), taken from buf in its (row, token) order,
         # where neighbouring nodes share table rows and the cache serves them.

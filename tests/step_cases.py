@@ -1,0 +1,28 @@
+"""Random matcher-step inputs for the tests that compare a GPU step (device or emulated) with the CPU one."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def step_case(idx, rng, B, per_req, depth, kind="normal"):
+    """-> (node_ids, row_request, logprobs, beam_scores): B requests of per_req rows of depth-`depth` nodes,
+    a fifth of them dead (-1). kind "normal": rounded normal scores with one NaN and one -inf; "ties": few
+    distinct scores (crowded bins, ties broken by row and token); "wide": scores over every score bin and
+    below them."""
+    lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
+    nodes = rng.integers(lo, hi, size=B * per_req)
+    nodes[rng.random(len(nodes)) < 0.2] = -1
+    rr = np.repeat(np.arange(B), per_req)
+    if kind == "ties":
+        lp = rng.choice(np.float32([0.0, -0.0, -0.5, -1.0]), size=(len(nodes), idx.vocab_size))
+        bs = np.zeros(len(nodes), np.float32)
+    elif kind == "wide":
+        lp = np.round(rng.uniform(-90, 0, size=(len(nodes), idx.vocab_size)), 1).astype(np.float32)
+        bs = np.zeros(len(nodes), np.float32)
+    else:
+        lp = np.round(rng.normal(size=(len(nodes), idx.vocab_size)), 1).astype(np.float32)
+        lp.flat[rng.integers(lp.size)] = np.nan
+        lp.flat[rng.integers(lp.size)] = -np.inf
+        bs = np.round(rng.normal(size=len(nodes)), 1).astype(np.float32)
+    return nodes, rr, lp, bs
