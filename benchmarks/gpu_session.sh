@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One device call for a whole session's GPU evidence: every GPU test (both step paths, trie), the step benchmark
+# with the in-kernel profile, and the trie benchmark, results under $OUT (copy them to benchmarks/results/).
+# ~9 minutes on an H200 from a cold start; pass the wheels with carry [".whl"].
+# usage: bash benchmarks/gpu_session.sh [ADS] [extra step_gpu.py args]
+set -o pipefail
+ADS=${1:-15000000}; shift
+EXTRA=("$@"); [ ${#EXTRA[@]} -eq 0 ] && EXTRA=(--compile-steps none --cpu-reps 1)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+# the index builds on the CPU cores while the GPU tests run
+(python3 -m gtmkit synth catalog --ads $ADS --seed 1 -o /tmp/cat.parquet -s && \
+ python3 -m gtmkit build /tmp/cat.parquet -o /tmp/idx --partition static --k 1,4,4,2 -s --json > $OUT/build.json) \
+  > $OUT/build.log 2>&1 &
+python3 -m pytest -q -p no:cacheprovider -rs tests/test_kernels_compile.py tests/test_matcher_gpu.py tests/test_trie_gpu.py \
+  2>&1 | tee $OUT/gpu_tests.log | tail -5
+wait || exit 1
+python3 benchmarks/step_gpu.py --index /tmp/idx --out $OUT "${EXTRA[@]}" 2>&1 | tee $OUT/bench.log | tail -25
+python3 benchmarks/gpu_fused_profile.py --index /tmp/idx 2>&1 | tee $OUT/fused_profile.txt
+python3 benchmarks/trie_gpu_profile.py --keys 10000000 --bw 100,1000 2>&1 | tee $OUT/trie_profile.txt
+mkdir -p $OUT/trie
+python3 benchmarks/trie.py --keys 10000000 --search-keys 10000000 --devices cpu,cuda --threads 8 --build-reps 1 \
+  --queries 100 --queries-large 100 --tput-seconds 1 --tput-rounds 20 --workdir /tmp/t --out $OUT/trie 2>&1 | tail -8
