@@ -13,9 +13,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 (python3 -m gtmkit synth catalog --ads $ADS --seed 1 -o /tmp/cat.parquet -s && \
  python3 -m gtmkit build /tmp/cat.parquet -o /tmp/idx --partition static --k 1,4,4,2 -s --json > $OUT/build.json) \
   > $OUT/build.log 2>&1 &
+BUILD=$!
 python3 -m pytest -q -p no:cacheprovider -rs tests/test_kernels_compile.py tests/test_matcher_gpu.py tests/test_trie_gpu.py \
   2>&1 | tee $OUT/gpu_tests.log | tail -5
-wait || exit 1
+wait $BUILD || { tail -5 $OUT/build.log; exit 1; }
 python3 benchmarks/step_gpu.py --index /tmp/idx --out $OUT "${EXTRA[@]}" 2>&1 | tee $OUT/bench.log | tail -25
 python3 benchmarks/gpu_fused_profile.py --index /tmp/idx 2>&1 | tee $OUT/fused_profile.txt
 python3 benchmarks/trie_gpu_profile.py --keys 10000000 --bw 100,1000 2>&1 | tee $OUT/trie_profile.txt
