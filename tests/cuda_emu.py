@@ -24,6 +24,7 @@ KERNEL_DIR = Path(__file__).resolve().parent.parent / "gtmkit" / "matcher" / "ke
 HARNESS = r"""
 #include <pthread.h>
 #include <math.h>
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +44,9 @@ static emu_dim3 blockDim, gridDim;
 #define __cluster_dims__(...)
 #define __shared__ static
 #define __restrict__ __restrict
+
+using std::max;  // CUDA's integer max / min
+using std::min;
 
 #define EMU_MAX_CL 8
 struct EmuWarp { pthread_barrier_t bar; unsigned long long v[32]; };
@@ -110,8 +114,13 @@ static inline int __syncthreads_count(int pred) {
     if (threadIdx.x == 0) b.count = 0;
     return r;
 }
-static inline unsigned atomicAdd(unsigned* a, unsigned v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
-static inline int atomicAdd(int* a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+template <class T, class V> static inline T atomicAdd(T* a, V v) { return __atomic_fetch_add(a, (T)v, __ATOMIC_SEQ_CST); }
+template <class T, class V> static inline T atomicOr(T* a, V v) { return __atomic_fetch_or(a, (T)v, __ATOMIC_SEQ_CST); }
+template <class T, class V> static inline T atomicMax(T* a, V v) {
+    T old = __atomic_load_n(a, __ATOMIC_SEQ_CST);
+    while (old < (T)v && !__atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return old;
+}
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __ffs(int x) { return __builtin_ffs(x); }
@@ -160,32 +169,41 @@ static inline unsigned dsm_load(unsigned* a) { return __atomic_load_n(a, __ATOMI
 
 // grid blocks in clusters of `cl`; a cluster's blocks run at once, each with `smem` bytes of dynamic
 // shared memory (garbage-filled: kernels must initialise what they read)
-template <class F> static void emu_launch(unsigned grid, unsigned block, unsigned cl, unsigned smem, F f) {
-    if (block % 32 || block > 1024 || cl < 1 || cl > EMU_MAX_CL || grid % cl) {
+template <class F> static void emu_launch(unsigned grid, unsigned grid_y, unsigned block, unsigned cl, unsigned smem,
+                                          F f) {
+    if (block < 1 || block > 1024 || cl < 1 || cl > EMU_MAX_CL || grid % cl || (cl > 1 && grid_y != 1)) {
         fprintf(stderr, "emu: bad launch shape\n");
         abort();
     }
     blockDim.x = block;
     gridDim.x = grid;
+    gridDim.y = grid_y;
     emu_cl = cl;
     std::vector<unsigned char> mem((size_t)cl * smem + 1);
     for (size_t i = 0; i < mem.size(); ++i) mem[i] = (unsigned char)(i * 131 + 17);
-    for (unsigned c = 0; c < grid / cl; ++c) {
+    for (unsigned c = 0; c < grid / cl * grid_y; ++c) {
         for (unsigned r = 0; r < cl; ++r) {
             pthread_barrier_init(&emu_blocks[r].bar, nullptr, block);
             emu_blocks[r].count = 0;
             emu_blocks[r].smem = mem.data() + (size_t)r * smem;
-            for (unsigned w = 0; w < block / 32; ++w) pthread_barrier_init(&emu_warps[r * 32 + w].bar, nullptr, 32);
+            for (unsigned w = 0; w < (block + 31) / 32; ++w)  // a last partial warp has fewer lanes
+                pthread_barrier_init(&emu_warps[r * 32 + w].bar, nullptr, block - 32 * w < 32 ? block - 32 * w : 32);
         }
         emu_cl_arrived = 0;
         std::vector<std::thread> threads;
         for (unsigned r = 0; r < cl; ++r)
             for (unsigned t = 0; t < block; ++t)
-                threads.emplace_back([=] { threadIdx.x = t; blockIdx.x = c * cl + r; emu_rank = r; f(); });
+                threads.emplace_back([=] {
+                    threadIdx.x = t;
+                    blockIdx.x = (c % (grid / cl)) * cl + r;  // x fastest, then y (clusters are 1-D)
+                    blockIdx.y = c / (grid / cl);
+                    emu_rank = r;
+                    f();
+                });
         for (auto& th : threads) th.join();
         for (unsigned r = 0; r < cl; ++r) {
             pthread_barrier_destroy(&emu_blocks[r].bar);
-            for (unsigned w = 0; w < block / 32; ++w) pthread_barrier_destroy(&emu_warps[r * 32 + w].bar);
+            for (unsigned w = 0; w < (block + 31) / 32; ++w) pthread_barrier_destroy(&emu_warps[r * 32 + w].bar);
         }
     }
 }
@@ -219,8 +237,8 @@ def build_emulator(tmp_path: Path, kernel_file: Path, defines: dict, extra: str 
     wrappers = []
     for name, types in sigs.items():
         args = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
-        wrappers.append(f'extern "C" void emu_{name}(unsigned grid, unsigned block, unsigned cl, unsigned smem, '
-                        f'void** a) {{ emu_launch(grid, block, cl, smem, [=] {{ {name}({args}); }}); }}')
+        wrappers.append(f'extern "C" void emu_{name}(unsigned grid, unsigned grid_y, unsigned block, unsigned cl, '
+                        f'unsigned smem, void** a) {{ emu_launch(grid, grid_y, block, cl, smem, [=] {{ {name}({args}); }}); }}')
     src = tmp_path / "emu.cpp"
     src.write_text(HARNESS + f'#include "{kernel_file}"\n' + "\n".join(wrappers) + "\n" + extra)
     lib = tmp_path / "emu.so"
@@ -231,13 +249,15 @@ def build_emulator(tmp_path: Path, kernel_file: Path, defines: dict, extra: str 
     return ctypes.CDLL(str(lib)), sigs
 
 
-def launch(lib, sigs: dict, name: str, grid: int, block: int, args: tuple, cluster: int = 1, smem: int = 0):
-    """Run kernel `name` on the emulation, each argument checked against its parameter type."""
+def launch(lib, sigs: dict, name: str, grid, block: int, args: tuple, cluster: int = 1, smem: int = 0):
+    """Run kernel `name` on the emulation (grid: blocks, or (x, y) blocks), each argument checked against its
+    parameter type; None or an integer 0 passes a null pointer."""
     types = sigs[name]
     assert len(args) == len(types), (name, len(args), len(types))
+    gx, gy = (grid, 1) if np.isscalar(grid) else (tuple(grid) + (1,))[:2]
     held = []
     for typ, a in zip(types, args):
-        if typ.endswith("*") and a is None:  # a null pointer
+        if typ.endswith("*") and (a is None or (np.isscalar(a) and a == 0)):  # a null pointer
             held.append(ctypes.c_void_p(None))
         elif typ.endswith("*"):
             want = POINTEES[typ.replace("const", "").replace("*", "").strip()]
@@ -249,5 +269,6 @@ def launch(lib, sigs: dict, name: str, grid: int, block: int, args: tuple, clust
             assert type(a) is want, (name, typ, type(a))
             held.append(np.ctypeslib.as_ctypes_type(want)(a))
     ptrs = (ctypes.c_void_p * max(len(held), 1))(*[ctypes.cast(ctypes.pointer(h), ctypes.c_void_p) for h in held])
-    getattr(lib, "emu_" + name)(ctypes.c_uint(grid), ctypes.c_uint(block), ctypes.c_uint(cluster), ctypes.c_uint(smem),
-                                ptrs)
+    assert gx > 0 and gy > 0, (name, grid)  # CUDA refuses an empty grid
+    getattr(lib, "emu_" + name)(ctypes.c_uint(gx), ctypes.c_uint(gy), ctypes.c_uint(block), ctypes.c_uint(cluster),
+                                ctypes.c_uint(smem), ptrs)

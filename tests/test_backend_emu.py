@@ -1,0 +1,46 @@
+"""Matcher(index, "cuda") without a GPU: the CUDA backend's host code (backend_cuda.py and matcher.py's device
+path: buffer sizing, pointer tables, the 13 launches of a multi-kernel step, mask, post-filter) runs over a
+CPU stand-in for CuPy (fake_cupy.py), and the kernels of gtm_step.cu and postfilter.cu run on the CUDA
+emulation (cuda_emu.py). Everything must equal the CPU matcher."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from gtmkit.matcher.matcher import Matcher
+
+from catalogs import random_user
+from fake_cupy import installed
+from step_cases import step_case
+from test_build import MODES, _build
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+
+
+@pytest.mark.parametrize("mode,kw", MODES)
+def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw):
+    idx, _, _ = _build(tmp_path, 72, mode, kw, n_ads=300, L=3, V=9)
+    with installed(monkeypatch):
+        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+        rng = np.random.default_rng(3)
+        B = 3
+        reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
+        flags = [(True, False), (False, False), (True, True)]  # (gtm, count) in turn
+        n = 0
+        for depth in range(idx.sid_length):
+            for per_req, k, kind in [(6, 5, "normal"), (9, 40, "ties"), (4, 30, "wide")]:
+                nodes, rr, lp, bs = step_case(idx, rng, B, per_req, depth, kind)
+                gtm, count = flags[n % len(flags)]
+                n += 1
+                a = cpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
+                b = gpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
+                for name, x, y in zip(a._fields, a, b):
+                    assert np.array_equal(x, np.asarray(y)), (depth, kind, name)
+            assert np.array_equal(cpu.mask(nodes, rr, reqs, gtm), np.asarray(gpu.mask(nodes, rr, reqs, gtm)))
+        leaves = rng.integers(idx.first_leaf - 2, idx.num_nodes, size=(B, 12))
+        for exact in (True, False):
+            for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs, exact), gpu.postfilter(leaves, reqs, exact)):
+                assert np.array_equal(a1, np.asarray(a2)) and np.array_equal(r1, np.asarray(r2))
