@@ -18,7 +18,8 @@ from .progress import Progress, report
 def _recall(t, q, rows, sid_of_row, first_leaf, eligible_out, ok_out):
     """Per request b: of the sampled ad rows that are exactly eligible, how many have every SID
     prefix (leaf up to the root's children) passing GTM. Must be all of them."""
-    for b in prange(q.bitmask.shape[0]):
+    for b0 in prange(q.bitmask.shape[0]):
+        b = np.int64(b0)  # one signature for the callees (see matcher/kernels_cpu.step_kernel)
         e = 0
         ok = 0
         for i in range(rows.shape[0]):

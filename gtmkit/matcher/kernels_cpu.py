@@ -44,7 +44,10 @@ def step_kernel(t, q, req_rows, node_ids, logprobs, beam_scores, k, gtm, count_a
                   if not gtm or passes(child, b)]
          out[b] = the k best by (score desc, r asc, tok asc); -1 / -inf padded."""
     for b in prange(req_rows.shape[0] - 1):
-        _select_request(t, q, b, req_rows[b], req_rows[b + 1], node_ids, logprobs, beam_scores, k, gtm,
+        # b as int64 on purpose: the parfor pass types the loop index differently from the first typing
+        # pass (unsigned), so an uncast b compiled the whole selection twice (~18 s of a cold start)
+        bb = np.int64(b)
+        _select_request(t, q, bb, req_rows[bb], req_rows[bb + 1], node_ids, logprobs, beam_scores, k, gtm,
                         count_all, out_parent, out_token, out_node, out_score, out_count, rate_hint, band_from)
 
 
@@ -130,11 +133,13 @@ def _postfilter_request(t, q, b, leaves, first_leaf, exact, start, out_ads, out_
 def postfilter_count(t, q, leaves, first_leaf, exact, counts):
     dummy_ads, dummy_rank = np.empty(0, np.int64), np.empty(0, np.int32)
     for b in prange(leaves.shape[0]):
-        counts[b] = _postfilter_request(t, q, b, leaves, first_leaf, exact, 0, dummy_ads, dummy_rank, False)
+        bb = np.int64(b)  # one signature for the callee (see step_kernel)
+        counts[bb] = _postfilter_request(t, q, bb, leaves, first_leaf, exact, 0, dummy_ads, dummy_rank, False)
 
 
 @njit(parallel=True, cache=True)
 def postfilter_fill(t, q, leaves, first_leaf, exact, offsets, out_ads, out_rank):
     """Ads of the SIDs leaves[b, :] in rank order (ascending ad id within a SID), exact-filtered."""
     for b in prange(leaves.shape[0]):
-        _postfilter_request(t, q, b, leaves, first_leaf, exact, offsets[b], out_ads, out_rank, True)
+        bb = np.int64(b)  # one signature for the callee (see step_kernel)
+        _postfilter_request(t, q, bb, leaves, first_leaf, exact, offsets[bb], out_ads, out_rank, True)
