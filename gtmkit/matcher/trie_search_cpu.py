@@ -315,7 +315,8 @@ def _run_steps(t, ptok, plp, pcnt, nar, step0, step1, last_step, theta_sent, fac
             h_cnt[q, c] = nl
             f_cnt[q, c] = nf
         for q in prange(b):
-            _merge_query(q, hs, hp, ht, hn, h_cnt, fs, fk, f_cnt, live_node, live_score, live_parent,
+            # q as int64: the parfor pass types the index unsigned, and an uncast q compiled the callee twice
+            _merge_query(np.int64(q), hs, hp, ht, hn, h_cnt, fs, fk, f_cnt, live_node, live_score, live_parent,
                          live_tok, n_live, gs, gk, g_cnt)
 
 
