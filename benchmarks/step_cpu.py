@@ -17,12 +17,18 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+# A fresh numba cache for the run (compile time is never timed): numba's per-file cache can keep a cached
+# caller on a changed module's old code, which timed stale code here once (README, Development).
+os.environ.setdefault("NUMBA_CACHE_DIR", tempfile.mkdtemp(prefix="gtmkit-numba-"))
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
