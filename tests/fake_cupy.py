@@ -2,8 +2,8 @@
 its real host code (backend_cuda.py, matcher.py) with NumPy arrays as device memory and every RawModule
 kernel on the CUDA emulation of cuda_emu.py. `installed()` puts it in sys.modules["cupy"] for a block.
 
-The fake device reports compute capability 8.0 (so the backend takes the multi-kernel step of gtm_step.cu;
-the fused step has its own emulation test with smaller clusters) and 2 multiprocessors (small grids)."""
+The fake device reports 2 multiprocessors (small grids) and compute capability 8.0 (the multi-kernel step of
+gtm_step.cu) or, on request, 9.0 (the fused step, with small clusters: GTMKIT_FUSED_CLUSTER)."""
 
 from __future__ import annotations
 
@@ -74,24 +74,32 @@ class _Function:
 
     def __call__(self, grid, block, args, shared_mem=0):
         lib, sigs = self.module.compiled()
-        launch(lib, sigs, self.name, grid, int(block[0]), tuple(args), smem=int(shared_mem))
+        launch(lib, sigs, self.name, grid, int(block[0]), tuple(args), cluster=self.module.cluster,
+               smem=int(shared_mem))
 
 
 class RawModule:
-    """The .cu text compiled once for the emulation (cached by its hash)."""
+    """The .cu text compiled once for the emulation (cached by its hash and -D options). A file whose kernels
+    declare __cluster_dims__(CL, 1, 1) launches clusters of CL blocks (8 unless -DCL= says otherwise)."""
 
     _built = {}
 
     def __init__(self, code: str, options=()):
         self.code = code
+        self.defines = {"GTMKIT_EMU": "1"}
+        for o in options:
+            if o.startswith("-D"):
+                name, _, value = o[2:].partition("=")
+                self.defines[name] = value or "1"
+        self.cluster = int(self.defines.get("CL", 8)) if "__cluster_dims__(CL" in code else 1
 
     def compiled(self):
-        key = hashlib.sha1(self.code.encode()).hexdigest()[:16]
+        key = hashlib.sha1((self.code + repr(sorted(self.defines.items()))).encode()).hexdigest()[:16]
         if key not in RawModule._built:
             work = Path(tempfile.mkdtemp(prefix="fake_cupy_"))
             src = work / "kernel.cu"
             src.write_text(self.code)
-            RawModule._built[key] = build_emulator(work, src, {"GTMKIT_EMU": 1})
+            RawModule._built[key] = build_emulator(work, src, self.defines)
         return RawModule._built[key]
 
     def get_function(self, name):
@@ -100,7 +108,7 @@ class RawModule:
 
 class _Device:
     id = 0
-    compute_capability = "80"
+    compute_capability = "80"  # installed(..., hopper=True) makes it 90
     attributes = {"MultiProcessorCount": 2}
 
     def synchronize(self):
@@ -124,11 +132,19 @@ def _module():
 
 
 @contextlib.contextmanager
-def installed(monkeypatch):
-    """sys.modules["cupy"] is the fake inside the block; gtmkit's CUDA backend module is reloaded on it."""
-    monkeypatch.setitem(sys.modules, "cupy", _module())
-    monkeypatch.setitem(sys.modules, "cupy.cuda", sys.modules["cupy"].cuda)
+def installed(monkeypatch, fused_cluster: int = 0):
+    """sys.modules["cupy"] is the fake inside the block; gtmkit's CUDA backend module is reloaded on it. With
+    fused_cluster, the device reports compute capability 9.0 and the backend takes the fused step with
+    clusters of that many blocks (GTMKIT_FUSED_CLUSTER); else the multi-kernel step."""
+    m = _module()
+    if fused_cluster:
+        m.cuda.Device = type("_Hopper", (_Device,), {"compute_capability": "90"})
+        monkeypatch.setenv("GTMKIT_CUDA_STEP", "fused")
+        monkeypatch.setenv("GTMKIT_FUSED_CLUSTER", str(fused_cluster))
+    else:
+        monkeypatch.setenv("GTMKIT_CUDA_STEP", "multi")
+    monkeypatch.setitem(sys.modules, "cupy", m)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", m.cuda)
     monkeypatch.delitem(sys.modules, "gtmkit.matcher.backend_cuda", raising=False)
-    monkeypatch.setenv("GTMKIT_CUDA_STEP", "multi")
     yield
     sys.modules.pop("gtmkit.matcher.backend_cuda", None)  # no later import may see the fake-backed module

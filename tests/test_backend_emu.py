@@ -1,7 +1,8 @@
 """Matcher(index, "cuda") without a GPU: the CUDA backend's host code (backend_cuda.py and matcher.py's device
-path: buffer sizing, pointer tables, the 13 launches of a multi-kernel step, mask, post-filter) runs over a
+path: buffer sizing, pointer tables, the launches of either step, mask, post-filter) runs over a
 CPU stand-in for CuPy (fake_cupy.py), and the kernels of gtm_step.cu and postfilter.cu run on the CUDA
-emulation (cuda_emu.py). Everything must equal the CPU matcher."""
+emulation (cuda_emu.py), and so does the fused step (gtm_fused.cu) with small clusters. Everything must equal
+the CPU matcher."""
 
 from __future__ import annotations
 
@@ -20,10 +21,15 @@ from test_build import MODES, _build
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
 
+@pytest.mark.parametrize("path", ["multi", "fused"])
 @pytest.mark.parametrize("mode,kw", MODES)
-def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw):
+def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw, path):
+    """Both step paths of the backend: the multi-kernel one, and the fused one with clusters of 2 blocks
+    of 512 threads (the backend's own launch, scratch sizing and pointer tables)."""
+    if path == "fused" and mode != "static":
+        pytest.skip("test_fused_emu.py runs the fused kernel in every mode; here its host side, once")
     idx, _, _ = _build(tmp_path, 72, mode, kw, n_ads=300, L=3, V=9)
-    with installed(monkeypatch):
+    with installed(monkeypatch, fused_cluster=2 if path == "fused" else 0):
         cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
         rng = np.random.default_rng(3)
         B = 3

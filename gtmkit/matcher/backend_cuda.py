@@ -32,12 +32,14 @@ ROUNDS = 4     # lazy-GTM rounds; the last one opens every remaining bin
 _modules = {}
 
 
-def load_module(path: Path) -> cp.RawModule:
-    """A .cu file compiled for the current device (NVRTC, once per device and file; CuPy caches to disk)."""
-    key = (cp.cuda.Device().id, str(path))
+def load_module(path: Path, defines: tuple = ()) -> cp.RawModule:
+    """A .cu file compiled for the current device (NVRTC, once per device, file and defines ("NAME=VALUE");
+    CuPy caches to disk)."""
+    key = (cp.cuda.Device().id, str(path), defines)
     if key not in _modules:
         # the kernels folder is on the include path for the shared header (gtm_common.cuh)
-        _modules[key] = cp.RawModule(code=Path(path).read_text(), options=("--std=c++14", f"-I{KERNEL_DIR}"))
+        options = ("--std=c++14", f"-I{KERNEL_DIR}") + tuple(f"-D{d}" for d in defines)
+        _modules[key] = cp.RawModule(code=Path(path).read_text(), options=options)
     return _modules[key]
 
 
@@ -82,7 +84,10 @@ class CudaBackend:
         major = cp.cuda.Device().compute_capability[:-1]
         self.fused = int(major) >= 9 and os.environ.get("GTMKIT_CUDA_STEP", "fused") != "multi"
         if self.fused:
-            self.k_fused = load_module(FUSED_FILE).get_function("fused_step_kernel")
+            # GTMKIT_FUSED_CLUSTER: blocks per request (CL), for experiments and the CPU emulation test; 8 by default
+            self.fused_cluster = int(os.environ.get("GTMKIT_FUSED_CLUSTER", FUSED_CLUSTER))
+            defines = () if self.fused_cluster == FUSED_CLUSTER else (f"CL={self.fused_cluster}",)
+            self.k_fused = load_module(FUSED_FILE, defines).get_function("fused_step_kernel")
             self.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
         d = {name: cp.asarray(np.ascontiguousarray(getattr(t, name))) for name in t._fields if name != "jagged"}
         self.d = d
@@ -185,14 +190,14 @@ class CudaBackend:
             raise GtmkitError(f"{R} rows x {D} children per row exceed the GPU step's 32-bit candidate numbering")
         if node_ids.dtype not in (cp.int32, cp.int64):
             node_ids = node_ids.astype(cp.int64)
-        cap = fused_scratch_slots(R, B, D, FUSED_CLUSTER)
+        cap = fused_scratch_slots(R, B, D, self.fused_cluster)
         cand = self._buf("cand", (cap,), cp.uint64, scratch)
         child = self._buf("child", (cap,), cp.int32, scratch)
         passed = self._buf("passed", (cap,), cp.uint64, scratch)
         grouped = self._buf("grouped", (cap,), cp.uint64, scratch)
         topsel = self._buf("topsel", (B, k), cp.uint64, scratch)
         parent, token, node, score, out_count = out
-        self.k_fused((B * FUSED_CLUSTER,), (FUSED_THREADS,),
+        self.k_fused((B * self.fused_cluster,), (FUSED_THREADS,),
                      (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
                       np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,
