@@ -272,3 +272,11 @@ def launch(lib, sigs: dict, name: str, grid, block: int, args: tuple, cluster: i
     assert gx > 0 and gy > 0, (name, grid)  # CUDA refuses an empty grid
     getattr(lib, "emu_" + name)(ctypes.c_uint(gx), ctypes.c_uint(gy), ctypes.c_uint(block), ctypes.c_uint(cluster),
                                 ctypes.c_uint(smem), ptrs)
+
+
+def garbage(shape, dtype, rng) -> np.ndarray:
+    """An array of random bytes, as fresh device memory holds: a kernel that reads what nobody wrote then
+    fails the comparisons instead of reading lucky zeros."""
+    a = np.empty(shape, dtype)
+    a.view(np.uint8).reshape(-1)[:] = rng.integers(0, 256, a.nbytes, dtype=np.uint8)
+    return a

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cuda_emu import build_emulator, launch
+from cuda_emu import build_emulator, garbage, launch
 
 
 class DevArray(np.ndarray):
@@ -38,9 +38,7 @@ _rng = np.random.default_rng(0)
 
 
 def empty(shape, dtype=np.float64):
-    a = np.empty(shape, dtype)
-    a.view(np.uint8).reshape(-1)[:] = _rng.integers(0, 256, a.nbytes, dtype=np.uint8)  # garbage, as on a GPU
-    return _dev(a)
+    return _dev(garbage(shape, dtype, _rng))
 
 
 def zeros(shape, dtype=np.float64):

@@ -15,7 +15,7 @@ from gtmkit.matcher.kernel_params import FUSED_SMEM, fused_scratch_slots, reques
 from gtmkit.matcher.matcher import Matcher
 
 from catalogs import random_user
-from cuda_emu import KERNEL_DIR, build_emulator, launch
+from cuda_emu import KERNEL_DIR, build_emulator, garbage, launch
 from step_cases import step_case
 from test_build import MODES, _build
 
@@ -36,9 +36,7 @@ class FusedEmu:
         self.rng = np.random.default_rng(0)
 
     def _garbage(self, shape, dtype):
-        a = np.empty(shape, dtype)
-        a.view(np.uint8).reshape(-1)[:] = self.rng.integers(0, 256, a.nbytes, dtype=np.uint8)
-        return a
+        return garbage(shape, dtype, self.rng)
 
     def step(self, m: Matcher, node_ids, logprobs, beam_scores, row_request, requests, k, gtm=True, count=False,
              lp_dtype=0):

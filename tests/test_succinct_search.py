@@ -34,6 +34,14 @@ def random_tokens(rng, shape):
     return rng.choice(VOCAB + [-1, 5, 99], size=shape)
 
 
+def random_settings(rng, seed):
+    """(theta_tok, theta_sent, alpha) for a random search: thresholds equal to tied log-probs and sums
+    test the strict comparisons; alpha by seed."""
+    theta_tok = float(rng.choice([-math.inf, -1.0, -1.2]))
+    theta_sent = float(rng.choice([-math.inf, -3.0, -1.5]))
+    return theta_tok, theta_sent, [0.0, 0.7, -1.5][seed % 3]
+
+
 def assert_same(got_ids, got_scores, want_ids, want_scores, bw):
     assert got_ids.tolist() == want_ids + [-1] * (bw - len(want_ids))
     np.testing.assert_allclose(got_scores[:len(want_ids)], want_scores, rtol=0, atol=1e-5)

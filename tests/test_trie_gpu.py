@@ -4,7 +4,6 @@ more candidates than one block sorts in shared memory, rows prepared on the host
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -23,7 +22,7 @@ from gtmkit.matcher import trie_search_cuda as tsc  # noqa: E402
 from gtmkit.matcher.trie_search_cpu import TrieBeamStepper, trie_beam_search  # noqa: E402
 from gtmkit.synth_trie import synth_keys, synth_proposals  # noqa: E402
 
-from test_succinct_search import random_logp, random_tokens, random_trie  # noqa: E402
+from test_succinct_search import random_logp, random_settings, random_tokens, random_trie  # noqa: E402
 
 
 def assert_same(got, want):
@@ -40,10 +39,7 @@ def test_gpu_equals_cpu_on_random_tries(seed):
     trie, _ = random_trie(rng, int(rng.integers(1, 40)))
     b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
     bw = int(rng.integers(1, 12))
-    # thresholds equal to tied log-probs and sums test the strict comparisons
-    theta_tok = float(rng.choice([-math.inf, -1.0, -1.2]))
-    theta_sent = float(rng.choice([-math.inf, -3.0, -1.5]))
-    alpha = [0.0, 0.7, -1.5][seed % 3]
+    theta_tok, theta_sent, alpha = random_settings(rng, seed)
     tokens, logp = random_tokens(rng, (b, T, K)), random_logp(rng, (b, T, K), seed % 2 == 0)
     want = trie_beam_search(trie, tokens, logp, bw, theta_tok, theta_sent, alpha)
     got = trie_beam_search(trie, tokens, logp, bw, theta_tok, theta_sent, alpha, device="cuda")
@@ -122,9 +118,7 @@ def test_gpu_ar_stepper_equals_cpu(seed):
     trie, _ = random_trie(rng, int(rng.integers(1, 120)))
     b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
     bw = int(rng.integers(1, 7))
-    theta_tok = float(rng.choice([-math.inf, -1.0, -1.2]))
-    theta_sent = float(rng.choice([-math.inf, -3.0, -1.5]))
-    alpha = [0.0, 0.7, -1.5][seed % 3]
+    theta_tok, theta_sent, alpha = random_settings(rng, seed)
     max_steps = T if seed % 3 == 0 else None
     tokens, logp = random_tokens(rng, (T, b, bw, K)), random_logp(rng, (T, b, bw, K), seed % 2 == 0)
     cpu = TrieBeamStepper(trie, b, bw, theta_tok, theta_sent, alpha, max_steps)

@@ -6,7 +6,6 @@ global memory, the global work offsets and the host-prepared rows all run on sma
 from __future__ import annotations
 
 import ctypes
-import math
 import shutil
 
 import numpy as np
@@ -16,8 +15,8 @@ from gtmkit.matcher.trie_search_cpu import TrieBeamStepper, trie_beam_search
 from gtmkit.matcher.trie_search_cuda import KERNEL_FILE, TrieBeamStepperCuda, trie_beam_search_cuda
 from gtmkit.indexer.succinct import SuccinctTrie
 
-from cuda_emu import build_emulator, kernel_signatures, launch
-from test_succinct_search import random_logp, random_tokens, random_trie
+from cuda_emu import build_emulator, garbage, kernel_signatures, launch
+from test_succinct_search import random_logp, random_settings, random_tokens, random_trie
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
@@ -54,10 +53,7 @@ class EmuDevice:
         self.rng = np.random.default_rng(0)
 
     def empty(self, shape, dtype):
-        # garbage, not zeros: a kernel that reads what nobody wrote should fail the comparisons
-        a = np.empty(shape, dtype)
-        a.view(np.uint8).reshape(-1)[:] = self.rng.integers(0, 256, a.nbytes, dtype=np.uint8)
-        return a
+        return garbage(shape, dtype, self.rng)
 
     def asarray(self, a):
         return np.array(a, copy=True)
@@ -141,10 +137,7 @@ def test_nar_equals_cpu_on_random_tries(emu, seed):
     trie, _ = random_trie(rng, int(rng.integers(1, 60)))
     b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
     bw = int(rng.integers(1, 12))
-    # thresholds equal to tied log-probs and sums test the strict comparisons
-    theta_tok = float(rng.choice([-math.inf, -1.0, -1.2]))
-    theta_sent = float(rng.choice([-math.inf, -3.0, -1.5]))
-    alpha = [0.0, 0.7, -1.5][seed % 3]
+    theta_tok, theta_sent, alpha = random_settings(rng, seed)
     tokens, logp = random_tokens(rng, (b, T, K)), random_logp(rng, (b, T, K), seed % 2 == 0)
     if seed % 6 == 4:  # zeros of both signs tie
         logp = rng.choice(np.float32([0.0, -0.0, -0.5]), size=(b, T, K))
@@ -219,9 +212,7 @@ def test_ar_equals_cpu(emu, seed):
     trie, _ = random_trie(rng, int(rng.integers(1, 120)))
     b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
     bw = int(rng.integers(1, 7))
-    theta_tok = float(rng.choice([-math.inf, -1.0, -1.2]))
-    theta_sent = float(rng.choice([-math.inf, -3.0, -1.5]))
-    alpha = [0.0, 0.7, -1.5][seed % 3]
+    theta_tok, theta_sent, alpha = random_settings(rng, seed)
     max_steps = T if seed % 3 == 0 else None
     tokens, logp = random_tokens(rng, (T, b, bw, K)), random_logp(rng, (T, b, bw, K), seed % 2 == 0)
     cpu = TrieBeamStepper(trie, b, bw, theta_tok, theta_sent, alpha, max_steps)
