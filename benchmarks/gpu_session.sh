@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for a whole session's GPU evidence: every GPU test (both step paths, trie), the step benchmark
 # with the in-kernel profile, and the trie benchmark, results under $OUT (copy them to benchmarks/results/).
-# ~9 minutes on an H200 from a cold start; pass the wheels with carry [".whl"].
+# ~9 minutes on an H200 from a cold start; pass the wheels with carry [".whl"]. At most 8 files come back from
+# $OUT, so the logs and the trie benchmark's files travel as one tarball (session.tgz) beside step_gpu.{json,md}.
 # usage: bash benchmarks/gpu_session.sh [ADS] [extra step_gpu.py args]
 set -o pipefail
 ADS=${1:-15000000}; shift
@@ -23,3 +24,6 @@ python3 benchmarks/trie_gpu_profile.py --keys 10000000 --bw 100,1000 2>&1 | tee 
 mkdir -p $OUT/trie
 python3 benchmarks/trie.py --keys 10000000 --search-keys 10000000 --devices cpu,cuda --threads 8 --build-reps 1 \
   --queries 100 --queries-large 100 --tput-seconds 1 --tput-rounds 20 --workdir /tmp/t --out $OUT/trie 2>&1 | tail -8
+# the device returns at most 8 files: bundle everything but the step tables
+(cd $OUT && tar czf session.tgz --exclude=session.tgz --exclude=step_gpu.json --exclude=step_gpu.md . && \
+  find . -mindepth 1 -not -name session.tgz -not -name 'step_gpu.*' -delete)
