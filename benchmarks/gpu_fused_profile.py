@@ -49,6 +49,7 @@ if args.ncu_step:
     cp.cuda.profiler.stop()
     sys.exit(0)
 be.profile = cp.zeros((B, 32), cp.int64)
+tails = []
 print("step | top us | expand+hist us | rounds | round us (each) | round 1: list, test, merge us | group us | rank us | total us | crowded")
 for t, s in enumerate(steps):
     for _ in range(3):
@@ -64,4 +65,20 @@ for t, s in enumerate(steps):
           f"{', '.join(f'{x:.1f}' for x in rounds)} | {d(2, 16):.1f}, {d(16, 17):.1f}, {d(17, 18):.1f} | "
           f"{np.median(p[:, 11] - last) / 1e3:.1f} | {d(11, 12):.1f} | "
           f"{d(0, 12):.1f} | {int(p[:, 14].sum())}")
+    tails.append((t + 1, p, n))
 be.profile = None
+# The graph step waits for the slowest cluster: where its time goes, against the median request.
+print("\nstep | span us (first start to last end) | start skew us (max) | total us median / max | slowest: "
+      "start offset, top, expand+hist, rounds, rounds us, group+rank us")
+for t, p, n in tails:
+    tot = p[:, 12] - p[:, 0]
+    i = int(np.argmax(p[:, 12]))
+    last = p[i, 2 + min(n[i], 8)]
+    print(f"{t} | {(p[:, 12].max() - p[:, 0].min()) / 1e3:.1f} | {(p[:, 0].max() - p[:, 0].min()) / 1e3:.1f} | "
+          f"{np.median(tot) / 1e3:.1f} / {tot.max() / 1e3:.1f} | {(p[i, 0] - p[:, 0].min()) / 1e3:.1f}, "
+          f"{(p[i, 1] - p[i, 0]) / 1e3:.1f}, {(p[i, 2] - p[i, 1]) / 1e3:.1f}, {n[i]}, {(last - p[i, 2]) / 1e3:.1f}, "
+          f"{(p[i, 12] - last) / 1e3:.1f}")
+    sms = p[:, 20:20 + min(8, be.fused_cluster)].astype(int)
+    shared = [r for r in range(len(p)) if np.isin(sms[r], np.delete(sms, r, axis=0)).any()]
+    print(f"   SMs: {len(np.unique(sms))} distinct for {sms.size} blocks; requests sharing an SM with another: "
+          f"{shared}; slowest request {i}")

@@ -27,6 +27,8 @@ def main() -> None:
     ap.add_argument("--bw", default="100,1000")
     ap.add_argument("--queries", type=int, default=20)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
+                    help="compile the profiled kernel with -DNAME=VALUE (e.g. B1U=2; repeatable)")
     ap.add_argument("--ncu", action="store_true", help="only one plain BW=K query inside cudaProfilerStart/Stop "
                     "(run under ncu --profile-from-start off)")
     a = ap.parse_args()
@@ -44,7 +46,10 @@ def main() -> None:
         cp.cuda.Device().synchronize()
         cp.cuda.profiler.stop()
         return
-    mod = cp.RawModule(code=tsc.KERNEL_FILE.read_text(), options=("--std=c++14", f"-I{KERNEL_DIR}", "-DTRIE_PROF"))
+    mod = cp.RawModule(code=tsc.KERNEL_FILE.read_text(), options=("--std=c++14", f"-I{KERNEL_DIR}", "-DTRIE_PROF",
+                                                                   *(f"-D{d}" for d in a.define)))
+    if a.define:
+        print("defines:", " ".join(a.define))
     dev._kernels = {n: mod.get_function(n) for n in ("prep_kernel", "search_kernel")}
     prof = cp.ndarray((32,), cp.uint64, memptr=mod.get_global("trie_prof"))
     stream = cp.cuda.get_current_stream()
@@ -78,6 +83,8 @@ def main() -> None:
             print(f"  {name:12s} {acc[i] / 1e3:8.1f} us per query  {acc[i] / 1e3 / steps:7.1f} us per step  "
                   f"{100 * acc[i] / max(tot, 1):5.1f}%")
         print(f"  {'kernel':12s} {tot / 1e3:8.1f} us per query")
+        print("  per step t: us (work items) " + ", ".join(
+            f"{t}: {acc[13 + t] / 1e3:.1f} ({acc[21 + t]:.0f})" for t in range(min(a.steps, 8))))
 
 
 if __name__ == "__main__":

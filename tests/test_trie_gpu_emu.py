@@ -73,10 +73,19 @@ class EmuDevice:
     def order(self, buf):
         pass
 
-    def upload(self, dst, host, nbytes, done=None):
+    def copy_in(self, dst, host, nbytes):
         assert dst.flags.c_contiguous and nbytes <= dst.nbytes and nbytes <= host.nbytes
         ctypes.memmove(dst.ctypes.data, host.ctypes.data, nbytes)
+
+    def mark(self, done=None):
         return _Done()
+
+    def upload(self, dst, host, nbytes, done=None):
+        self.copy_in(dst, host, nbytes)
+        return self.mark(done)
+
+    def replay(self, graphs, key, submit):  # as a graph would: the first call's submit, run again
+        graphs.setdefault(key, submit)()
 
     def launch(self, name, grid, args):
         self.launches.append(name)
@@ -86,8 +95,10 @@ class EmuDevice:
 CONFIGS = {
     # production shared-memory sizes, 4 warps
     "wide": dict(NT=128, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024),
-    # one warp, tiny shared memory: radix select, global sort scratch and per-beam data, host-prepared rows
-    "tiny": dict(NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7),
+    # one warp, tiny shared memory: radix select, global sort scratch and per-beam data, host-prepared rows;
+    # phase B1 with 3 searches a thread (not a power of two) and with 1
+    "tiny": dict(NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, B1U=3),
+    "tiny1": dict(NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, B1U=1),
 }
 
 
@@ -204,6 +215,24 @@ def test_nar_reuses_buffers(emu):
     assert len(emu.buffers) == n
     assert_equal(again, first)
     assert first[0] is not again[0]  # outputs are new arrays
+
+
+def test_nar_graph_replays_with_new_inputs(emu):
+    """Host proposals go through one captured graph per (shape, trie, thresholds): replays must follow each
+    call's proposals and alpha (staged data), a new threshold or trie gets its own graph."""
+    rng = np.random.default_rng(12)
+    trie, _ = random_trie(rng, 50)
+    other, _ = random_trie(rng, 20)
+    shape = (2, 4, 6)
+    graphs = None
+    for i, (tr, alpha, theta) in enumerate([(trie, 0.0, -np.inf), (trie, 1.0, -np.inf), (trie, 0.5, -np.inf),
+                                            (trie, 0.5, -1.5), (other, 0.5, -1.5)]):
+        tokens, logp = random_tokens(rng, shape), random_logp(rng, shape, i % 2 == 0)
+        got = trie_beam_search_cuda(trie=tr, tokens=tokens, logp=logp, beam_width=5, theta_tok=theta,
+                                    alpha=alpha, device=emu)
+        assert_equal(got, trie_beam_search(tr, tokens, logp, 5, theta_tok=theta, alpha=alpha))
+        graphs = next(buf for key, buf in emu.buffers.items() if key[:4] == (2, 5, 4, 6)).graphs
+        assert len(graphs) == (1 if i < 3 else 2 if i == 3 else 3)
 
 
 @pytest.mark.parametrize("seed", range(10))

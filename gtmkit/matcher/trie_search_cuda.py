@@ -63,14 +63,41 @@ class CupyDevice:
     def to_host(self, a):
         return a.get() if isinstance(a, self.cp.ndarray) else a
 
-    def upload(self, dst, host: np.ndarray, nbytes: int, done=None):
-        """Asynchronous copy of host[:nbytes] (pinned) to dst -> an event to wait on before reusing host
-        (`done`, recorded again, or a new one)."""
+    def copy_in(self, dst, host: np.ndarray, nbytes: int) -> None:
+        """Asynchronous copy of host[:nbytes] (pinned) to dst on the current stream."""
         stream = self.cp.cuda.get_current_stream()
         dst.data.copy_from_host_async(ctypes.c_void_p(host.ctypes.data), nbytes, stream)
+
+    def mark(self, done=None):
+        """An event after the work queued so far on the current stream (`done`, recorded again, or a new one)."""
         done = done if done is not None else self.cp.cuda.Event(disable_timing=True)
-        done.record(stream)
+        done.record(self.cp.cuda.get_current_stream())
         return done
+
+    def upload(self, dst, host: np.ndarray, nbytes: int, done=None):
+        """copy_in -> an event to wait on before reusing host."""
+        self.copy_in(dst, host, nbytes)
+        return self.mark(done)
+
+    def replay(self, graphs: dict, key, submit) -> None:
+        """submit()'s copies and launches, as a CUDA graph captured at the first call with this key and
+        replayed on the current stream after. Submitting a NAR search's copy and two launches one by one
+        took ~100 us of host time per call on an H200 host (benchmarks/trie_gpu_overhead.py), while the
+        GPU waited: longer than most of the search itself."""
+        cp = self.cp
+        graph = graphs.get(key)
+        if graph is None:  # first use: run it eagerly (loads the kernels, which a capture must not do) and
+            submit()       # capture it for the next calls
+            cap = cp.cuda.Stream(non_blocking=True)
+            with cap:
+                cap.begin_capture()
+                try:
+                    submit()
+                finally:
+                    graph = cap.end_capture()
+            graphs[key] = graph
+            return
+        graph.launch(cp.cuda.get_current_stream())
 
     def order(self, buf) -> None:
         """Work on buf's device buffers queued on another stream finishes before the current stream uses them."""
@@ -161,6 +188,9 @@ class _Buffers:
                                   self.fin_count, self.scratch)]
             + [bw, self.fin_cap, stride, dev.ptr(self.match)], np.int64))
         self.dummy_ids, self.dummy_scores = e((1,), np.int64), e((1,), np.float32)
+        # NAR results as a captured graph writes them (one block: the caller gets a copy made in one go)
+        self.out = e((12 * b * bw,), np.uint8)
+        self.graphs = {}
 
     def release(self) -> None:
         """Before the buffers are dropped: the last copy has read the pinned buffer (freed pinned memory may
@@ -209,11 +239,7 @@ def _stage(dev, buf: _Buffers, tokens, logp, theta_tok, factors, rows: int, use_
     """Proposals [b, rows, K] and factors to the device, rows prepared -> (ptok, plp, pcnt) device arrays."""
     b, k, nf = buf.b, buf.k, buf.nf
     n = b * rows * k
-    dev.order(buf)
-    if buf.uploaded is not None:
-        buf.uploaded.synchronize()  # the previous copy has read the pinned buffer
-    host = buf.host
-    host[:8 * nf].view(np.float64)[:len(factors)] = factors
+    host = _host_ready(dev, buf, factors)
     if k > dev.prep_cap:  # too long to sort in shared memory: prepared here, exactly as the CPU search does
         tok = np.asarray(dev.to_host(tokens))
         lp = np.ascontiguousarray(dev.to_host(logp), np.float32)
@@ -236,19 +262,39 @@ def _stage(dev, buf: _Buffers, tokens, logp, theta_tok, factors, rows: int, use_
         staged[:, :, 1, :] = xp.ascontiguousarray(logp, np.float32).view(np.int32)
         buf.uploaded = dev.upload(buf.up, host, 8 * nf, buf.uploaded)
     else:
-        staged = host[8 * nf:8 * nf + 8 * n].view(np.int32).reshape(b, rows, 2, k)
-        tok_out = staged[:, :, 0, :]
-        if tokens.dtype == np.int32:  # every int32 id is either a possible token or negative
-            tok_out[...] = tokens
-        else:
-            tok_out[...] = -1
-            np.copyto(tok_out, tokens, casting="unsafe", where=_valid_tokens(np, tokens))
-        staged[:, :, 1, :].view(np.float32)[...] = logp
-        buf.uploaded = dev.upload(buf.up, host, 8 * nf + 8 * n, buf.uploaded)
-    if b * rows:
-        dev.launch("prep_kernel", b * rows, (buf.rows_in, np.int32(rows), np.int32(k), np.float32(theta_tok),
-                                             buf.live.count, np.int32(use_count), buf.ptok, buf.plp, buf.pcnt))
+        buf.uploaded = dev.upload(buf.up, host, _fill_host(buf, tokens, logp, rows), buf.uploaded)
+    _prep(dev, buf, rows, theta_tok, use_count)
     return buf.ptok, buf.plp, buf.pcnt
+
+
+def _host_ready(dev, buf: _Buffers, factors) -> np.ndarray:
+    """The pinned staging buffer, free to overwrite (the previous copy has read it), with the factors in."""
+    dev.order(buf)
+    if buf.uploaded is not None:
+        buf.uploaded.synchronize()
+    buf.host[:8 * buf.nf].view(np.float64)[:len(factors)] = factors
+    return buf.host
+
+
+def _fill_host(buf: _Buffers, tokens: np.ndarray, logp: np.ndarray, rows: int) -> int:
+    """Host proposals [b, rows, K] into the pinned staging buffer, after the factors -> bytes to copy."""
+    b, k, nf = buf.b, buf.k, buf.nf
+    n = b * rows * k
+    staged = buf.host[8 * nf:8 * nf + 8 * n].view(np.int32).reshape(b, rows, 2, k)
+    tok_out = staged[:, :, 0, :]
+    if tokens.dtype == np.int32:  # every int32 id is either a possible token or negative
+        tok_out[...] = tokens
+    else:
+        tok_out[...] = -1
+        np.copyto(tok_out, tokens, casting="unsafe", where=_valid_tokens(np, tokens))
+    staged[:, :, 1, :].view(np.float32)[...] = logp
+    return 8 * nf + 8 * n
+
+
+def _prep(dev, buf: _Buffers, rows: int, theta_tok, use_count: bool) -> None:
+    if buf.b * rows:
+        dev.launch("prep_kernel", buf.b * rows, (buf.rows_in, np.int32(rows), np.int32(buf.k), np.float32(theta_tok),
+                                                 buf.live.count, np.int32(use_count), buf.ptok, buf.plp, buf.pcnt))
 
 
 def _search(dev, buf: _Buffers, tp, prepared: tuple, rows: int, nar: bool, t0: int, t1: int, last: int,
@@ -278,10 +324,27 @@ def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, t
     if b == 0:
         return dev.empty((0, bw), np.int64), dev.empty((0, bw), np.float32)
     buf = _nar_buffers(dev, (b, bw, steps, k, steps + 1))
-    prepared = _stage(dev, buf, tokens, logp, tt, length_factors(a, steps), steps, False)
-    ids, scores = dev.empty((b, bw), np.int64), dev.empty((b, bw), np.float32)
-    _search(dev, buf, tp, prepared, steps, True, 0, steps, steps - 1, True, 0, ts, (ids, scores))
-    return ids, scores
+    factors = length_factors(a, steps)
+    if dev.is_device_array(tokens) or k > dev.prep_cap:
+        prepared = _stage(dev, buf, tokens, logp, tt, factors, steps, False)
+        ids, scores = dev.empty((b, bw), np.int64), dev.empty((b, bw), np.float32)
+        _search(dev, buf, tp, prepared, steps, True, 0, steps, steps - 1, True, 0, ts, (ids, scores))
+        return ids, scores
+    # host proposals, the usual case: staged here, then copy + prep + search replayed as one graph
+    _host_ready(dev, buf, factors)
+    nbytes = _fill_host(buf, tokens, logp, steps)
+    n_ids = 8 * b * bw
+    out = (buf.out[:n_ids].view(np.int64).reshape(b, bw), buf.out[n_ids:].view(np.float32).reshape(b, bw))
+
+    def submit():
+        dev.copy_in(buf.up, buf.host, nbytes)
+        _prep(dev, buf, steps, tt, False)
+        _search(dev, buf, tp, (buf.ptok, buf.plp, buf.pcnt), steps, True, 0, steps, steps - 1, True, 0, ts, out)
+
+    dev.replay(buf.graphs, (dev.ptr(tp), float(tt), float(ts)), submit)
+    buf.uploaded = dev.mark(buf.uploaded)
+    res = buf.out.copy()
+    return res[:n_ids].view(np.int64).reshape(b, bw), res[n_ids:].view(np.float32).reshape(b, bw)
 
 
 class TrieBeamStepperCuda:

@@ -164,6 +164,13 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     #define STAMP(i) do { if (prof && rank == 0 && tid == 0) { u64 t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); prof[b * 32 + (i)] = (i64)t_; } } while (0)
 #endif
     STAMP(0);
+#ifndef GTMKIT_EMU
+    if (prof && tid == 0 && rank < 8) {  // which SM each block runs on: do clusters share SMs?
+        u32 sm_;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));
+        prof[b * 32 + 20 + rank] = (i64)sm_;
+    }
+#endif
 
     // rows of request b: [r0, r1), r0 = the first row with row_req >= b, r1 the first >= b + 1 (row_req is
     // non-decreasing). All threads probe at once, NT rows a round (two rounds up to NT^2 rows): one
