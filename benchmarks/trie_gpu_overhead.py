@@ -133,7 +133,8 @@ def main() -> None:
     rows["one .get() of [1, BW] int64 alone"] = timed(lambda i: small.get(), n)
     noop = cp.RawKernel('extern "C" __global__ void noop() {}', "noop")
     rows["empty kernel launch + synchronize"] = timed(lambda i: (noop((1,), (32,), ()), stream.synchronize()), n)
-    print(f"trie {a.keys} keys, BW=K={bw}, T={a.steps}, b=1, {n} queries each; microseconds")
+    print(f"trie {a.keys} keys, BW=K={bw}, T={a.steps}, b=1, {n} queries each; microseconds; graph capture: "
+          f"{dev.graph_error or 'ok'}")
     print("| what | mean | p50 | p90 |\n|---|---|---|---|")
     for k, v in rows.items():
         print(f"| {k} | {v.mean():.1f} | {np.percentile(v, 50):.1f} | {np.percentile(v, 90):.1f} |")

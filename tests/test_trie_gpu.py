@@ -57,6 +57,22 @@ def test_gpu_equals_cpu_on_synth_workload(params):
     assert (cp.asnumpy(got[0]) >= 0).sum() > 10  # the workload finds keys
 
 
+def test_gpu_graph_replays_follow_inputs():
+    """Host proposals run as one captured graph per (shape, trie, thresholds): replays use each call's
+    proposals and alpha, and the capture itself works on this runtime."""
+    rng = np.random.default_rng(4)
+    trie, _ = random_trie(rng, 60)
+    shape = (3, 5, 7)
+    for i, (alpha, theta) in enumerate([(0.0, -np.inf), (1.0, -np.inf), (0.5, -np.inf), (0.5, -1.5), (0.5, -1.5)]):
+        tokens, logp = random_tokens(rng, shape), random_logp(rng, shape, i % 2 == 0)
+        got = trie_beam_search(trie, tokens, logp, 6, theta_tok=theta, alpha=alpha, device="cuda")
+        assert_same(got, trie_beam_search(trie, tokens, logp, 6, theta_tok=theta, alpha=alpha))
+    dev = tsc.cuda_device()
+    assert dev.graph_error is None
+    graphs = dev.buffers[(3, 6, 5, 7, 6)].graphs
+    assert len(graphs) == 2 and all(g is not False for g in graphs.values())
+
+
 @pytest.mark.parametrize("bw", [50, 1000, 3000, 5000])
 def test_gpu_many_candidates(bw):
     """~10^4 candidates per step (radix select before the sort); BW above BEAM_CAP (per-beam data in

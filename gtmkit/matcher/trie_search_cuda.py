@@ -13,7 +13,6 @@ which is how the kernels are checked without a GPU."""
 
 from __future__ import annotations
 
-import ctypes
 import math
 from pathlib import Path
 
@@ -44,6 +43,7 @@ class CupyDevice:
         mod = load_module(KERNEL_FILE)
         self._kernels = {name: mod.get_function(name) for name in ("prep_kernel", "search_kernel")}
         self.buffers = {}
+        self.graph_error = None  # why replay() could not capture a graph, if it could not
 
     def empty(self, shape, dtype):
         return self.cp.empty(shape, dtype)
@@ -64,9 +64,11 @@ class CupyDevice:
         return a.get() if isinstance(a, self.cp.ndarray) else a
 
     def copy_in(self, dst, host: np.ndarray, nbytes: int) -> None:
-        """Asynchronous copy of host[:nbytes] (pinned) to dst on the current stream."""
-        stream = self.cp.cuda.get_current_stream()
-        dst.data.copy_from_host_async(ctypes.c_void_p(host.ctypes.data), nbytes, stream)
+        """Asynchronous copy of host[:nbytes] (pinned) to dst on the current stream. Through the runtime:
+        CuPy's own copy refuses a capturing stream, which CUDA allows from pinned memory."""
+        rt = self.cp.cuda.runtime
+        rt.memcpyAsync(int(dst.data.ptr), int(host.ctypes.data), int(nbytes), 1,  # cudaMemcpyHostToDevice
+                       self.cp.cuda.get_current_stream().ptr)
 
     def mark(self, done=None):
         """An event after the work queued so far on the current stream (`done`, recorded again, or a new one)."""
@@ -89,13 +91,20 @@ class CupyDevice:
         if graph is None:  # first use: run it eagerly (loads the kernels, which a capture must not do) and
             submit()       # capture it for the next calls
             cap = cp.cuda.Stream(non_blocking=True)
-            with cap:
-                cap.begin_capture()
-                try:
-                    submit()
-                finally:
-                    graph = cap.end_capture()
+            try:
+                with cap:
+                    cap.begin_capture()
+                    try:
+                        submit()
+                    finally:
+                        graph = cap.end_capture()
+            except Exception as exc:  # a runtime that cannot capture: stay eager (slower, same results)
+                self.graph_error = f"{type(exc).__name__}: {exc}"
+                graph = False
             graphs[key] = graph
+            return
+        if graph is False:
+            submit()
             return
         graph.launch(cp.cuda.get_current_stream())
 
