@@ -24,7 +24,7 @@
 // Prepared rows are sorted by token, so k ascending is token ascending and slot ascending is the CPU's
 // tie rule (parent beam asc, token asc); key id ascending breaks ties among finished keys.
 //
-// NT, SORT_CAP, PREP_CAP, BEAM_CAP and B1U may be overridden at compile time (the CPU emulation test shrinks
+// NT, SORT_CAP, PREP_CAP and BEAM_CAP may be overridden at compile time (the CPU emulation test shrinks
 // them to reach every path with small inputs); NT must be a multiple of 32, at most 1024.
 
 typedef unsigned long long u64;
@@ -39,9 +39,6 @@ typedef unsigned int u32;
 #endif
 #ifndef PREP_CAP
 #define PREP_CAP 4096   // proposals per row prep_kernel sorts in shared memory (32 KiB), a power of two
-#endif
-#ifndef B1U
-#define B1U 4           // phase B1 items a thread searches at once
 #endif
 #ifndef BEAM_CAP
 #define BEAM_CAP 1024   // per-beam data (child range, score, work offsets) in shared memory when BW fits
@@ -221,6 +218,23 @@ __device__ __forceinline__ i64 label_of(const Trie& t, i64 node) {  // token on 
     return v;
 }
 
+__device__ __forceinline__ i64 children_lower_bound(const Trie& t, i64 lo, i64 hi, i64 tok) {
+    while (lo < hi) {
+        i64 mid = (lo + hi) >> 1;
+        if (label_of(t, mid) < tok) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+__device__ __forceinline__ u32 tokens_lower_bound(const int* toks, u32 n, i64 lab) {
+    u32 lo = 0, hi = n;
+    while (lo < hi) {
+        u32 mid = (lo + hi) >> 1;
+        if ((i64)toks[mid] < lab) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Block-wide building blocks. Every thread of the block calls them (they hold barriers).
 
@@ -311,10 +325,8 @@ __device__ __forceinline__ void block_sort_desc_reg(u64* a, u32 n2) {
                 __syncthreads();
                 y = i < n2 ? buf[i ^ j] : 0ull;
                 half ^= 1u;
-            } else if ((i & ~31u) < n2) {  // lanes >= n2 (n2 < 32) only meet each other: i ^ j < n2 iff i < n2
+            } else {  // lanes >= n2 (n2 < 32) only meet each other: i ^ j < n2 iff i < n2
                 y = __shfl_xor_sync(FULL, x, j);
-            } else {  // a warp wholly past n2 skips the narrow stages: they leave the issue slots to the others
-                continue;
             }
             bool keep_max = ((i & j) == 0) == ((i & k) == 0);  // lower of a descending pair, or upper
             x = keep_max ? (x > y ? x : y) : (x < y ? x : y);  // of an ascending one
@@ -588,91 +600,44 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         // chain (several dependent DRAM reads on a large trie) runs once for all matches, not in every
         // B1 round that happens to hold one. Loop bounds are warp-uniform so every lane reaches the
         // warp_append ballots.
-        // A thread runs B1U items at once, their binary searches interleaved level by level: each level's
-        // loads of all its items are issued before any is compared, so B1U dependent-load chains (log2 of
-        // the searched list: ~20 levels in the root's children on a 10M-key trie) overlap instead of
-        // running one after the other. Labels and prepared tokens are distinct within a list, so a search
-        // stops at the first equal key.
-        for (u32 base = threadIdx.x & ~31u; base < W; base += B1U * NT) {
-            // per item, few registers (64 a thread at 1024 threads): its beam, proposal index, search range,
-            // needle (tokens < 2^31), node (child, or first child while searching) and state bits
-            u32 bp[B1U], bk[B1U], blo[B1U], bhi[B1U], bst[B1U];  // bst: 1 active, 2 child-in-proposals, 4 match
-            int bneed[B1U];
-            i64 bsrc[B1U];
-#pragma unroll
-            for (int u = 0; u < B1U; ++u) {
-                const u32 w = base + (u32)u * NT + lane;
-                bp[u] = 0; bk[u] = 0; blo[u] = 0; bhi[u] = 0; bst[u] = 0; bsrc[u] = 0;
-                if (w < W) {
-                    u32 lo = 0, hi = nl;  // off[lo] <= w < off[hi]
-                    while (hi - lo > 1) {
-                        u32 mid = (lo + hi) >> 1;
-                        if (off[mid] <= w) lo = mid; else hi = mid;
-                    }
-                    const u32 p = lo, i = w - off[p];
-                    const u32 n = beam_n[p], deg = beam_deg[p];
-                    const i64 first = beam_first[p];
-                    bp[u] = p;
-                    if (deg < n) {  // child i: its label among the proposals
-                        bst[u] = 3;
-                        bsrc[u] = first + i;
-                        bhi[u] = n;
-                    } else {  // proposal i: its token among the children
-                        bst[u] = 1;
-                        bk[u] = i;
-                        bsrc[u] = first;
-                        bhi[u] = deg;
-                    }
+        for (u32 base = threadIdx.x & ~31u; base < W; base += NT) {
+            u32 w = base + lane;
+            bool hit = false;
+            u32 slot = 0;
+            i64 c = 0;
+            if (w < W) {
+                u32 lo = 0, hi = nl;  // off[lo] <= w < off[hi]
+                while (hi - lo > 1) {
+                    u32 mid = (lo + hi) >> 1;
+                    if (off[mid] <= w) lo = mid; else hi = mid;
+                }
+                const u32 p = lo, i = w - off[p];
+                const i64 row = q * R + (nar ? t : (int)p);
+                const int* toks = ptok + row * K;
+                const u32 n = beam_n[p], deg = beam_deg[p];
+                const i64 first = beam_first[p];
+                u32 k;
+                bool match;
+                if (deg < n) {  // child i: its label among the proposals
+                    c = first + i;
+                    i64 lab = label_of(tr, c);
+                    k = tokens_lower_bound(toks, n, lab);
+                    match = k < n && (i64)toks[k] == lab;
+                } else {  // proposal i: its token among the children
+                    k = i;
+                    i64 tok = toks[k];
+                    c = children_lower_bound(tr, first, first + deg, tok);
+                    match = c < first + deg && label_of(tr, c) == tok;
+                }
+                if (match) {
+                    hit = beam_score[p] + plp[row * K + k] > theta_sent;
+                    slot = p * (u32)K + k;
                 }
             }
-#pragma unroll
-            for (int u = 0; u < B1U; ++u) {  // the needles, loaded together
-                const i64 row = q * R + (nar ? t : (int)bp[u]);
-                bneed[u] = !bst[u] ? 0 : (bst[u] & 2) ? (int)label_of(tr, bsrc[u]) : ptok[row * K + bk[u]];
-            }
-            for (;;) {
-                int key[B1U];
-                bool more = false;
-#pragma unroll
-                for (int u = 0; u < B1U; ++u) {
-                    key[u] = 0;
-                    if (blo[u] < bhi[u]) {  // only active items have a range
-                        const u32 mid = (blo[u] + bhi[u]) >> 1;
-                        const i64 row = q * R + (nar ? t : (int)bp[u]);
-                        key[u] = (bst[u] & 2) ? ptok[row * K + mid] : (int)label_of(tr, bsrc[u] + mid);
-                        more = true;
-                    }
-                }
-                if (!more) break;
-#pragma unroll
-                for (int u = 0; u < B1U; ++u) {
-                    if (blo[u] < bhi[u]) {
-                        const u32 mid = (blo[u] + bhi[u]) >> 1;
-                        if (key[u] == bneed[u]) {
-                            bst[u] |= 4;
-                            if (bst[u] & 2) bk[u] = mid; else bsrc[u] += mid;  // -> the matching child
-                            blo[u] = bhi[u];
-                        } else if (key[u] < bneed[u]) {
-                            blo[u] = mid + 1;
-                        } else {
-                            bhi[u] = mid;
-                        }
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < B1U; ++u) {
-                bool hit = false;
-                if (bst[u] & 4) {
-                    const i64 row = q * R + (nar ? t : (int)bp[u]);
-                    hit = beam_score[bp[u]] + plp[row * K + bk[u]] > theta_sent;
-                }
-                u32 pm = warp_append(hit, &s.misc[6]);
-                if (hit) {
-                    const u32 slot = bp[u] * (u32)K + bk[u];
-                    match_list[pm] = slot;
-                    slot_node[slot] = bsrc[u];
-                }
+            u32 pm = warp_append(hit, &s.misc[6]);
+            if (hit) {
+                match_list[pm] = slot;
+                slot_node[slot] = c;
             }
         }
         __syncthreads();
