@@ -80,5 +80,6 @@ for t, p, n in tails:
           f"{(p[i, 12] - last) / 1e3:.1f}")
     sms = p[:, 20:20 + min(8, be.fused_cluster)].astype(int)
     shared = [r for r in range(len(p)) if np.isin(sms[r], np.delete(sms, r, axis=0)).any()]
+    print(f"   candidates: slowest request {int(p[i, 15])}, median {int(np.median(p[:, 15]))}, max {int(p[:, 15].max())}")
     print(f"   SMs: {len(np.unique(sms))} distinct for {sms.size} blocks; requests sharing an SM with another: "
           f"{shared}; slowest request {i}")
