@@ -5,8 +5,10 @@ A call stages the proposals and the float64 length factors in a pinned buffer an
 device at once; `prep_kernel` (one block per proposal row) filters, sorts by token and dedupes them;
 `search_kernel` (one block per query) runs all steps and writes the results (kernels/trie_search.cu
 says why one block per query). No host synchronisation; the outputs are new arrays, every other buffer
-is allocated once per shape and reused. Proposals may also be CuPy arrays (no upload then but the
-factors). Rows longer than PREP_CAP are prepared on the host instead (numba, as on the CPU).
+is allocated once per shape and reused. With proposals on the host (the usual NAR call) the copy and both
+launches are captured once per (shape, trie, thresholds) as a CUDA graph and replayed (CupyDevice.replay).
+Proposals may also be CuPy arrays (no upload then but the factors). Rows longer than PREP_CAP are
+prepared on the host instead (numba, as on the CPU).
 
 `device` below is a CupyDevice; tests/test_trie_gpu_emu.py passes a CPU emulation with the same methods,
 which is how the kernels are checked without a GPU."""
