@@ -126,6 +126,9 @@ struct Smem {
     i64 lvl[16];       // level offsets of the trie (depth of a node without global loads)
     u32 row_off[NT];   // expand: first child number of each row of the current batch
     i64 row_j0[NT];    // expand: first CSR child index of each row
+#ifdef ROWBS
+    float row_bs[NT];  // expand: beam score of each row (one shared load a candidate, not a global one)
+#endif
     float warp_max[32];
     float s_top;
     u32 m_topn;        // block 0: fill counter of the radix-selected passers
@@ -263,6 +266,9 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         u32 incl = block_scan(deg, S.warp_tot);
         S.row_off[tid] = incl - deg;
         S.row_j0[tid] = j0;
+#ifdef ROWBS
+        S.row_bs[tid] = x0 + tid < nmine ? beam_scores[r] : 0.0f;
+#endif
         if (tid == NT - 1) S.s_wtot = incl;
         __syncthreads();
         const u32 total = S.s_wtot;
@@ -293,7 +299,11 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                 sv[u] = 0.0f;
                 if (f0 + u * NT + tid < total) {
                     i64 row = q0 + (i64)CL * xr[u], at = row * (i64)V + tk[u];
+#ifdef ROWBS
+                    sv[u] = S.row_bs[xr[u]] + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at));
+#else
                     sv[u] = beam_scores[row] + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at));
+#endif
                 }
             }
 #pragma unroll
