@@ -35,9 +35,9 @@ NON_PORTABLE, SCHED = 14, 15  # CUfunction_attribute values (cuda.h)
 
 def set_attr(fn, attr, value):
     try:
-        cp.cuda.driver.funcSetAttribute(fn.ptr, attr, value)
+        cp.cuda.driver.funcSetAttribute(fn.kernel.ptr, attr, value)
     except (AttributeError, TypeError):  # CuPy without this wrapper: the driver call through ctypes
-        rc = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(ctypes.c_void_p(fn.ptr), attr, value)
+        rc = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(ctypes.c_void_p(fn.kernel.ptr), attr, value)
         if rc:
             raise RuntimeError(f"cuFuncSetAttribute({attr}, {value}) failed: {rc}")
 

@@ -37,6 +37,9 @@
 #ifndef NT
 #define NT 512          // threads per block: two blocks an SM, so 16 clusters of 8 fit at once on an H200
 #endif
+#ifndef MINB
+#define MINB 2          // blocks an SM must hold (launch bounds)
+#endif
 #define BPT (FB / NT)   // score bins per thread in the bin scans
 #ifndef EU
 #define EU 4            // candidates a thread handles per pass of the expand and list loops
@@ -142,7 +145,7 @@ struct Smem {
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in backend_cuda.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
-extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 2)
+extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, MINB)
 fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
                   int V, const float* beam_scores, const i64* row_req, i64 R, int D, int k, int gtm, int count_all,
                   u64* __restrict__ cand, int* __restrict__ cand_child, u64* __restrict__ passed,
