@@ -51,7 +51,8 @@
 #define RAD_PASSES 8    // 8-bit digits of a 64-bit composite
 // The merged per-bin arrays (m_cand, m_pass, m_fill) are spread over the cluster: block OWNER(i) holds
 // bin i, so the blocks' remote adds and loads land on CL shared memories, not all on block 0's.
-#define OWNER(i) ((u32)(i) / (u32)(FB / CL))
+// (i * CL / FB, not i / (FB / CL): any cluster size, not only divisors of FB)
+#define OWNER(i) ((u32)(i) * (u32)CL / (u32)FB)
 
 #ifndef GTMKIT_EMU  // the emulation defines these for threads on the CPU
 // ---- cluster primitives (PTX; no cooperative_groups header under NVRTC) --------------------------
