@@ -44,6 +44,15 @@
 #ifndef EU
 #define EU 4            // candidates a thread handles per pass of the expand and list loops
 #endif
+#ifndef WEXP
+#define WEXP 1          // expand wide rows a warp per row (0: always one candidate a thread, rows by binary search)
+#endif
+#ifndef WEXP_MIN_DEG
+#define WEXP_MIN_DEG 16 // a batch of rows is wide from this mean out-degree on (a warp's lanes mostly busy)
+#endif
+#ifndef WEXP_MIN_ROWS
+#define WEXP_MIN_ROWS (NT / 32)  // ... and holds a row for every warp (one wide row: all threads on it)
+#endif
 #define FB 2048         // score bins
 #ifndef GT_CAP
 #define GT_CAP 2048     // bin T ranked directly up to this many passers; a radix select beyond
@@ -130,15 +139,13 @@ struct Smem {
     i64 lvl[16];       // level offsets of the trie (depth of a node without global loads)
     u32 row_off[NT];   // expand: first child number of each row of the current batch
     i64 row_j0[NT];    // expand: first CSR child index of each row
-#ifdef ROWBS
-    float row_bs[NT];  // expand: beam score of each row (one shared load a candidate, not a global one)
-#endif
     float warp_max[32];
     float s_top;
     u32 m_topn;        // block 0: fill counter of the radix-selected passers
     u32 n_cand, n_pass;  // this block's candidates and passers
     u32 n_work;        // this round's work list length
     int s_T, s_done;
+    u32 s_next;        // expand, warp per row: the next row of the batch to take
     u32 s_wtot;
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
 };
@@ -270,13 +277,63 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         u32 incl = block_scan(deg, S.warp_tot);
         S.row_off[tid] = incl - deg;
         S.row_j0[tid] = j0;
-#ifdef ROWBS
-        S.row_bs[tid] = x0 + tid < nmine ? beam_scores[r] : 0.0f;
-#endif
         if (tid == NT - 1) S.s_wtot = incl;
+        if (tid == 0) S.s_next = 0;
         __syncthreads();
         const u32 total = S.s_wtot;
         const int nr = nmine - x0 < NT ? nmine - x0 : NT;
+        if (WEXP && nr >= WEXP_MIN_ROWS && total >= (u32)WEXP_MIN_DEG * (u32)nr) {
+            // Wide rows (deep beams over dense levels): a warp per row, taken from a shared counter, its
+            // lanes on consecutive children. Finding each candidate's row by binary search (below) was
+            // ~40% of the warp instructions of the whole step at depths 2-3 (ncu), and the row's
+            // values are loaded once per warp instead of once per candidate.
+            for (;;) {
+                int x = 0;
+                if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
+                x = __shfl_sync(0xffffffffu, x, 0);
+                if (x >= nr) break;  // warp-uniform
+                const u32 off = S.row_off[x];
+                const u32 deg = (x + 1 < nr ? S.row_off[x + 1] : total) - off;
+                const i64 j0 = S.row_j0[x];
+                const i64 row = q0 + (i64)CL * x;
+                const float bs = beam_scores[row];
+                const u32 id0 = (u32)(row - r0) * (u32)D;
+                const i64 lp0 = row * (i64)V;
+                u64* oc = my_cand + nc + off;
+                int* och = my_child + nc + off;
+                const int* ct = t.child_tokens + j0;
+                for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (match_any below)
+                    int tk[EU];
+                    float sv[EU];
+#pragma unroll
+                    for (int u = 0; u < EU; ++u) { u32 c = c0 + u * 32 + lane; tk[u] = c < deg ? ct[c] : 0; }
+#pragma unroll
+                    for (int u = 0; u < EU; ++u) {
+                        u32 c = c0 + u * 32 + lane;
+                        sv[u] = c < deg ? bs + (lp_dtype == 0 ? lp32[lp0 + tk[u]] : load_lp(logprobs, lp_dtype, lp0 + tk[u])) : 0.0f;
+                    }
+#pragma unroll
+                    for (int u = 0; u < EU; ++u) {
+                        u32 c = c0 + u * 32 + lane;
+                        int bn = -1;
+                        if (c < deg) {
+                            float sc = sv[u];
+                            if (sc != sc) sc = -__int_as_float(0x7f800000);  // NaN ranks as -inf
+                            if (sc == 0.0f) sc = 0.0f;                        // -0 ties +0 (as on the CPU)
+                            u64 cc = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - (id0 + c));
+                            oc[c] = cc;
+                            och[c] = (int)(j0 + c + 1);
+                            bn = bin_of<FB>(cc, top);
+                        }
+                        unsigned same = __match_any_sync(0xffffffffu, bn);
+                        if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&S.cum[bn], (u32)__popc(same));
+                    }
+                }
+            }
+            nc += total;
+            __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
+            continue;
+        }
         // EU candidates a thread per pass, each phase's loads issued for all of them before any is
         // used: one candidate at a time would put a token load and a log-prob gather back to back on
         // the critical path of every candidate.
@@ -303,11 +360,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                 sv[u] = 0.0f;
                 if (f0 + u * NT + tid < total) {
                     i64 row = q0 + (i64)CL * xr[u], at = row * (i64)V + tk[u];
-#ifdef ROWBS
-                    sv[u] = S.row_bs[xr[u]] + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at));
-#else
                     sv[u] = beam_scores[row] + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at));
-#endif
                 }
             }
 #pragma unroll
