@@ -64,8 +64,7 @@ class Variant:
         self.fn = fn
 
     def use(self, be):
-        be.k_fused, be.fused_cluster = self.fn, self.cl
-        bc.FUSED_THREADS = self.nt
+        be.k_fused, be.fused_cluster, be.fused_threads = self.fn, self.cl, self.nt
 
 
 def step_graph(be, s, q, B):

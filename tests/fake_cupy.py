@@ -133,12 +133,13 @@ def _module():
 def installed(monkeypatch, fused_cluster: int = 0):
     """sys.modules["cupy"] is the fake inside the block; gtmkit's CUDA backend module is reloaded on it. With
     fused_cluster, the device reports compute capability 9.0 and the backend takes the fused step with
-    clusters of that many blocks (GTMKIT_FUSED_CLUSTER); else the multi-kernel step."""
+    clusters of that many blocks of 256 threads (GTMKIT_FUSED_CLUSTER, _THREADS); else the multi-kernel step."""
     m = _module()
     if fused_cluster:
         m.cuda.Device = type("_Hopper", (_Device,), {"compute_capability": "90"})
         monkeypatch.setenv("GTMKIT_CUDA_STEP", "fused")
         monkeypatch.setenv("GTMKIT_FUSED_CLUSTER", str(fused_cluster))
+        monkeypatch.setenv("GTMKIT_FUSED_THREADS", "256")  # emulated threads are CPU threads: keep blocks small
     else:
         monkeypatch.setenv("GTMKIT_CUDA_STEP", "multi")
     monkeypatch.setitem(sys.modules, "cupy", m)

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 @pytest.mark.parametrize("mode,kw", MODES)
 def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw, path):
     """Both step paths of the backend: the multi-kernel one, and the fused one with clusters of 2 blocks
-    of 512 threads (the backend's own launch, scratch sizing and pointer tables)."""
+    of 256 threads (the backend's own launch, scratch sizing and pointer tables)."""
     if path == "fused" and mode != "static":
         pytest.skip("test_fused_emu.py runs the fused kernel in every mode; here its host side, once")
     idx, _, _ = _build(tmp_path, 72, mode, kw, n_ads=300, L=3, V=9)

@@ -84,9 +84,12 @@ class CudaBackend:
         major = cp.cuda.Device().compute_capability[:-1]
         self.fused = int(major) >= 9 and os.environ.get("GTMKIT_CUDA_STEP", "fused") != "multi"
         if self.fused:
-            # GTMKIT_FUSED_CLUSTER: blocks per request (CL), for experiments and the CPU emulation test; 8 by default
+            # GTMKIT_FUSED_CLUSTER: blocks per request (CL), for experiments and the CPU emulation test; 6 by default
             self.fused_cluster = int(os.environ.get("GTMKIT_FUSED_CLUSTER", FUSED_CLUSTER))
-            defines = () if self.fused_cluster == FUSED_CLUSTER else (f"CL={self.fused_cluster}",)
+            # GTMKIT_FUSED_THREADS: threads per block (NT), likewise; 1024 by default
+            self.fused_threads = int(os.environ.get("GTMKIT_FUSED_THREADS", FUSED_THREADS))
+            defines = (() if self.fused_cluster == FUSED_CLUSTER else (f"CL={self.fused_cluster}",)) + \
+                (() if self.fused_threads == FUSED_THREADS else (f"NT={self.fused_threads}",))
             self.k_fused = load_module(FUSED_FILE, defines).get_function("fused_step_kernel")
             self.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
         d = {name: cp.asarray(np.ascontiguousarray(getattr(t, name))) for name in t._fields if name != "jagged"}
@@ -197,7 +200,7 @@ class CudaBackend:
         grouped = self._buf("grouped", (cap,), cp.uint64, scratch)
         topsel = self._buf("topsel", (B, k), cp.uint64, scratch)
         parent, token, node, score, out_count = out
-        self.k_fused((B * self.fused_cluster,), (FUSED_THREADS,),
+        self.k_fused((B * self.fused_cluster,), (self.fused_threads,),
                      (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
                       np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,

@@ -9,8 +9,8 @@ import numpy as np
 
 from .arrays import RequestBatch, TrieArrays
 
-FUSED_CLUSTER = 8              # blocks per request (CL in gtm_fused.cu)
-FUSED_THREADS = 512            # threads per block (NT in gtm_fused.cu)
+FUSED_CLUSTER = 6              # blocks per request (CL in gtm_fused.cu)
+FUSED_THREADS = 1024           # threads per block (NT in gtm_fused.cu)
 FUSED_SMEM = 64 * 1024         # dynamic shared memory per block, >= sizeof(Smem) (static_assert there)
 
 

@@ -32,14 +32,19 @@
 // CL, NT, EU and GT_CAP may be overridden at compile time (the CPU emulation, tests/test_fused_emu.py,
 // shrinks them so that small inputs reach every path); backend_cuda.py's FUSED_* match the defaults.
 #ifndef CL
-#define CL 8            // blocks per request (cluster size)
+#define CL 6            // blocks per request (cluster size)
 #endif
 #ifndef NT
-#define NT 512          // threads per block: two blocks an SM, so 16 clusters of 8 fit at once on an H200
+#define NT 1024         // threads per block
 #endif
 #ifndef MINB
-#define MINB 2          // blocks an SM must hold (launch bounds)
+#define MINB 1          // blocks an SM must hold (launch bounds)
 #endif
+// Why 6 x 1024 with one block an SM (H200, benchmarks/gpu_fused_variants.py, 16 requests): the step is
+// latency-bound (~4 warps a scheduler, one eligible a third of the time), so threads a request matter;
+// 16 clusters of 6 SMs fit at once (96 SMs, none shared), while 8 x 1024 or 16 x 512 leave a second
+// wave (some GPCs hold fewer than 8 free SMs) and 8 x 512 at two blocks an SM shares 8 SMs between
+// requests (~40% slower there). Whole graphed search 273 -> 247 us against 8 x 512.
 #define BPT (FB / NT)   // score bins per thread in the bin scans
 #ifndef EU
 #define EU 4            // candidates a thread handles per pass of the expand and list loops
