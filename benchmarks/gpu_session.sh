@@ -25,5 +25,6 @@ mkdir -p $OUT/trie
 python3 benchmarks/trie.py --keys 10000000 --search-keys 10000000 --devices cpu,cuda --threads 8 --build-reps 1 \
   --queries 100 --queries-large 100 --tput-seconds 1 --tput-rounds 20 --workdir /tmp/t --out $OUT/trie 2>&1 | tail -8
 # the device returns at most 8 files: bundle everything but the step tables
-(cd $OUT && tar czf session.tgz --exclude=session.tgz --exclude=step_gpu.json --exclude=step_gpu.md . && \
-  find . -mindepth 1 -not -name session.tgz -not -name 'step_gpu.*' -delete)
+# (the archive is written outside $OUT: tar refuses a folder that changes while it reads it)
+(cd $OUT && tar czf /tmp/session.tgz --exclude=step_gpu.json --exclude=step_gpu.md . && \
+  find . -mindepth 1 -not -name 'step_gpu.*' -delete && mv /tmp/session.tgz $OUT/)
