@@ -55,9 +55,6 @@
 #ifndef WEXP_MIN_DEG
 #define WEXP_MIN_DEG 16 // a batch of rows is wide from this mean out-degree on (a warp's lanes mostly busy)
 #endif
-#ifndef WROWS
-#define WROWS 1         // rows a warp takes at once in the warp-per-row expand
-#endif
 #ifndef WEXP_MIN_ROWS
 #define WEXP_MIN_ROWS (NT / 32)  // ... and holds a row for every warp (one wide row: all threads on it)
 #endif
@@ -295,71 +292,42 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
             // lanes on consecutive children. Finding each candidate's row by binary search (below) was
             // ~40% of the warp instructions of the whole step at depths 2-3 (ncu), and the row's
             // values are loaded once per warp instead of once per candidate.
-            // A warp takes WROWS consecutive rows at once: their children are consecutive in the block's
-            // numbering, so the lanes run over them as one list and short rows share a pass (each pass
-            // waits for two dependent loads, the child token and then its log-prob).
             for (;;) {
                 int x = 0;
-                if (lane == 0) x = (int)atomicAdd(&S.s_next, (u32)WROWS);
+                if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
                 x = __shfl_sync(0xffffffffu, x, 0);
                 if (x >= nr) break;  // warp-uniform
                 const u32 off = S.row_off[x];
-                const int xe = x + WROWS < nr ? x + WROWS : nr;  // rows x .. xe-1
-                const u32 span = (xe < nr ? S.row_off[xe] : total) - off;
-                u32 ro[WROWS];   // first child number of each row, relative to off (rows past xe: span)
-                i64 rj[WROWS];   // its first CSR child index
-                float rb[WROWS]; // its beam score
-#pragma unroll
-                for (int g = 0; g < WROWS; ++g) {
-                    bool in = x + g < xe;
-                    ro[g] = in ? S.row_off[x + g] - off : span;
-                    rj[g] = in ? S.row_j0[x + g] : 0;
-                    rb[g] = in ? beam_scores[q0 + (i64)CL * (x + g)] : 0.0f;
-                }
+                const u32 deg = (x + 1 < nr ? S.row_off[x + 1] : total) - off;
+                const i64 j0 = S.row_j0[x];
+                const i64 row = q0 + (i64)CL * x;
+                const float bs = beam_scores[row];
+                const u32 id0 = (u32)(row - r0) * (u32)D;
+                const i64 lp0 = row * (i64)V;
                 u64* oc = my_cand + nc + off;
                 int* och = my_child + nc + off;
-                for (u32 c0 = 0; c0 < span; c0 += EU * 32) {  // warp-uniform bounds (match_any below)
-                    int tk[EU], gr[EU];
-                    i64 jj[EU];
+                const int* ct = t.child_tokens + j0;
+                for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (match_any below)
+                    int tk[EU];
                     float sv[EU];
 #pragma unroll
-                    for (int u = 0; u < EU; ++u) {
-                        u32 c = c0 + u * 32 + lane;
-                        int g = 0;  // the last row starting at or before c (empty rows are skipped over)
-#pragma unroll
-                        for (int h = 1; h < WROWS; ++h) g += c >= ro[h];
-                        i64 j0 = rj[0];
-                        u32 r0c = ro[0];
-#pragma unroll
-                        for (int h = 1; h < WROWS; ++h) if (g == h) { j0 = rj[h]; r0c = ro[h]; }
-                        gr[u] = g;
-                        jj[u] = j0 + (c - r0c);
-                        tk[u] = c < span ? t.child_tokens[jj[u]] : 0;
-                    }
+                    for (int u = 0; u < EU; ++u) { u32 c = c0 + u * 32 + lane; tk[u] = c < deg ? ct[c] : 0; }
 #pragma unroll
                     for (int u = 0; u < EU; ++u) {
                         u32 c = c0 + u * 32 + lane;
-                        float bs = rb[0];
-#pragma unroll
-                        for (int h = 1; h < WROWS; ++h) if (gr[u] == h) bs = rb[h];
-                        i64 at = (q0 + (i64)CL * (x + gr[u])) * (i64)V + tk[u];
-                        sv[u] = c < span ? bs + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at)) : 0.0f;
+                        sv[u] = c < deg ? bs + (lp_dtype == 0 ? lp32[lp0 + tk[u]] : load_lp(logprobs, lp_dtype, lp0 + tk[u])) : 0.0f;
                     }
 #pragma unroll
                     for (int u = 0; u < EU; ++u) {
                         u32 c = c0 + u * 32 + lane;
                         int bn = -1;
-                        if (c < span) {
+                        if (c < deg) {
                             float sc = sv[u];
                             if (sc != sc) sc = -__int_as_float(0x7f800000);  // NaN ranks as -inf
                             if (sc == 0.0f) sc = 0.0f;                        // -0 ties +0 (as on the CPU)
-                            u32 r0c = ro[0];
-#pragma unroll
-                            for (int h = 1; h < WROWS; ++h) if (gr[u] == h) r0c = ro[h];
-                            u32 id = (u32)(rank + CL * (x0 + x + gr[u])) * (u32)D + (c - r0c);
-                            u64 cc = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - id);
+                            u64 cc = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - (id0 + c));
                             oc[c] = cc;
-                            och[c] = (int)(jj[u] + 1);
+                            och[c] = (int)(j0 + c + 1);
                             bn = bin_of<FB>(cc, top);
                         }
                         unsigned same = __match_any_sync(0xffffffffu, bn);
