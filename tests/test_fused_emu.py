@@ -26,7 +26,7 @@ CONFIGS = {
     "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count
-    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1, WCHUNK=2),
+    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),
 }
 
 

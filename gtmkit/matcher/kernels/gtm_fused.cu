@@ -55,9 +55,6 @@
 #ifndef WEXP_MIN_DEG
 #define WEXP_MIN_DEG 16 // a batch of rows is wide from this mean out-degree on (a warp's lanes mostly busy)
 #endif
-#ifndef WCHUNK
-#define WCHUNK 0        // warp path work item: 0 a whole row, else row-aligned chunks of this many children
-#endif
 #ifndef WEXP_MIN_ROWS
 #define WEXP_MIN_ROWS (NT / 32)  // ... and holds a row for every warp (one wide row: all threads on it)
 #endif
@@ -147,20 +144,18 @@ struct Smem {
     i64 lvl[16];       // level offsets of the trie (depth of a node without global loads)
     u32 row_off[NT];   // expand: first child number of each row of the current batch
     i64 row_j0[NT];    // expand: first CSR child index of each row
-    u32 row_ch[NT];    // expand, warp path: first work item (chunk of WCHUNK children) of each row
     float warp_max[32];
     float s_top;
     u32 m_topn;        // block 0: fill counter of the radix-selected passers
     u32 n_cand, n_pass;  // this block's candidates and passers
     u32 n_work;        // this round's work list length
     int s_T, s_done;
-    u32 s_next;        // expand, warp path: the next work item of the batch to take
-    u32 s_items;       // expand, warp path: work items of the batch
+    u32 s_next;        // expand, warp per row: the next row of the batch to take
     u32 s_wtot;
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
 };
 
-static_assert(sizeof(Smem) <= 80 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
+static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in backend_cuda.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, MINB)
@@ -297,35 +292,13 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
             // lanes on consecutive children. Finding each candidate's row by binary search (below) was
             // ~40% of the warp instructions of the whole step at depths 2-3 (ncu), and the row's
             // values are loaded once per warp instead of once per candidate.
-            // Work items: whole rows, or with WCHUNK > 0 row-aligned chunks of WCHUNK children, so that
-            // rows of a few hundred children do not leave most warps idle at the end of the batch.
-            u32 items = (u32)nr;
-            if (WCHUNK > 0) {
-                u32 d = 0;
-                if (tid < nr) d = (tid + 1 < nr ? S.row_off[tid + 1] : total) - S.row_off[tid];
-                u32 nch = WCHUNK > 0 ? (d + WCHUNK - 1) / (WCHUNK > 0 ? WCHUNK : 1) : 0;
-                u32 cin = block_scan(nch, S.warp_tot);
-                S.row_ch[tid] = cin - nch;
-                if (tid == NT - 1) S.s_items = cin;
-                __syncthreads();
-                items = S.s_items;
-            }
             for (;;) {
-                int it = 0;
-                if (lane == 0) it = (int)atomicAdd(&S.s_next, 1u);
-                it = __shfl_sync(0xffffffffu, it, 0);
-                if ((u32)it >= items) break;  // warp-uniform
-                int x = it;
-                u32 cb = 0;
-                if (WCHUNK > 0) {  // the item's row: the last row whose first item is <= it (warp-uniform search)
-                    int a = 0, z = nr - 1;
-                    while (a < z) { int m = (a + z + 1) >> 1; if (S.row_ch[m] <= (u32)it) a = m; else z = m - 1; }
-                    x = a;
-                    cb = ((u32)it - S.row_ch[x]) * (u32)(WCHUNK > 0 ? WCHUNK : 1);
-                }
+                int x = 0;
+                if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
+                x = __shfl_sync(0xffffffffu, x, 0);
+                if (x >= nr) break;  // warp-uniform
                 const u32 off = S.row_off[x];
-                const u32 rdeg = (x + 1 < nr ? S.row_off[x + 1] : total) - off;
-                const u32 deg = WCHUNK > 0 && cb + WCHUNK < rdeg ? cb + WCHUNK : rdeg;  // children [cb, deg) of row x
+                const u32 deg = (x + 1 < nr ? S.row_off[x + 1] : total) - off;
                 const i64 j0 = S.row_j0[x];
                 const i64 row = q0 + (i64)CL * x;
                 const float bs = beam_scores[row];
@@ -334,7 +307,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                 u64* oc = my_cand + nc + off;
                 int* och = my_child + nc + off;
                 const int* ct = t.child_tokens + j0;
-                for (u32 c0 = cb; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (match_any below)
+                for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (match_any below)
                     int tk[EU];
                     float sv[EU];
 #pragma unroll
