@@ -28,7 +28,7 @@ import gtmkit  # noqa: E402
 import gtmkit.matcher.backend_cuda as bc  # noqa: E402
 from gtmkit.matcher.graph import GraphedBeamSearch  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
-from step_gpu import cuda_time, record_inputs  # noqa: E402
+from step_gpu import capture_step, cuda_time, record_inputs  # noqa: E402
 
 NON_PORTABLE, SCHED = 14, 15  # CUfunction_attribute values (cuda.h)
 
@@ -67,22 +67,6 @@ class Variant:
         be.k_fused, be.fused_cluster, be.fused_threads = self.fn, self.cl, self.nt
 
 
-def step_graph(be, s, q, B):
-    k = s["k"]
-    out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
-           cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
-    stream, scratch = cp.cuda.Stream(non_blocking=True), {}
-    args = (s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, k, True, False,
-            s["max_children"])
-    with stream:
-        be.step(*args, out=out, scratch=scratch)
-        stream.synchronize()
-        stream.begin_capture()
-        be.step(*args, out=out, scratch=scratch)
-        graph = stream.end_capture()
-    return graph, stream
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", required=True)
@@ -115,7 +99,7 @@ def main():
               f"variant's: {same}", flush=True)
         if not same:
             continue
-        graphs = [step_graph(be, s, q, B) for s in steps]
+        graphs = [capture_step(be, s, q, B) for s in steps]
         whole = GraphedBeamSearch(m, q, lambda step, prev, parents: recorded[step], sizes, gtm=True, postfilter=True)
         # in-kernel span and SM placement (eager, profile on)
         be.profile = cp.zeros((B, 32), cp.int64)

@@ -258,6 +258,12 @@ def main():
 
 def graph_step_ms(be, s, q, B):
     """One CD+GTM step captured alone in a CUDA graph: its device time without host launch gaps."""
+    graph, stream = capture_step(be, s, q, B)
+    return cuda_time(lambda: graph.launch(stream), reps=50, stream=stream)
+
+
+def capture_step(be, s, q, B):
+    """-> (graph, stream): one recorded CD+GTM step captured alone, with its own buffers."""
     k = s["k"]
     out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
            cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
@@ -271,7 +277,7 @@ def graph_step_ms(be, s, q, B):
         stream.begin_capture()
         be.step(*args, out=out, scratch=scratch)
         graph = stream.end_capture()
-    return cuda_time(lambda: graph.launch(stream), reps=50, stream=stream)
+    return graph, stream
 
 
 def whole_search(m, q, steps, res, sizes):

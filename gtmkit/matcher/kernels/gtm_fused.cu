@@ -131,7 +131,21 @@ __device__ __forceinline__ i64 node_at(const void* node_ids, int nid64, i64 r) {
     return nid64 ? ((const i64*)node_ids)[r] : (i64)((const int*)node_ids)[r];
 }
 
-// Shared memory (dynamic; FB-sized arrays): see fused_smem_bytes() in backend_cuda.py.
+// A candidate's composite from its score and number: NaN ranks as -inf, -0 ties +0 (as on the CPU).
+__device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
+    if (sc != sc) sc = -__int_as_float(0x7f800000);
+    if (sc == 0.0f) sc = 0.0f;
+    return ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
+}
+
+// counts[bn] += 1 for every lane with bn >= 0, one shared atomic per distinct bin of the warp (peaked
+// scores pile into few bins). Every lane of the warp must call it.
+__device__ __forceinline__ void warp_bin_add(u32* counts, int bn, int lane) {
+    unsigned same = __match_any_sync(0xffffffffu, bn);
+    if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&counts[bn], (u32)__popc(same));
+}
+
+// Shared memory (dynamic; FB-sized arrays): FUSED_SMEM in kernel_params.py covers it.
 struct Smem {
     u32 cum[FB];       // candidate histogram -> cumulative counts; after the rounds: pass offsets per bin
     u32 pcnt[FB];      // this block's passers per bin; after a round: the merged counts of its window
@@ -155,7 +169,7 @@ struct Smem {
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
 };
 
-static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in backend_cuda.py must cover Smem");
+static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, MINB)
@@ -289,9 +303,9 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         const int nr = nmine - x0 < NT ? nmine - x0 : NT;
         if (WEXP && nr >= WEXP_MIN_ROWS && total >= (u32)WEXP_MIN_DEG * (u32)nr) {
             // Wide rows (deep beams over dense levels): a warp per row, taken from a shared counter, its
-            // lanes on consecutive children. Finding each candidate's row by binary search (below) was
-            // ~40% of the warp instructions of the whole step at depths 2-3 (ncu), and the row's
-            // values are loaded once per warp instead of once per candidate.
+            // lanes on consecutive children, so no candidate searches for its row (below: about a quarter
+            // of the expand's instructions, ncu) and the row's values are loaded once per warp. Measured
+            // on the H200: ~4% off the whole search (benchmarks/results/step_gpu_profile.md).
             for (;;) {
                 int x = 0;
                 if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
@@ -322,16 +336,12 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                         u32 c = c0 + u * 32 + lane;
                         int bn = -1;
                         if (c < deg) {
-                            float sc = sv[u];
-                            if (sc != sc) sc = -__int_as_float(0x7f800000);  // NaN ranks as -inf
-                            if (sc == 0.0f) sc = 0.0f;                        // -0 ties +0 (as on the CPU)
-                            u64 cc = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - (id0 + c));
+                            u64 cc = candidate_key(sv[u], id0 + c);
                             oc[c] = cc;
                             och[c] = (int)(j0 + c + 1);
                             bn = bin_of<FB>(cc, top);
                         }
-                        unsigned same = __match_any_sync(0xffffffffu, bn);
-                        if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&S.cum[bn], (u32)__popc(same));
+                        warp_bin_add(S.cum, bn, lane);
                     }
                 }
             }
@@ -373,18 +383,13 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                 u32 f = f0 + u * NT + tid;
                 int bn = -1;
                 if (f < total) {
-                    float sc = sv[u];
-                    if (sc != sc) sc = -__int_as_float(0x7f800000);  // NaN ranks as -inf
-                    if (sc == 0.0f) sc = 0.0f;                        // -0 ties +0 (as on the CPU)
                     u32 idx = (u32)(q0 + (i64)CL * xr[u] - r0) * (u32)D + (u32)(jj[u] - S.row_j0[xr[u]]);
-                    u64 c = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
+                    u64 c = candidate_key(sv[u], idx);
                     my_cand[nc + f] = c;
                     my_child[nc + f] = (int)(jj[u] + 1);
                     bn = bin_of<FB>(c, top);
                 }
-                // one shared atomic per distinct bin of a warp: peaked scores pile into few bins
-                unsigned same = __match_any_sync(0xffffffffu, bn);
-                if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&S.cum[bn], (u32)__popc(same));
+                warp_bin_add(S.cum, bn, lane);
             }
         }
         nc += total;
@@ -459,8 +464,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                 if (lane == 0) at = atomicAdd(&S.n_pass, (u32)__popc(ballot));
                 at = __shfl_sync(0xffffffffu, at, 0);
                 if (pass) my_pass[at + __popc(ballot & ((1u << lane) - 1u))] = c;
-                unsigned same = __match_any_sync(0xffffffffu, pass ? bn : -1);
-                if (pass && lane == __ffs(same) - 1) atomicAdd(&S.pcnt[bn], (u32)__popc(same));
+                warp_bin_add(S.pcnt, pass ? bn : -1, lane);
             }
         }
         __syncthreads();
