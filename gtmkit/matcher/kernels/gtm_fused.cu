@@ -58,6 +58,9 @@
 #ifndef WEXP_MIN_ROWS
 #define WEXP_MIN_ROWS (NT / 32)  // ... and holds a row for every warp (one wide row: all threads on it)
 #endif
+#ifndef FIRST_WIN
+#define FIRST_WIN 3     // first GTM window, in multiples of k
+#endif
 #define FB 2048         // score bins
 #ifndef GT_CAP
 #define GT_CAP 2048     // bin T ranked directly up to this many passers; a radix select beyond
@@ -415,9 +418,10 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
 
     // ---- 3 lazy GTM rounds -----------------------------------------------------------------------
     int lo = -1;
-    // First window: k candidates suffice without GTM; with it, 3k (a pass rate down to ~1/3 in one
-    // round: the tests run side by side, so a wider first window costs little, a second round a lot).
-    int hi = (count_all || C == 0) ? FB - 1 : first_bin_f(S.cum, -1, gtm ? 3 * (i64)k : (i64)k);
+    // First window: k candidates suffice without GTM; with it, FIRST_WIN * k (a pass rate down to
+    // 1 / FIRST_WIN in one round: the tests run side by side, so a wider first window costs little, a
+    // second round a lot).
+    int hi = (count_all || C == 0) ? FB - 1 : first_bin_f(S.cum, -1, gtm ? FIRST_WIN * (i64)k : (i64)k);
     i64 passed_lo = 0;  // passers in bins <= lo
     int T = FB - 1;
     for (;;) {
