@@ -51,17 +51,18 @@ def main() -> None:
     if a.define:
         print("defines:", " ".join(a.define))
     dev._kernels = {n: mod.get_function(n) for n in ("prep_kernel", "search_kernel")}
-    prof = cp.ndarray((32,), cp.uint64, memptr=mod.get_global("trie_prof"))
+    prof = cp.ndarray((112,), cp.uint64, memptr=mod.get_global("trie_prof"))
     stream = cp.cuda.get_current_stream()
     for bw in (int(x) for x in a.bw.split(",")):
         tok, lp = synth_proposals(trie, a.queries, a.steps, bw, seed=2)
         tsc.trie_beam_search_cuda(trie, tok[:1], lp[:1], bw)  # warm-up
         stream.synchronize()
-        acc = np.zeros(32)
+        acc = np.zeros(112)
         walls, dev_ms = [], []
         ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
         for q in range(a.queries):
             prof[:] = 0
+            prof[30] = 8  # no step yet
             stream.synchronize()
             t = time.perf_counter()
             ev0.record(stream)
@@ -85,6 +86,10 @@ def main() -> None:
         print(f"  {'kernel':12s} {tot / 1e3:8.1f} us per query")
         print("  per step t: us (work items) " + ", ".join(
             f"{t}: {acc[13 + t] / 1e3:.1f} ({acc[21 + t]:.0f})" for t in range(min(a.steps, 8))))
+        cols = [i for i in PHASES if i not in (0, 8)]
+        print("  per step and phase, us:  step " + " ".join(f"{PHASES[i]:>9s}" for i in cols))
+        for t in range(min(a.steps, 8)):
+            print(f"  {'':24s}{t:5d} " + " ".join(f"{acc[32 + 10 * t + i] / 1e3:9.1f}" for i in cols))
 
 
 if __name__ == "__main__":

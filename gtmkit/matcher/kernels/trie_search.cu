@@ -49,19 +49,23 @@ typedef unsigned int u32;
 // Compiled with -DTRIE_PROF (benchmarks/trie_gpu_profile.py only): block 0's thread 0 adds the time
 // since its previous mark to trie_prof[i] at each PROF_MARK(i), and counts into PROF_ADD.
 #ifdef TRIE_PROF
-__device__ u64 trie_prof[32];
+// trie_prof[30] = the step being timed (8 = none: before and after the steps), [31] = the previous mark;
+// a mark's time also goes to trie_prof[32 + 10 * step + i] for steps < 8 (phases per step).
+__device__ u64 trie_prof[112];
 __device__ __forceinline__ u64 gtimer() {
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
 #define PROF_MARK(i) do { if (blockIdx.x == 0 && threadIdx.x == 0) { u64 now_ = gtimer(); \
-    trie_prof[i] += now_ - trie_prof[31]; trie_prof[31] = now_; } } while (0)
+    u64 d_ = now_ - trie_prof[31]; trie_prof[i] += d_; trie_prof[31] = now_; \
+    if (trie_prof[30] < 8) trie_prof[32 + 10 * trie_prof[30] + (i)] += d_; } } while (0)
 #define PROF_ADD(i, v) do { if (blockIdx.x == 0 && threadIdx.x == 0) trie_prof[i] += (u64)(v); } while (0)
 // per step t < 8: its time into trie_prof[13 + t], its work items into trie_prof[21 + t]
-#define PROF_STEP_BEGIN u64 step_t0_ = (blockIdx.x == 0 && threadIdx.x == 0) ? gtimer() : 0ull
+#define PROF_STEP_BEGIN u64 step_t0_ = 0; do { if (blockIdx.x == 0 && threadIdx.x == 0) { \
+    step_t0_ = gtimer(); trie_prof[30] = (u64)t; } } while (0)
 #define PROF_STEP_END(t, w) do { if (blockIdx.x == 0 && threadIdx.x == 0 && (t) < 8) { \
-    trie_prof[13 + (t)] += gtimer() - step_t0_; trie_prof[21 + (t)] += (u64)(w); } } while (0)
+    trie_prof[13 + (t)] += gtimer() - step_t0_; trie_prof[21 + (t)] += (u64)(w); trie_prof[30] = 8; } } while (0)
 #else
 #define PROF_STEP_BEGIN do { } while (0)
 #define PROF_STEP_END(t, w) do { } while (0)
