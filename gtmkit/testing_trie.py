@@ -68,7 +68,7 @@ def ref_beam_search(ref: RefTrie, proposals, beam_width: int, theta_tok=-math.in
                     finished[k] = max(finished.get(k, norm), norm)
                 if ref.kids[node]:
                     cands.append((score, i, tok, node))
-        cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+        cands.sort(key=lambda c: (-c[0], len(c[3]), c[3]))  # ties: the prefixes' order (node id asc)
         live = [(c[3], c[0]) for c in cands[:beam_width]]
         if trace is not None:
             trace.append([(ref.node_id[c[3]], float(c[0]), c[1], c[2]) for c in cands[:beam_width]])

@@ -82,7 +82,7 @@ def test_ar_matches_reference(params):
     for t in range(T):
         live = stepper.step(tokens[t], logp[t])
         assert live.nodes.shape == (b, bw) and np.all(live.count <= bw)
-        for q in range(b):  # the live list itself, ties included: score desc, parent asc, token asc
+        for q in range(b):  # the live list itself, ties included: score desc, node id asc
             c = int(live.count[q])
             got = list(zip(live.nodes[q, :c].tolist(), live.scores[q, :c].tolist(), live.parents[q, :c].tolist(),
                            live.tokens[q, :c].tolist()))

@@ -5,8 +5,9 @@ bounded heaps for the top-BW live prefixes and finished keys. NAR (`trie_beam_se
 Semantics, at step t (new nodes at depth d = t+1): every live prefix (score s) meets every proposal
 (token, lp) with lp > theta_tok; the pair is a candidate if token is a child and s + lp > theta_sent.
 A candidate on a terminal node is finished with score (s + lp) * (6 / (5 + d)) ** alpha, before any beam
-cut; candidates with children are ranked by s + lp (ties: parent beam asc, then token asc) and the best
-beam_width stay live. The answer is the best beam_width finished keys (ties: key id asc). Scores add in
+cut; candidates with children are ranked by s + lp (ties: node id asc, which at one depth is the lexicographic
+order of the prefixes, so the rule does not depend on the order of the live list) and the best beam_width
+stay live, best first. The answer is the best beam_width finished keys (ties: key id asc). Scores add in
 float32; the normalised score is float32(float64(s + lp) * factor[d]), factor computed on the host.
 A token repeated in one proposal list counts once, with its best log-prob."""
 
@@ -29,13 +30,12 @@ from ..indexer.succinct_nav import child_range, has_children, is_terminal, key_i
 
 
 @njit(cache=True, inline="always")
-def live_better(s1, p1, t1, s2, p2, t2):
-    """Live candidates: score desc, then parent beam asc, then token asc."""
+def live_better(s1, n1, s2, n2):
+    """Live candidates: score desc, then node id asc (BFS ids: the prefixes' lexicographic order at one
+    depth; the GPU's NAR search then needs no ordered live list)."""
     if s1 != s2:
         return s1 > s2
-    if p1 != p2:
-        return p1 < p2
-    return t1 < t2
+    return n1 < n2
 
 
 @njit(cache=True, inline="always")
@@ -51,9 +51,9 @@ def _live_down(hs, hp, ht, hn, n, i):
     while True:
         w = i
         a, b = 2 * i + 1, 2 * i + 2
-        if a < n and live_better(hs[w], hp[w], ht[w], hs[a], hp[a], ht[a]):
+        if a < n and live_better(hs[w], hn[w], hs[a], hn[a]):
             w = a
-        if b < n and live_better(hs[w], hp[w], ht[w], hs[b], hp[b], ht[b]):
+        if b < n and live_better(hs[w], hn[w], hs[b], hn[b]):
             w = b
         if w == i:
             return
@@ -62,9 +62,9 @@ def _live_down(hs, hp, ht, hn, n, i):
 
 
 @njit(cache=True, inline="always")
-def live_enters(hs, hp, ht, n, s, p, tk):
-    """Would (s, p, tk) be kept by a heap holding n of its hs.shape[0] entries?"""
-    return n < hs.shape[0] or live_better(s, p, tk, hs[0], hp[0], ht[0])
+def live_enters(hs, hn, n, s, node):
+    """Would (s, node) be kept by a heap holding n of its hs.shape[0] entries?"""
+    return n < hs.shape[0] or live_better(s, node, hs[0], hn[0])
 
 
 @njit(cache=True)
@@ -75,12 +75,12 @@ def live_push(hs, hp, ht, hn, n, s, p, tk, node):
         hs[i], hp[i], ht[i], hn[i] = s, p, tk, node
         while i > 0:
             par = (i - 1) >> 1
-            if not live_better(hs[par], hp[par], ht[par], hs[i], hp[i], ht[i]):
+            if not live_better(hs[par], hn[par], hs[i], hn[i]):
                 break
             _live_swap(hs, hp, ht, hn, i, par)
             i = par
         return n + 1
-    if live_better(s, p, tk, hs[0], hp[0], ht[0]):
+    if live_better(s, node, hs[0], hn[0]):
         hs[0], hp[0], ht[0], hn[0] = s, p, tk, node
         _live_down(hs, hp, ht, hn, n, 0)
     return n
@@ -262,7 +262,7 @@ def _expand_chunk(t, ptok, plp, pcnt, row, q, c, n_chunks, live_node, live_score
                         nf = fin_push(fs, fk, nf, np.float32(np.float64(ns) * factor), key_id(t, node))
                     # a non-terminal node always has children; a terminal one is checked (one select)
                     # only when it would make the cut
-                    if not last and live_enters(hs, hp, ht, nl, ns, i, tok):
+                    if not last and live_enters(hs, hn, nl, ns, node):
                         if not term or has_children(t, node):
                             nl = live_push(hs, hp, ht, hn, nl, ns, i, tok, node)
                 k += 1

@@ -146,8 +146,8 @@ def _trie_params(dev, trie, what: str):
     cache = trie.__dict__.setdefault("_cuda_trie", {})
     if dev.key not in cache:
         a = _trie_arrays(trie, what)
-        if trie.num_keys >= 2**32 - 1:
-            raise GtmkitError(f"{what}: {trie.num_keys} keys are too many for the GPU search (< 2^32 - 1)")
+        if trie.num_nodes >= 2**32 - 1:  # node and key ids sit in 32 bits of the kernel's composites
+            raise GtmkitError(f"{what}: {trie.num_nodes} nodes are too many for the GPU search (< 2^32 - 1)")
         arrays = {name: dev.asarray(np.ascontiguousarray(getattr(a, name))) for name in TRIE_FIELDS
                   if name != "high_bits"}
         table = [int(a.high_bits) if name == "high_bits" else dev.ptr(arrays[name]) for name in TRIE_FIELDS]
@@ -188,6 +188,8 @@ class _Buffers:
         self.cand, self.slot_node, self.slot_first = (e((b, slots), t) for t in (np.uint64, np.int64, np.int64))
         self.slot_deg = e((b, slots), np.uint32)
         self.match = e((b, slots), np.uint32)  # a step's matches (slots), kernel phase B1 -> B2
+        self.cand_slot = e((b, slots), np.uint32)  # each live candidate's slot
+        self.kept = e((b, max(bw, 1)), np.uint64)  # AR: the kept candidates' composites before the sort
         stride = _pow2(bw) if _pow2(bw) > dev.sort_cap else 1
         self.scratch = e((b, stride), np.uint64)
         cells = max(b * rows * k, 1)
@@ -204,7 +206,7 @@ class _Buffers:
             [dev.ptr(x) for x in (*self.live[:4], self.live_first, self.live_deg, self.live.count, self.beam_n,
                                   self.beam_off, self.cand, self.slot_node, self.slot_first, self.slot_deg, self.fin,
                                   self.fin_count, self.scratch)]
-            + [bw, self.fin_cap, stride, dev.ptr(self.match)], np.int64))
+            + [bw, self.fin_cap, stride, dev.ptr(self.match), dev.ptr(self.cand_slot), dev.ptr(self.kept)], np.int64))
         self.dummy_ids, self.dummy_scores = e((1,), np.int64), e((1,), np.float32)
         # NAR results as a captured graph writes them (the caller gets copies)
         self.out_ids, self.out_scores = e((b, bw), np.int64), e((b, bw), np.float32)

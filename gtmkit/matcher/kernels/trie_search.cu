@@ -18,11 +18,14 @@
 // and at the end. Heavier steps stay exact (buffers hold BW*K candidates per query), only slower.
 //
 // Orders, as 64-bit composites: larger = better, distinct, never 0.
-//   live candidate     (sortable(score) << 32) | (0xFFFFFFFF - slot), slot = parent beam * K + k
+//   live candidate     (sortable(score) << 32) | (0xFFFFFFFF - child node id)
 //   finished key       (sortable(normalised score) << 32) | (0xFFFFFFFF - key id)
 //   prepared proposal  ((0xFFFFFFFF - token) << 32) | sortable_raw(logp)
-// Prepared rows are sorted by token, so k ascending is token ascending and slot ascending is the CPU's
-// tie rule (parent beam asc, token asc); key id ascending breaks ties among finished keys.
+// Live candidates tie by node id (the CPU's rule), which does not depend on the order of the live list:
+// a NAR search keeps its live list unordered (the best BW by an exact radix select, no sort; a sort was a
+// quarter of the kernel); the AR stepper, whose caller sees the list, sorts the kept ones best first.
+// A candidate's data sits in slot p*K+k (parent beam p, proposal k). Key id ascending breaks ties among
+// finished keys.
 //
 // NT, SORT_CAP, PREP_CAP and BEAM_CAP may be overridden at compile time (the CPU emulation test shrinks
 // them to reach every path with small inputs); NT must be a multiple of 32, at most 1024.
@@ -103,7 +106,10 @@ __device__ __forceinline__ u64 gtimer() {
 #define SP_BW 16
 #define SP_FIN_CAP 17       // >= BW * (K + 1): one step adds at most BW*K to at most BW kept
 #define SP_SCRATCH_STRIDE 18
-#define SP_MATCH 19         // u32 [b, BW*K] this step's matches (slots), phase B1 -> B2
+#define SP_MATCH 19         // u32 [b, BW*K] this step's matches (slots), phase B1 -> B2; then (AR) the
+                            //   slots of the kept candidates, in the order they were kept
+#define SP_CAND_SLOT 20     // u32 [b, BW*K] slot of each live candidate in SP_CAND
+#define SP_KEPT 21          // u64 [b, BW]   AR: the kept candidates' composites, in the order they were kept
 
 struct Trie {
     const u64* louds;
@@ -413,6 +419,20 @@ __device__ __forceinline__ const u64* block_top(const u64* src, u32 n, u32 cap, 
     return buf;
 }
 
+// Live entry i <- the candidate with composite x in slot sl (parent beam sl / K, proposal sl % K of row).
+__device__ __forceinline__ void write_live(u32 i, u64 x, u32 sl, int K, const i64* slot_node, const i64* slot_first,
+                                           const u32* slot_deg, const int* ptok, i64 row, i64* live_node,
+                                           i64* live_first, u32* live_deg, float* live_score, int* live_parent,
+                                           int* live_token) {
+    const u32 p = sl / (u32)K, k = sl - p * (u32)K;
+    live_node[i] = slot_node[sl];
+    live_first[i] = slot_first[sl];
+    live_deg[i] = slot_deg[sl];
+    live_score[i] = unsortable((u32)(x >> 32));
+    live_parent[i] = (int)p;
+    live_token[i] = ptok[row * K + k];
+}
+
 __device__ __forceinline__ Trie load_trie(const i64* TP) {
     Trie t;
     t.louds = (const u64*)TP[TP_LOUDS];
@@ -529,6 +549,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
     i64* slot_first = (i64*)SP[SP_SLOT_FIRST] + q * BW * K;
     u32* slot_deg = (u32*)SP[SP_SLOT_DEG] + q * BW * K;
     u32* match_list = (u32*)SP[SP_MATCH] + q * BW * K;
+    u32* cand_slot = (u32*)SP[SP_CAND_SLOT] + q * BW * K;
+    u64* kept = (u64*)SP[SP_KEPT] + q * BW;
     const i64 fin_cap = SP[SP_FIN_CAP];
     u64* fin = (u64*)SP[SP_FIN] + q * fin_cap;
     int* fin_count = (int*)SP[SP_FIN_COUNT] + q;
@@ -675,7 +697,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                     child_deg = (u32)(run_end(tr, z, c) - z - 1);
                     if (child_deg > 0) {
                         is_live = true;
-                        live_key = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - slot);
+                        live_key = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - (u32)c);
                         child_first = z - c;
                     }
                 }
@@ -692,6 +714,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
             u32 pf = warp_append(is_fin, &s.misc[5]);
             if (is_live) {  // slot_node[slot] holds the child since B1
                 cand[pl] = live_key;
+                cand_slot[pl] = slot;
                 slot_first[slot] = child_first;
                 slot_deg[slot] = child_deg;
             }
@@ -703,27 +726,56 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         PROF_MARK(3);  // phase B2
         PROF_ADD(11, n_live);
 
-        // The new live list: the best BW candidates, best first (none on the last step). It is built from
-        // the composites and the slot arrays alone, so it may overwrite the old list in place.
-        u32 m;
-        const u64* best = block_top(cand, n_live, BW, gbuf, s, &m);
-        for (u32 i = threadIdx.x; i < BW; i += NT) {
-            if (i < m) {
-                u64 x = best[i];
-                u32 sl = 0xFFFFFFFFu - (u32)x;
-                u32 p = sl / (u32)K, k = sl - p * (u32)K;
-                live_node[i] = slot_node[sl];
-                live_first[i] = slot_first[sl];
-                live_deg[i] = slot_deg[sl];
-                live_score[i] = unsortable((u32)(x >> 32));
-                live_parent[i] = (int)p;
-                live_token[i] = ptok[(q * R + (nar ? t : (int)p)) * K + k];
-            } else {
-                live_node[i] = -1;
-                live_score[i] = NEG_INF;
-                live_parent[i] = -1;
-                live_token[i] = -1;
+        // The new live list: the best BW candidates (none on the last step): every candidate at or above
+        // the BW-th composite (exact: composites are distinct). NAR writes them in the order they are
+        // kept; AR sorts their composites and each goes to its rank (best first). Built from the slot
+        // arrays alone, so it may overwrite the old list in place.
+        const u32 m = n_live < BW ? n_live : BW;
+        const u64 tau = n_live > BW ? block_select(cand, n_live, BW, s) : 0ull;
+        PROF_MARK(5);  // radix select
+        if (threadIdx.x == 0) s.misc[3] = 0;
+        __syncthreads();
+        for (u32 base = threadIdx.x & ~31u; base < n_live; base += NT) {
+            u32 i = base + lane;
+            u64 x = i < n_live ? cand[i] : 0ull;
+            bool keep = i < n_live && x >= tau;
+            u32 pos = warp_append(keep, &s.misc[3]);
+            if (keep) {
+                if (nar) {
+                    write_live(pos, x, cand_slot[i], K, slot_node, slot_first, slot_deg, ptok, q * R + t, live_node,
+                               live_first, live_deg, live_score, live_parent, live_token);
+                } else {
+                    kept[pos] = x;
+                    match_list[pos] = cand_slot[i];
+                }
             }
+        }
+        PROF_MARK(6);  // compaction
+        if (!nar && m > 0) {
+            u32 n2 = pow2_at_least(m);
+            u64* sb = n2 <= SORT_CAP ? s.sort : gbuf;
+            __syncthreads();  // kept[] is complete
+            for (u32 i = threadIdx.x; i < n2; i += NT) sb[i] = i < m ? kept[i] : 0ull;
+            if (n2 <= NT && sb == s.sort && 2 * n2 <= SORT_CAP) block_sort_desc_reg(sb, n2);
+            else block_sort_desc(sb, n2);
+            PROF_MARK(7);  // sort
+            for (u32 i = threadIdx.x; i < m; i += NT) {
+                const u64 x = kept[i];
+                u32 lo = 0, hi = m;  // its rank: sb[0, m) is descending, x is in it once
+                while (lo < hi) {
+                    u32 mid = (lo + hi) >> 1;
+                    if (sb[mid] > x) lo = mid + 1; else hi = mid;
+                }
+                const u32 sl = match_list[i], p = sl / (u32)K;
+                write_live(lo, x, sl, K, slot_node, slot_first, slot_deg, ptok, q * R + (int)p, live_node, live_first,
+                           live_deg, live_score, live_parent, live_token);
+            }
+        }
+        for (u32 i = m + threadIdx.x; i < BW; i += NT) {
+            live_node[i] = -1;
+            live_score[i] = NEG_INF;
+            live_parent[i] = -1;
+            live_token[i] = -1;
         }
         nl = m;
         __syncthreads();
