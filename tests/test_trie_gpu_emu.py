@@ -23,13 +23,14 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 # the kernels' trie navigation, callable on its own (device functions are plain functions here)
 NAV = r"""
 extern "C" void emu_nav(const long long* TP, long long n, long long* z, long long* label, long long* key,
-                        long long* nz) {
+                        long long* nz, long long* pz, long long* pnz) {
     Trie t = load_trie(TP);
     for (long long v = 0; v < n; ++v) {
         z[v] = select0(t, v);
         label[v] = v ? label_of(t, v) : -1;
         key[v] = get_bit(t.term, v) ? rank1(t.term, t.term_rank, v) : -1;
         nz[v] = run_end(t, z[v], v);
+        pz[v] = zero_pair(t, v, &pnz[v]);
     }
 }
 """
@@ -117,25 +118,47 @@ def assert_equal(got, want):
 
 
 def test_navigation_equals_numba(emu):
-    """select0, run ends (children), labels and key ids of the kernels at every node of a synthetic trie."""
+    """select0, run ends (children), labels and key ids of the kernels at every node of a synthetic trie;
+    zero_pair (sampled zero positions) gives the same child ranges."""
     from gtmkit.indexer import succinct_bits as bits, succinct_nav as nav
     from gtmkit.matcher.trie_search_cuda import _trie_params
     from gtmkit.synth_trie import synth_keys
     trie = SuccinctTrie.build(synth_keys(20000, seed=7, vocab=3_000_000))
     a, n = trie.arrays, trie.num_nodes
     tp = _trie_params(emu, trie, "test")
-    z, label, key, nz = (np.empty(n, np.int64) for _ in range(4))
-    p = [ctypes.c_void_p(x.ctypes.data) for x in (tp, z, label, key, nz)]
+    z, label, key, nz, pz, pnz = (np.empty(n, np.int64) for _ in range(6))
+    p = [ctypes.c_void_p(x.ctypes.data) for x in (tp, z, label, key, nz, pz, pnz)]
     emu.lib.emu_nav(p[0], ctypes.c_longlong(n), *p[1:])
     want_z = np.array([bits.select0(a.louds, a.louds_rank, a.louds_select0, v) for v in range(n)])
     assert np.array_equal(z, want_z)
     deg = np.array([nav.child_range(a, v)[1] - nav.child_range(a, v)[0] for v in range(n)])
     assert np.array_equal(nz - z - 1, deg)
+    assert np.array_equal(pz, z) and np.array_equal(pnz, nz)
     assert deg.max() > 128 and np.any((deg > 0) & (deg < 64))  # runs past two words (select path) and short ones
     assert np.array_equal(label[1:], nav.labels_of(a, np.arange(1, n)))
     assert label.max() >= 65536
     terminal = np.array([nav.is_terminal(a, v) for v in range(n)])
     assert np.array_equal(key[terminal], np.arange(trie.num_keys)) and np.all(key[~terminal] == -1)
+
+
+def test_root_directory_and_zero_samples():
+    from gtmkit.indexer import succinct_bits as bits
+    from gtmkit.matcher.trie_gpu_aux import root_directory, zero_positions
+    from gtmkit.synth_trie import synth_keys
+    trie = SuccinctTrie.build(synth_keys(5000, seed=3, vocab=100_000))
+    a = trie.arrays
+    labels, kids = trie.children(0)
+    rb, rr, nbits = root_directory(a)
+    assert nbits == labels[-1] + 1
+    for tok in np.unique(np.concatenate([labels, np.arange(0, nbits + 70, 97)])):
+        on = tok < nbits and bool((int(rb[tok >> 6]) >> int(tok & 63)) & 1)
+        assert on == (tok in set(labels.tolist()))
+        if on:
+            below = int(rr[tok >> 6]) + bin(int(rb[tok >> 6]) & ((1 << int(tok & 63)) - 1)).count("1")
+            assert kids[below] == trie.find_child(0, int(tok))
+    n_zeros = trie.num_nodes + 1
+    zp = zero_positions(a.louds, 2 * trie.num_nodes + 1, 3)
+    assert zp.tolist() == [bits.select0(a.louds, a.louds_rank, a.louds_select0, 8 * j) for j in range((n_zeros + 7) // 8)]
 
 
 def test_signatures_parsed():

@@ -22,12 +22,13 @@ import numpy as np
 
 from ..errors import GtmkitError
 from ..indexer.succinct_input import MAX_TOKEN
+from . import trie_gpu_aux as aux
 from .trie_search_cpu import LiveBeams, _beam_width, _float, _prepare_rows, _trie_arrays, length_factors, stepper_settings
 
 KERNEL_FILE = Path(__file__).with_name("kernels") / "trie_search.cu"
 NT, SORT_CAP, PREP_CAP, BEAM_CAP = 1024, 2048, 4096, 1024  # as compiled in kernels/trie_search.cu
 TRIE_FIELDS = ("louds", "louds_rank", "louds_select0", "label_low", "label_high", "high_bits", "terminal",
-               "terminal_rank")  # the kernel's TP_* table
+               "terminal_rank")  # the kernel's TP_* table, then the lookup tables of trie_gpu_aux
 KEPT_SHAPES = 4  # NAR buffer sets kept per device (least recently used dropped)
 
 
@@ -149,8 +150,16 @@ def _trie_params(dev, trie, what: str):
         if trie.num_nodes >= 2**32 - 1:  # node and key ids sit in 32 bits of the kernel's composites
             raise GtmkitError(f"{what}: {trie.num_nodes} nodes are too many for the GPU search (< 2^32 - 1)")
         arrays = {name: dev.asarray(np.ascontiguousarray(getattr(a, name))) for name in TRIE_FIELDS
-                  if name != "high_bits"}
+                  if name not in ("high_bits", "louds")}
+        arrays["louds"] = dev.asarray(aux.louds_padded(a.louds))
+        nbits = 2 * trie.num_nodes + 1
+        arrays["zpos"] = dev.asarray(aux.zero_positions(a.louds, nbits, aux.ZERO_SHIFT))
+        bits, before, root_nbits = aux.root_directory(a)
+        arrays["root_bits"], arrays["root_rank"] = dev.asarray(bits), dev.asarray(before)
+        root_first = int(trie.child_range(0)[0])
         table = [int(a.high_bits) if name == "high_bits" else dev.ptr(arrays[name]) for name in TRIE_FIELDS]
+        table += [dev.ptr(arrays["zpos"]), aux.ZERO_SHIFT, dev.ptr(arrays["root_bits"]), dev.ptr(arrays["root_rank"]),
+                  root_nbits, root_first]
         cache[dev.key] = (arrays, dev.asarray(np.array(table, np.int64)))
     return cache[dev.key][1]
 

@@ -85,6 +85,12 @@ __device__ __forceinline__ u64 gtimer() {
 #define TP_HIGH_BITS 5
 #define TP_TERMINAL 6
 #define TP_TERMINAL_RANK 7
+#define TP_ZPOS 8           // i64 [ceil(zeros / 2^zshift)] position of every 2^zshift-th zero (trie_gpu_aux.py)
+#define TP_ZSHIFT 9
+#define TP_ROOT_BITS 10     // u64: bit v set where the root has a child labelled v (v < root_nbits)
+#define TP_ROOT_RANK 11     // u32: ones before each word of it
+#define TP_ROOT_NBITS 12    // 0: no root directory (the root's children are binary-searched)
+#define TP_ROOT_FIRST 13    // the root's first child
 
 // Search state table: per-query buffers [b, ...] allocated once per shape, kept between launches.
 #define SP_LIVE_NODE 0      // i64 [b, BW]   live beams, best first: node
@@ -120,6 +126,12 @@ struct Trie {
     int hbits;
     const u64* term;
     const u64* term_rank;
+    const i64* zpos;      // louds is followed by 4 words of ones on the device (no zero), see zero_pair
+    int zshift;
+    const u64* rbits;
+    const u32* rrank;
+    i64 rnbits;
+    i64 rfirst;
 };
 
 struct Smem {
@@ -210,6 +222,38 @@ __device__ __forceinline__ i64 run_end(const Trie& t, i64 z, i64 k) {
     x = ~t.louds[w + 1];  // exists: a zero follows z
     if (x) return (w + 1) * 64 + (__ffsll((long long)x) - 1);
     return select0(t, k + 1);
+}
+
+// Position of the r-th (0-based) set bit of the four words x[0..3] (word 0 at w), or -1 if fewer.
+__device__ __forceinline__ i64 nth_in4(const u64* x, i64 w, int r) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        int c = __popcll(x[i]);
+        if (r < c) return (w + i) * 64 + select64(x[i], r);
+        r -= c;
+    }
+    return -1;
+}
+
+// The k-th zero (node k's, z) and the next one (*z1): node k's children are nodes z - k .. *z1 - k - 2.
+// From the sampled position of zero (k >> zshift) << zshift, both are found in the four words loaded
+// at once from there (one dependent read after the sample instead of select0's walk of the rank
+// directory and run_end's); zeros further away (long runs of ones: the root's) take the general path.
+__device__ __forceinline__ i64 zero_pair(const Trie& t, i64 k, i64* z1) {
+    const i64 j = k >> t.zshift;
+    const i64 p = t.zpos[j];
+    const int r = (int)(k - (j << t.zshift));  // zeros after p's (which is zero 0 here)
+    const i64 w = p >> 6;
+    u64 x[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[i] = ~t.louds[w + i];
+    x[0] &= ~0ull << (p & 63);
+    i64 z = nth_in4(x, w, r);
+    i64 n = z >= 0 ? nth_in4(x, w, r + 1) : -1;
+    if (z < 0) z = select0(t, k);
+    if (n < 0) n = run_end(t, z, k);
+    *z1 = n;
+    return z;
 }
 
 __device__ __forceinline__ bool get_bit(const u64* words, i64 i) { return (words[i >> 6] >> (i & 63)) & 1ull; }
@@ -443,6 +487,12 @@ __device__ __forceinline__ Trie load_trie(const i64* TP) {
     t.hbits = (int)TP[TP_HIGH_BITS];
     t.term = (const u64*)TP[TP_TERMINAL];
     t.term_rank = (const u64*)TP[TP_TERMINAL_RANK];
+    t.zpos = (const i64*)TP[TP_ZPOS];
+    t.zshift = (int)TP[TP_ZSHIFT];
+    t.rbits = (const u64*)TP[TP_ROOT_BITS];
+    t.rrank = (const u32*)TP[TP_ROOT_RANK];
+    t.rnbits = TP[TP_ROOT_NBITS];
+    t.rfirst = TP[TP_ROOT_FIRST];
     return t;
 }
 
@@ -649,6 +699,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                     i64 lab = label_of(tr, c);
                     k = tokens_lower_bound(toks, n, lab);
                     match = k < n && (i64)toks[k] == lab;
+                } else if (first == tr.rfirst && tr.rnbits > 0) {  // proposal i among the root's children:
+                    k = i;                                            // one read of the root directory
+                    const i64 tok = toks[k];
+                    match = false;
+                    if (tok < tr.rnbits) {
+                        const u64 word = tr.rbits[tok >> 6];
+                        const int bit = (int)(tok & 63);
+                        match = (word >> bit) & 1ull;
+                        c = first + (i64)tr.rrank[tok >> 6] + (i64)__popcll(word & ((1ull << bit) - 1ull));
+                    }
                 } else {  // proposal i: its token among the children
                     k = i;
                     i64 tok = toks[k];
@@ -693,8 +753,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                 if (!last) {
                     // the child's own child range, which the next step reads (and which tells
                     // whether a terminal child has children: a non-terminal one always has)
-                    i64 z = select0(tr, c);
-                    child_deg = (u32)(run_end(tr, z, c) - z - 1);
+                    i64 z1;
+                    const i64 z = zero_pair(tr, c, &z1);
+                    child_deg = (u32)(z1 - z - 1);
                     if (child_deg > 0) {
                         is_live = true;
                         live_key = ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - (u32)c);
