@@ -91,6 +91,9 @@ class EmuDevice:
     def copy_out(self, dst, src):
         dst[...] = src
 
+    def copy_to_host(self, dst, src):
+        dst[...] = src
+
     def launch(self, name, grid, args):
         self.launches.append(name)
         launch(self.lib, self.sigs, name, grid, self.nt, args)

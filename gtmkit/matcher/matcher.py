@@ -4,6 +4,8 @@ backend "cpu" = numba (this module's kernels_cpu); "cuda" = CuPy RawKernels (imp
 
 from __future__ import annotations
 
+import functools
+
 from typing import NamedTuple
 
 import numpy as np
@@ -28,6 +30,7 @@ class Step(NamedTuple):
     num_candidates: np.ndarray
 
 
+@functools.lru_cache(maxsize=1)
 def cuda_available() -> bool:
     try:
         import cupy
