@@ -47,7 +47,7 @@ class EmuDevice:
     def __init__(self, lib, sigs, cfg):
         self.lib, self.sigs = lib, sigs
         self.nt, self.sort_cap = cfg["NT"], cfg["SORT_CAP"]
-        self.prep_cap, self.beam_cap = cfg["PREP_CAP"], cfg["BEAM_CAP"]
+        self.prep_cap, self.beam_cap, self.cl = cfg["PREP_CAP"], cfg["BEAM_CAP"], cfg["CL"]
         self.key = ("emu",) + tuple(sorted(cfg.items()))
         self.buffers = {}
         self.launches = []
@@ -94,16 +94,18 @@ class EmuDevice:
     def copy_to_host(self, dst, src):
         dst[...] = src
 
-    def launch(self, name, grid, args):
+    def launch(self, name, grid, args, smem=0):
         self.launches.append(name)
-        launch(self.lib, self.sigs, name, grid, self.nt, args)
+        cl = self.cl if name == "search_kernel" else 1
+        launch(self.lib, self.sigs, name, grid, self.nt, args, cluster=cl, smem=smem)
 
 
 CONFIGS = {
-    # production shared-memory sizes, 4 warps
-    "wide": dict(NT=128, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024),
-    # one warp, tiny shared memory: radix select, global sort scratch and per-beam data, host-prepared rows
-    "tiny": dict(NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7),
+    # production shared-memory sizes, 4 warps, clusters of 3 blocks a query
+    "wide": dict(GTMKIT_EMU=1, NT=128, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, CL=3),
+    # one warp, tiny shared memory: radix select, global sort scratch and per-beam data, host-prepared
+    # rows; clusters of 2
+    "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, CL=2),
 }
 
 

@@ -27,7 +27,7 @@ from . import trie_gpu_aux as aux
 from .trie_search_cpu import LiveBeams, _beam_width, _float, _prepare_rows, _trie_arrays, length_factors, stepper_settings
 
 KERNEL_FILE = Path(__file__).with_name("kernels") / "trie_search.cu"
-NT, SORT_CAP, PREP_CAP, BEAM_CAP = 1024, 2048, 4096, 1024  # as compiled in kernels/trie_search.cu
+NT, SORT_CAP, PREP_CAP, BEAM_CAP, CL = 1024, 2048, 4096, 1024, 8  # as compiled in kernels/trie_search.cu (CL: blocks a query)
 TRIE_FIELDS = ("louds", "louds_rank", "louds_select0", "label_low", "label_high", "high_bits", "terminal",
                "terminal_rank")  # the kernel's TP_* table, then the lookup tables of trie_gpu_aux
 KEPT_SHAPES = 4  # NAR buffer sets kept per device (least recently used dropped)
@@ -36,7 +36,7 @@ KEPT_SHAPES = 4  # NAR buffer sets kept per device (least recently used dropped)
 class CupyDevice:
     """The current CUDA device as the search uses it."""
 
-    nt, sort_cap, prep_cap, beam_cap = NT, SORT_CAP, PREP_CAP, BEAM_CAP
+    nt, sort_cap, prep_cap, beam_cap, cl = NT, SORT_CAP, PREP_CAP, BEAM_CAP, CL
 
     def __init__(self):
         import cupy
@@ -134,8 +134,10 @@ class CupyDevice:
             stream.wait_event(done)
         buf.stream = stream
 
-    def launch(self, name: str, grid: int, args: tuple) -> None:
-        self._kernels[name]((grid,), (self.nt,), args)
+    def launch(self, name: str, grid: int, args: tuple, smem: int = 0) -> None:
+        """grid blocks of nt threads (search_kernel: in clusters of cl, compiled in) with smem bytes of
+        dynamic shared memory."""
+        self._kernels[name]((grid,), (self.nt,), args, shared_mem=smem)
 
 
 _devices = {}
@@ -171,6 +173,11 @@ def _trie_params(dev, trie, what: str):
     return cache[dev.key][1]
 
 
+def search_smem(dev) -> int:
+    """Dynamic shared memory of search_kernel (its s_* carve-up), bytes."""
+    return 8 * dev.sort_cap + 20 * dev.beam_cap + 4 * (dev.beam_cap + 1) + 4 * (256 + 33 + 8)
+
+
 def _pow2(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 
@@ -198,12 +205,20 @@ class _Buffers:
             if keep is not None:
                 self.fin[:, :keep.fin_cap] = keep.fin
         slots = max(bw * k, 1)
-        big = bw > dev.beam_cap  # per-beam data in global memory, not shared
-        self.beam_n = e((b, bw) if big else (1,), np.uint32)
-        self.beam_off = e((b, bw + 1) if big else (1,), np.uint32)
+        cl = dev.cl
+        big = bw > dev.beam_cap  # each block's copy of the per-beam data in global memory, not shared
+        self.beam_n = e((b, cl, bw) if big else (1,), np.uint32)
+        self.beam_off = e((b, cl, bw + 1) if big else (1,), np.uint32)
+        self.beam_first = e((b, cl, bw) if big else (1,), np.int64)
+        self.beam_deg = e((b, cl, bw) if big else (1,), np.uint32)
+        self.beam_score = e((b, cl, bw) if big else (1,), np.float32)
+        self.cnt = e((b, 4), np.uint32)  # cluster-wide counters, cleared by the kernel
         self.cand, self.slot_node, self.slot_first = (e((b, slots), t) for t in (np.uint64, np.int64, np.int64))
         self.slot_deg = e((b, slots), np.uint32)
-        self.match = e((b, slots), np.uint32)  # a step's matches (slots), kernel phase B1 -> B2
+        # a step's matches (slots), kernel phase B1 -> B2, per block of a query's cluster: a block gets at
+        # most ceil(work / (nt * cl)) * nt <= slots / cl + nt work items
+        self.match_stride = -(-slots // cl) + dev.nt
+        self.match = e((b, cl, self.match_stride), np.uint32)
         self.cand_slot = e((b, slots), np.uint32)  # each live candidate's slot
         self.kept = e((b, max(bw, 1)), np.uint64)  # AR: the kept candidates' composites before the sort
         stride = _pow2(bw) if _pow2(bw) > dev.sort_cap else 1
@@ -222,7 +237,9 @@ class _Buffers:
             [dev.ptr(x) for x in (*self.live[:4], self.live_first, self.live_deg, self.live.count, self.beam_n,
                                   self.beam_off, self.cand, self.slot_node, self.slot_first, self.slot_deg, self.fin,
                                   self.fin_count, self.scratch)]
-            + [bw, self.fin_cap, stride, dev.ptr(self.match), dev.ptr(self.cand_slot), dev.ptr(self.kept)], np.int64))
+            + [bw, self.fin_cap, stride, dev.ptr(self.match), dev.ptr(self.cand_slot), dev.ptr(self.kept),
+               dev.ptr(self.cnt), self.match_stride, dev.ptr(self.beam_first), dev.ptr(self.beam_deg),
+               dev.ptr(self.beam_score)], np.int64))
         self.dummy_ids, self.dummy_scores = e((1,), np.int64), e((1,), np.float32)
         # NAR results as a captured graph writes them, on the device and (host proposals) in pinned memory
         self.out_ids, self.out_scores = e((b, bw), np.int64), e((b, bw), np.float32)
@@ -345,10 +362,10 @@ def _search(dev, buf: _Buffers, tp, prepared: tuple, rows: int, nar: bool, t0: i
             init: bool, fbase: int, theta_sent, out: tuple = None) -> None:
     """search_kernel over steps t0 .. t1-1; with `out` (ids, scores) also the final top-BW into it."""
     ids, scores = out if out is not None else (buf.dummy_ids, buf.dummy_scores)
-    dev.launch("search_kernel", buf.b, (
+    dev.launch("search_kernel", buf.b * dev.cl, (
         tp, buf.sp, *prepared, np.int32(rows), np.int32(buf.k), np.int32(nar), np.int32(t0), np.int32(t1),
         np.int32(last), np.int32(init), np.int32(out is not None), np.float32(theta_sent), buf.factors,
-        np.int32(fbase), ids, scores))
+        np.int32(fbase), ids, scores), smem=search_smem(dev))
 
 
 def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, theta_sent=-math.inf,

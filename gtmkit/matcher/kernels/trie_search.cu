@@ -2,18 +2,18 @@
 // NVRTC: built-in types only, no headers. Bit vectors are LSB-first uint64 words; rank9 directories as in
 // gtmkit/indexer/succinct_bits.py (row s = ones before superblock s, seven packed 9-bit word counts).
 //
-// Why one block per query for all steps: on the synthetic workloads (1M-10M keys, BW=K=1000, T=8) a
-// step walks at most ~7k (beam, child or proposal) pairs and finds at most ~1.6k candidates (counted on
-// the CPU), so a step is a chain of short, latency-bound phases: more blocks per query would shorten
-// only the widest phase and add grid or cluster barriers to every step. One 1024-thread block per query
-// runs every step in a single launch with __syncthreads between phases (no kernel launches, grid syncs
-// or host round trips). A step: (A) each live beam's work, the shorter of its child list and its
-// proposal row, and a prefix sum; (B1) every work item binary-searches its entry in the other list and
-// the matches are compacted; (B2) a match becomes a finished key if terminal and, if it has children, a
-// live candidate, whose own child range is computed right there (the select0 that tells whether it has
-// children gives it), so no step starts with a select0 per beam; candidates are compacted with
-// warp-aggregated atomics; (C) the best BW by a bitonic sort in shared memory, after an exact radix
-// select when there are more than SORT_CAP.
+// One thread block cluster of CL blocks (one an SM) per query runs every step in a single launch, cluster
+// barriers between phases (no kernel launches, grid syncs or host round trips). Why a cluster and not one
+// block: a step's phases are chains of dependent reads of trie words scattered over ~100 MB, and one SM
+// keeps too few of them in flight (at BW=K=1000 on a 10M-key trie a step walks up to ~6k pairs: one block
+// spent ~12 us on the ~1000 child-range lookups of step 0 alone); CL SMs keep CL times as many. A step:
+// (A) every block: each live beam's work, the shorter of its child list and its proposal row, and a
+// prefix sum (redundantly in each block, from block 0's live list); (B1) the blocks take the work items
+// in turns, each binary-searches its entry in the other list and the block compacts its matches; (B2) a
+// block's match becomes a finished key if terminal and, if it has children, a live candidate, whose own
+// child range is computed right there, so no step starts with a select0 per beam; candidates and finished
+// keys go to the query's lists (warp-aggregated atomics on counters in global memory); cluster barrier;
+// (C) block 0 keeps the best BW (an exact radix select when there are more); cluster barrier.
 // Finished keys accumulate unordered and are cut to the best BW only when their buffer could overflow,
 // and at the end. Heavier steps stay exact (buffers hold BW*K candidates per query), only slower.
 //
@@ -46,8 +46,29 @@ typedef unsigned int u32;
 #ifndef BEAM_CAP
 #define BEAM_CAP 1024   // per-beam data (child range, score, work offsets) in shared memory when BW fits
 #endif
+#ifndef CL
+#define CL 8            // blocks (SMs) per query: a thread block cluster
+#endif
 #define NW (NT / 32)
 #define FULL 0xffffffffu
+
+#ifndef GTMKIT_EMU  // the CPU emulation (tests/cuda_emu.py) defines these for its threads
+// Cluster primitives as in gtm_fused.cu (PTX: NVRTC has no cooperative_groups header). The barrier's
+// arrive releases and its wait acquires at cluster scope.
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// Data another block of the cluster wrote this launch is read through L2 (ld.global.cg): this SM's L1
+// may hold the line from an earlier step.
+#define LDCG(p) __ldcg(p)
+#else
+#define LDCG(p) (*(p))
+#endif
 
 // Compiled with -DTRIE_PROF (benchmarks/trie_gpu_profile.py only): block 0's thread 0 adds the time
 // since its previous mark to trie_prof[i] at each PROF_MARK(i), and counts into PROF_ADD.
@@ -116,6 +137,11 @@ __device__ __forceinline__ u64 gtimer() {
                             //   slots of the kept candidates, in the order they were kept
 #define SP_CAND_SLOT 20     // u32 [b, BW*K] slot of each live candidate in SP_CAND
 #define SP_KEPT 21          // u64 [b, BW]   AR: the kept candidates' composites, in the order they were kept
+#define SP_CNT 22           // u32 [b, 4]    per step parity: live candidates, finished keys (cluster-wide)
+#define SP_MATCH_STRIDE 23  // SP_MATCH is [b, CL, stride]: block r's matches at r * stride
+#define SP_BEAM_FIRST 24    // i64 [b, CL, BW] } a block's copies of the live beams when BW > BEAM_CAP
+#define SP_BEAM_DEG 25      // u32 [b, CL, BW] } (SP_BEAM_N and SP_BEAM_OFF are [b, CL, BW (+1)] too)
+#define SP_BEAM_SCORE 26    // f32 [b, CL, BW] }
 
 struct Trie {
     const u64* louds;
@@ -401,7 +427,7 @@ __device__ __forceinline__ u64 block_select(const u64* a, u32 n, u32 m, Smem& s)
         for (u32 i = threadIdx.x; i < 256; i += NT) s.hist[i] = 0;
         __syncthreads();
         for (u32 i = threadIdx.x; i < n; i += NT) {
-            u64 x = a[i];
+            u64 x = LDCG(a + i);
             if ((x & fixed) == prefix) atomicAdd(&s.hist[(x >> shift) & 255ull], 1u);
         }
         __syncthreads();
@@ -439,7 +465,7 @@ __device__ __forceinline__ const u64* block_top(const u64* src, u32 n, u32 cap, 
     if (n <= SORT_CAP) {
         n2 = pow2_at_least(n);
         buf = s.sort;
-        for (u32 i = threadIdx.x; i < n2; i += NT) buf[i] = i < n ? src[i] : 0ull;
+        for (u32 i = threadIdx.x; i < n2; i += NT) buf[i] = i < n ? LDCG(src + i) : 0ull;
     } else {
         u64 tau = m < n ? block_select(src, n, m, s) : 0ull;
         PROF_MARK(5);  // radix select
@@ -450,7 +476,7 @@ __device__ __forceinline__ const u64* block_top(const u64* src, u32 n, u32 cap, 
         __syncthreads();
         for (u32 base = threadIdx.x & ~31u; base < n; base += NT) {
             u32 i = base + (threadIdx.x & 31u);
-            u64 x = i < n ? src[i] : 0ull;
+            u64 x = i < n ? LDCG(src + i) : 0ull;
             bool keep = i < n && x >= tau;
             u32 pos = warp_append(keep, &s.misc[3]);
             if (keep) buf[pos] = x;
@@ -469,9 +495,9 @@ __device__ __forceinline__ void write_live(u32 i, u64 x, u32 sl, int K, const i6
                                            i64* live_first, u32* live_deg, float* live_score, int* live_parent,
                                            int* live_token) {
     const u32 p = sl / (u32)K, k = sl - p * (u32)K;
-    live_node[i] = slot_node[sl];
-    live_first[i] = slot_first[sl];
-    live_deg[i] = slot_deg[sl];
+    live_node[i] = LDCG(slot_node + sl);  // written by any block of the cluster
+    live_first[i] = LDCG(slot_first + sl);
+    live_deg[i] = LDCG(slot_deg + sl);
     live_score[i] = unsortable((u32)(x >> 32));
     live_parent[i] = (int)p;
     live_token[i] = ptok[row * K + k];
@@ -558,26 +584,34 @@ __device__ __forceinline__ u32 fold_finished(u64* fin, u32 fc, u32 BW, u64* gbuf
 // [b, R, K]: beam p reads row t (nar) or row p (AR). init: start from the root. Step t normalises with
 // factors[t + 1 - fbase] (the host's float64 factors, so scores round as on the CPU); step last_step
 // builds no live list.
-extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
+extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) search_kernel(
     const i64* TP, const i64* SP, const int* ptok, const float* plp, const int* pcnt, int R, int K, int nar,
     int t0, int t1, int last_step, int init, int finalize, float theta_sent, const double* factors, int fbase,
     i64* out_ids, float* out_scores) {
-    __shared__ u64 s_sort[SORT_CAP];
-    __shared__ u32 s_off[BEAM_CAP + 1];
-    __shared__ i64 s_first[BEAM_CAP];  // copies of the live beams' first child, children, score
-    __shared__ u32 s_deg[BEAM_CAP];
-    __shared__ u32 s_n[BEAM_CAP];
-    __shared__ float s_score[BEAM_CAP];
-    __shared__ u32 s_hist[256];
-    __shared__ u32 s_warp[33];
-    __shared__ u32 s_misc[8];
+#ifdef GTMKIT_EMU
+    unsigned char* smem_raw = emu_dyn_smem();
+#else
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+#endif
+    // dynamic shared memory (SEARCH_SMEM bytes), per block of the cluster
+    u64* s_sort = (u64*)smem_raw;                    // [SORT_CAP]
+    i64* s_first = (i64*)(s_sort + SORT_CAP);        // [BEAM_CAP] copies of the live beams' first child,
+    u32* s_deg = (u32*)(s_first + BEAM_CAP);         // [BEAM_CAP]   children,
+    float* s_score = (float*)(s_deg + BEAM_CAP);     // [BEAM_CAP]   score,
+    u32* s_n = (u32*)(s_score + BEAM_CAP);           // [BEAM_CAP]   proposals
+    u32* s_off = s_n + BEAM_CAP;                     // [BEAM_CAP + 1] work offsets
+    u32* s_hist = s_off + BEAM_CAP + 1;              // [256]
+    u32* s_warp = s_hist + 256;                      // [33]
+    u32* s_misc = s_warp + 33;                       // [8]
     Smem s;
     s.sort = s_sort;
     s.warp = s_warp;
     s.hist = s_hist;
     s.misc = s_misc;
     const Trie tr = load_trie(TP);
-    const i64 q = blockIdx.x;
+    const i64 q = blockIdx.x / CL;
+    const u32 rank = cluster_rank();  // block `rank` of the query's cluster
+    const i64 qb = q * CL + rank;
     const u32 BW = (u32)SP[SP_BW];
     const u32 lane = threadIdx.x & 31u;
     i64* live_node = (i64*)SP[SP_LIVE_NODE] + q * BW;
@@ -587,18 +621,22 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
     i64* live_first = (i64*)SP[SP_LIVE_FIRST] + q * BW;
     u32* live_deg = (u32*)SP[SP_LIVE_DEG] + q * BW;
     int* live_count = (int*)SP[SP_LIVE_COUNT] + q;
-    // what phase B reads per beam: in shared memory when BW fits
+    // what phase B reads per beam, this block's copies: in shared memory when BW fits, else in global
+    // memory of the block's own
     const bool small = BW <= BEAM_CAP;
-    i64* beam_first = small ? s_first : live_first;
-    u32* beam_deg = small ? s_deg : live_deg;
-    float* beam_score = small ? s_score : live_score;
-    u32* beam_n = small ? s_n : (u32*)SP[SP_BEAM_N] + q * BW;
-    u32* off = small ? s_off : (u32*)SP[SP_BEAM_OFF] + q * (BW + 1);
+    i64* beam_first = small ? s_first : (i64*)SP[SP_BEAM_FIRST] + qb * BW;
+    u32* beam_deg = small ? s_deg : (u32*)SP[SP_BEAM_DEG] + qb * BW;
+    float* beam_score = small ? s_score : (float*)SP[SP_BEAM_SCORE] + qb * BW;
+    u32* beam_n = small ? s_n : (u32*)SP[SP_BEAM_N] + qb * BW;
+    u32* off = small ? s_off : (u32*)SP[SP_BEAM_OFF] + qb * (BW + 1);
     u64* cand = (u64*)SP[SP_CAND] + q * BW * K;
     i64* slot_node = (i64*)SP[SP_SLOT_NODE] + q * BW * K;
     i64* slot_first = (i64*)SP[SP_SLOT_FIRST] + q * BW * K;
     u32* slot_deg = (u32*)SP[SP_SLOT_DEG] + q * BW * K;
-    u32* match_list = (u32*)SP[SP_MATCH] + q * BW * K;
+    const i64 match_stride = SP[SP_MATCH_STRIDE];  // per block: at least the work items it can get
+    u32* match_all = (u32*)SP[SP_MATCH] + q * CL * match_stride;
+    u32* match_list = match_all + rank * match_stride;
+    u32* cnt = (u32*)SP[SP_CNT] + q * 4;  // [parity * 2]: live candidates, [parity * 2 + 1]: finished keys
     u32* cand_slot = (u32*)SP[SP_CAND_SLOT] + q * BW * K;
     u64* kept = (u64*)SP[SP_KEPT] + q * BW;
     const i64 fin_cap = SP[SP_FIN_CAP];
@@ -607,7 +645,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
     u64* gbuf = (u64*)SP[SP_SCRATCH] + q * SP[SP_SCRATCH_STRIDE];
     const float NEG_INF = __uint_as_float(0xff800000u);
 
-    if (init) {  // the root, score 0; nothing finished
+    if (init && rank == 0) {  // the root, score 0; nothing finished
         for (u32 i = threadIdx.x; i < BW; i += NT) {
             live_node[i] = i == 0 ? 0 : -1;
             live_score[i] = i == 0 ? 0.0f : NEG_INF;
@@ -621,11 +659,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
             *live_count = 1;
             *fin_count = 0;
         }
-        __syncthreads();
     }
-    u32 nl = (u32)*live_count;
-    u32 fc = (u32)*fin_count;
-    __syncthreads();  // every thread has read the counts before thread 0 may store new ones
+    if (rank == 0 && threadIdx.x < 4) cnt[threadIdx.x] = 0;
+    cluster_sync();
+    u32 nl = (u32)LDCG(live_count);
+    u32 fc = (u32)LDCG(fin_count);
+    cluster_sync();  // every thread has read the counts before block 0 may store new ones
     PROF_MARK(0);  // start
 
     for (int t = t0; t < t1 && nl > 0; ++t) {
@@ -639,14 +678,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         for (u32 base = 0; base < nl; base += NT) {
             u32 p = base + threadIdx.x;
             u32 work = 0;
-            if (p < nl) {
-                u32 deg = live_deg[p];
+            if (p < nl) {  // the live list is block 0's: read past L1, which may hold an older one
+                u32 deg = LDCG(live_deg + p);
                 u32 n = (u32)pcnt[q * R + (nar ? t : (int)p)];
-                if (small) {
-                    s_first[p] = live_first[p];
-                    s_deg[p] = deg;
-                    s_score[p] = live_score[p];
-                }
+                beam_first[p] = LDCG(live_first + p);
+                beam_deg[p] = deg;
+                beam_score[p] = LDCG(live_score + p);
                 beam_n[p] = n;
                 work = deg < n ? deg : n;
             }
@@ -658,25 +695,29 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         const u32 W = carry;
         PROF_MARK(2);  // phase A
         // a step finishes at most one key per work item: fold only when W more could overflow fin
-        if ((i64)fc + (i64)W > fin_cap) fc = fold_finished(fin, fc, BW, gbuf, s);
+        // (every block computes the same fc and W: the branch is cluster-uniform)
+        if ((i64)fc + (i64)W > fin_cap) {
+            if (rank == 0) fold_finished(fin, fc, BW, gbuf, s);
+            fc = fc < BW ? fc : BW;
+            cluster_sync();
+        }
+        const u32 par = (u32)(t & 1);  // this step's counters; block 0 clears the other pair below
         PROF_MARK(1);  // fold
         PROF_ADD(10, W);
         PROF_ADD(12, 1);
         if (threadIdx.x == 0) {
             off[nl] = W;
-            s.misc[4] = 0;  // live candidates
-            s.misc[5] = 0;  // finished keys
-            s.misc[6] = 0;  // matches
+            s.misc[6] = 0;  // this block's matches
         }
         __syncthreads();
 
-        // Phase B1: work item w belongs to the beam p with off[p] <= w < off[p+1]; it finds its entry in
-        // the other list, and a match above theta_sent goes on the match list (its slot p*K+k; the node in
-        // slot_node). Phase B2 then walks the child range and key id of the matches only: the select0
-        // chain (several dependent DRAM reads on a large trie) runs once for all matches, not in every
-        // B1 round that happens to hold one. Loop bounds are warp-uniform so every lane reaches the
-        // warp_append ballots.
-        for (u32 base = threadIdx.x & ~31u; base < W; base += NT) {
+        // Phase B1: the cluster's blocks take the work items in turns of NT. Work item w belongs to the beam
+        // p with off[p] <= w < off[p+1]; it finds its entry in the other list, and a match above
+        // theta_sent goes on the block's match list (its slot p*K+k; the node in slot_node). Phase B2 then
+        // walks the child range and key id of the block's matches only: the select0 chain runs once for
+        // all of them, not in every B1 round that happens to hold one. Loop bounds are warp-uniform so
+        // every lane reaches the warp_append ballots.
+        for (u32 base = rank * NT + (threadIdx.x & ~31u); base < W; base += NT * CL) {
             u32 w = base + lane;
             bool hit = false;
             u32 slot = 0;
@@ -771,8 +812,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                     fin_key = ((u64)sortable(norm) << 32) | (u64)(0xFFFFFFFFu - (u32)key);
                 }
             }
-            u32 pl = warp_append(is_live, &s.misc[4]);
-            u32 pf = warp_append(is_fin, &s.misc[5]);
+            u32 pl = warp_append(is_live, &cnt[2 * par]);  // the query's lists, over the whole cluster
+            u32 pf = warp_append(is_fin, &cnt[2 * par + 1]);
             if (is_live) {  // slot_node[slot] holds the child since B1
                 cand[pl] = live_key;
                 cand_slot[pl] = slot;
@@ -781,9 +822,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
             }
             if (is_fin) fin[fc + pf] = fin_key;
         }
-        __syncthreads();
-        const u32 n_live = s.misc[4];
-        fc += s.misc[5];
+        cluster_sync();  // every block's candidates, finished keys and slots are written
+        const u32 n_live = LDCG(&cnt[2 * par]);
+        fc += LDCG(&cnt[2 * par + 1]);
+        if (rank == 0 && threadIdx.x < 2) cnt[2 * (par ^ 1u) + threadIdx.x] = 0;  // last read a step ago
         PROF_MARK(3);  // phase B2
         PROF_ADD(11, n_live);
 
@@ -792,22 +834,23 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         // kept; AR sorts their composites and each goes to its rank (best first). Built from the slot
         // arrays alone, so it may overwrite the old list in place.
         const u32 m = n_live < BW ? n_live : BW;
+        if (rank == 0) {  // block 0 builds it (the others wait at the barrier below)
         const u64 tau = n_live > BW ? block_select(cand, n_live, BW, s) : 0ull;
         PROF_MARK(5);  // radix select
         if (threadIdx.x == 0) s.misc[3] = 0;
         __syncthreads();
         for (u32 base = threadIdx.x & ~31u; base < n_live; base += NT) {
             u32 i = base + lane;
-            u64 x = i < n_live ? cand[i] : 0ull;
+            u64 x = i < n_live ? LDCG(cand + i) : 0ull;
             bool keep = i < n_live && x >= tau;
             u32 pos = warp_append(keep, &s.misc[3]);
             if (keep) {
                 if (nar) {
-                    write_live(pos, x, cand_slot[i], K, slot_node, slot_first, slot_deg, ptok, q * R + t, live_node,
+                    write_live(pos, x, LDCG(cand_slot + i), K, slot_node, slot_first, slot_deg, ptok, q * R + t, live_node,
                                live_first, live_deg, live_score, live_parent, live_token);
                 } else {
                     kept[pos] = x;
-                    match_list[pos] = cand_slot[i];
+                    match_all[pos] = LDCG(cand_slot + i);
                 }
             }
         }
@@ -827,7 +870,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
                     u32 mid = (lo + hi) >> 1;
                     if (sb[mid] > x) lo = mid + 1; else hi = mid;
                 }
-                const u32 sl = match_list[i], p = sl / (u32)K;
+                const u32 sl = match_all[i], p = sl / (u32)K;
                 write_live(lo, x, sl, K, slot_node, slot_first, slot_deg, ptok, q * R + (int)p, live_node, live_first,
                            live_deg, live_score, live_parent, live_token);
             }
@@ -838,13 +881,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
             live_parent[i] = -1;
             live_token[i] = -1;
         }
+        }
         nl = m;
-        __syncthreads();
+        cluster_sync();  // the new live list is written
         PROF_MARK(4);  // new live list
         PROF_STEP_END(t, W);
     }
 
-    if (finalize) {
+    if (finalize && rank == 0) {
         u32 m;
         const u64* best = block_top(fin, fc, BW, gbuf, s, &m);
         for (u32 i = threadIdx.x; i < BW; i += NT) {
@@ -855,7 +899,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) search_kernel(
         }
         fc = m;
     }
-    if (threadIdx.x == 0) {
+    if (rank == 0 && threadIdx.x == 0) {
         *live_count = (int)nl;
         *fin_count = (int)fc;
     }
