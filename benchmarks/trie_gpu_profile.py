@@ -51,6 +51,9 @@ def main() -> None:
     if a.define:
         print("defines:", " ".join(a.define))
     dev._kernels = {n: mod.get_function(n) for n in ("prep_kernel", "search_kernel")}
+    for d in a.define:  # the host sizes its launches and buffers by the cluster size
+        if d.startswith("CL="):
+            dev.cl = int(d[3:])
     prof = cp.ndarray((112,), cp.uint64, memptr=mod.get_global("trie_prof"))
     stream = cp.cuda.get_current_stream()
     for bw in (int(x) for x in a.bw.split(",")):

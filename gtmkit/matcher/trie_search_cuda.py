@@ -3,8 +3,8 @@
 
 A call stages the proposals and the float64 length factors in a pinned buffer and copies them to the
 device at once; `prep_kernel` (one block per proposal row) filters, sorts by token and dedupes them;
-`search_kernel` (one block per query) runs all steps and writes the results (kernels/trie_search.cu
-says why one block per query). No host synchronisation; the outputs are new arrays, every other buffer
+`search_kernel` (a cluster of CL blocks per query) runs all steps and writes the results
+(kernels/trie_search.cu says why a cluster). No host synchronisation; the outputs are new arrays, every other buffer
 is allocated once per shape and reused. With proposals on the host (the usual NAR call) the copy and both
 launches are captured once per (shape, trie, thresholds) as a CUDA graph and replayed (CupyDevice.replay).
 Proposals may also be CuPy arrays (no upload then but the factors). Rows longer than PREP_CAP are
@@ -212,11 +212,11 @@ class _Buffers:
         self.beam_first = e((b, cl, bw) if big else (1,), np.int64)
         self.beam_deg = e((b, cl, bw) if big else (1,), np.uint32)
         self.beam_score = e((b, cl, bw) if big else (1,), np.float32)
-        self.cnt = e((b, 4), np.uint32)  # cluster-wide counters, cleared by the kernel
+        self.cnt = e((b, 8), np.uint32)  # cluster-wide counters, cleared by the kernel
         self.cand, self.slot_node, self.slot_first = (e((b, slots), t) for t in (np.uint64, np.int64, np.int64))
         self.slot_deg = e((b, slots), np.uint32)
         # a step's matches (slots), kernel phase B1 -> B2, per block of a query's cluster: a block gets at
-        # most ceil(work / (nt * cl)) * nt <= slots / cl + nt work items
+        # most ceil(work / (32 * cl)) * 32 <= slots / cl + 32 work items (nt below: room to spare)
         self.match_stride = -(-slots // cl) + dev.nt
         self.match = e((b, cl, self.match_stride), np.uint32)
         self.cand_slot = e((b, slots), np.uint32)  # each live candidate's slot

@@ -137,7 +137,7 @@ __device__ __forceinline__ u64 gtimer() {
                             //   slots of the kept candidates, in the order they were kept
 #define SP_CAND_SLOT 20     // u32 [b, BW*K] slot of each live candidate in SP_CAND
 #define SP_KEPT 21          // u64 [b, BW]   AR: the kept candidates' composites, in the order they were kept
-#define SP_CNT 22           // u32 [b, 4]    per step parity: live candidates, finished keys (cluster-wide)
+#define SP_CNT 22           // u32 [b, 8]    per step parity: live candidates, finished keys, kept (cluster-wide)
 #define SP_MATCH_STRIDE 23  // SP_MATCH is [b, CL, stride]: block r's matches at r * stride
 #define SP_BEAM_FIRST 24    // i64 [b, CL, BW] } a block's copies of the live beams when BW > BEAM_CAP
 #define SP_BEAM_DEG 25      // u32 [b, CL, BW] } (SP_BEAM_N and SP_BEAM_OFF are [b, CL, BW (+1)] too)
@@ -636,7 +636,7 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
     const i64 match_stride = SP[SP_MATCH_STRIDE];  // per block: at least the work items it can get
     u32* match_all = (u32*)SP[SP_MATCH] + q * CL * match_stride;
     u32* match_list = match_all + rank * match_stride;
-    u32* cnt = (u32*)SP[SP_CNT] + q * 4;  // [parity * 2]: live candidates, [parity * 2 + 1]: finished keys
+    u32* cnt = (u32*)SP[SP_CNT] + q * 8;  // [4 * parity + 0, 1, 2]: live candidates, finished keys, kept
     u32* cand_slot = (u32*)SP[SP_CAND_SLOT] + q * BW * K;
     u64* kept = (u64*)SP[SP_KEPT] + q * BW;
     const i64 fin_cap = SP[SP_FIN_CAP];
@@ -660,7 +660,7 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
             *fin_count = 0;
         }
     }
-    if (rank == 0 && threadIdx.x < 4) cnt[threadIdx.x] = 0;
+    if (rank == 0 && threadIdx.x < 8) cnt[threadIdx.x] = 0;
     cluster_sync();
     u32 nl = (u32)LDCG(live_count);
     u32 fc = (u32)LDCG(fin_count);
@@ -711,13 +711,15 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
         }
         __syncthreads();
 
-        // Phase B1: the cluster's blocks take the work items in turns of NT. Work item w belongs to the beam
+        // Phase B1: the cluster's blocks take the work items in warp-sized chunks dealt in turn (chunk c to
+        // block c % CL), so that even a step with fewer items than a block has threads spreads over every
+        // SM (step 0 has ~K items: with turns of NT one block got them all). Work item w belongs to the beam
         // p with off[p] <= w < off[p+1]; it finds its entry in the other list, and a match above
         // theta_sent goes on the block's match list (its slot p*K+k; the node in slot_node). Phase B2 then
         // walks the child range and key id of the block's matches only: the select0 chain runs once for
         // all of them, not in every B1 round that happens to hold one. Loop bounds are warp-uniform so
         // every lane reaches the warp_append ballots.
-        for (u32 base = rank * NT + (threadIdx.x & ~31u); base < W; base += NT * CL) {
+        for (u32 base = (rank + CL * (threadIdx.x >> 5)) * 32; base < W; base += NT * CL) {
             u32 w = base + lane;
             bool hit = false;
             u32 slot = 0;
@@ -812,8 +814,8 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
                     fin_key = ((u64)sortable(norm) << 32) | (u64)(0xFFFFFFFFu - (u32)key);
                 }
             }
-            u32 pl = warp_append(is_live, &cnt[2 * par]);  // the query's lists, over the whole cluster
-            u32 pf = warp_append(is_fin, &cnt[2 * par + 1]);
+            u32 pl = warp_append(is_live, &cnt[4 * par]);  // the query's lists, over the whole cluster
+            u32 pf = warp_append(is_fin, &cnt[4 * par + 1]);
             if (is_live) {  // slot_node[slot] holds the child since B1
                 cand[pl] = live_key;
                 cand_slot[pl] = slot;
@@ -823,9 +825,9 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
             if (is_fin) fin[fc + pf] = fin_key;
         }
         cluster_sync();  // every block's candidates, finished keys and slots are written
-        const u32 n_live = LDCG(&cnt[2 * par]);
-        fc += LDCG(&cnt[2 * par + 1]);
-        if (rank == 0 && threadIdx.x < 2) cnt[2 * (par ^ 1u) + threadIdx.x] = 0;  // last read a step ago
+        const u32 n_live = LDCG(&cnt[4 * par]);
+        fc += LDCG(&cnt[4 * par + 1]);
+        if (rank == 0 && threadIdx.x < 3) cnt[4 * (par ^ 1u) + threadIdx.x] = 0;  // last used a step ago
         PROF_MARK(3);  // phase B2
         PROF_ADD(11, n_live);
 
@@ -834,16 +836,21 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
         // kept; AR sorts their composites and each goes to its rank (best first). Built from the slot
         // arrays alone, so it may overwrite the old list in place.
         const u32 m = n_live < BW ? n_live : BW;
-        if (rank == 0) {  // block 0 builds it (the others wait at the barrier below)
+        // NAR: every block finds the same threshold and writes the kept candidates of its chunks (dealt as
+        // in B1) at positions from a cluster-wide counter. AR: block 0 alone (the others wait below).
+        if (nar || rank == 0) {
         const u64 tau = n_live > BW ? block_select(cand, n_live, BW, s) : 0ull;
         PROF_MARK(5);  // radix select
         if (threadIdx.x == 0) s.misc[3] = 0;
         __syncthreads();
-        for (u32 base = threadIdx.x & ~31u; base < n_live; base += NT) {
+        u32* kept_count = nar ? &cnt[4 * par + 2] : &s.misc[3];
+        const u32 first_base = nar ? (rank + CL * (threadIdx.x >> 5)) * 32 : (threadIdx.x & ~31u);
+        const u32 stride = nar ? NT * CL : NT;
+        for (u32 base = first_base; base < n_live; base += stride) {
             u32 i = base + lane;
             u64 x = i < n_live ? LDCG(cand + i) : 0ull;
             bool keep = i < n_live && x >= tau;
-            u32 pos = warp_append(keep, &s.misc[3]);
+            u32 pos = warp_append(keep, kept_count);
             if (keep) {
                 if (nar) {
                     write_live(pos, x, LDCG(cand_slot + i), K, slot_node, slot_first, slot_deg, ptok, q * R + t, live_node,
@@ -875,7 +882,7 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
                            live_deg, live_score, live_parent, live_token);
             }
         }
-        for (u32 i = m + threadIdx.x; i < BW; i += NT) {
+        for (u32 i = m + threadIdx.x; rank == 0 && i < BW; i += NT) {
             live_node[i] = -1;
             live_score[i] = NEG_INF;
             live_parent[i] = -1;
