@@ -107,6 +107,25 @@ def main() -> None:
         dev_search.append(1e3 * cp.cuda.get_elapsed_time(ev[0], ev[1]))
     rows["device: whole call (events)"] = np.asarray(dev_all)
     rows["device: search kernel alone (events)"] = np.asarray(dev_search)
+
+    def on_device(fn) -> np.ndarray:  # events around work queued with no host work in between
+        out = []
+        for _ in range(n):
+            ev[0].record(stream)
+            fn()
+            ev[1].record(stream)
+            ev[1].synchronize()
+            out.append(1e3 * cp.cuda.get_elapsed_time(ev[0], ev[1]))
+        return np.asarray(out)
+
+    nbytes = 8 * buf.nf + 8 * a.steps * bw
+    rows["device: host-to-device copy of the staged proposals alone"] = on_device(
+        lambda: dev.copy_in(buf.up, buf.host, nbytes))
+    rows["device: prep_kernel alone"] = on_device(lambda: tsc._prep(dev, buf, a.steps, np.float32(-np.inf), False))
+    rows["device: the two result copies to the host alone"] = on_device(
+        lambda: (dev.copy_to_host(buf.host_ids, buf.out_ids), dev.copy_to_host(buf.host_scores, buf.out_scores)))
+    graph = next(g for g in buf.graphs.values() if g)
+    rows["device: graph replay alone (copy, prep, search, copies back)"] = on_device(lambda: graph.launch(stream))
     import cProfile
     import io
     import pstats
