@@ -101,7 +101,7 @@ def main() -> None:
         # the search kernel alone, again on the proposals this call prepared (it starts from the root)
         ev[0].record(stream)
         tsc._search(dev, buf, tsc._trie_params(dev, trie, "x"), (buf.ptok, buf.plp, buf.pcnt), a.steps, True, 0,
-                    a.steps, a.steps - 1, True, 0, np.float32(-np.inf), (buf.dummy_ids, buf.dummy_scores))
+                    a.steps, a.steps - 1, True, 0, np.float32(-np.inf), (buf.out_ids, buf.out_scores))
         ev[1].record(stream)
         ev[1].synchronize()
         dev_search.append(1e3 * cp.cuda.get_elapsed_time(ev[0], ev[1]))

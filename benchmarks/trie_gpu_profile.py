@@ -17,8 +17,8 @@ from gtmkit.matcher import trie_search_cuda as tsc
 from gtmkit.matcher.backend_cuda import KERNEL_DIR
 from gtmkit.synth_trie import synth_keys, synth_proposals
 
-PHASES = {0: "start", 2: "phase A", 1: "fold copy", 9: "phase B1", 3: "phase B2", 5: "radix select", 6: "compact",
-          7: "sort", 4: "live list", 8: "finalize"}
+PHASES = {0: "start", 2: "phase A", 1: "fold copy", 3: "phase B", 5: "radix select", 6: "compact",
+          7: "sort", 4: "live list", 8: "finalize"}  # phase B: B1 and B2 (one loop since the cluster kernel)
 
 
 def main() -> None:

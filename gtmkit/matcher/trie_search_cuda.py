@@ -215,10 +215,7 @@ class _Buffers:
         self.cnt = e((b, 8), np.uint32)  # cluster-wide counters, cleared by the kernel
         self.cand, self.slot_node, self.slot_first = (e((b, slots), t) for t in (np.uint64, np.int64, np.int64))
         self.slot_deg = e((b, slots), np.uint32)
-        # a step's matches (slots), kernel phase B1 -> B2, per block of a query's cluster: a block gets at
-        # most ceil(work / (32 * cl)) * 32 <= slots / cl + 32 work items (nt below: room to spare)
-        self.match_stride = -(-slots // cl) + dev.nt
-        self.match = e((b, cl, self.match_stride), np.uint32)
+        self.match = e((b, max(bw, 1)), np.uint32)  # AR: the kept candidates' slots before the sort
         self.cand_slot = e((b, slots), np.uint32)  # each live candidate's slot
         self.kept = e((b, max(bw, 1)), np.uint64)  # AR: the kept candidates' composites before the sort
         stride = _pow2(bw) if _pow2(bw) > dev.sort_cap else 1
@@ -238,7 +235,7 @@ class _Buffers:
                                   self.beam_off, self.cand, self.slot_node, self.slot_first, self.slot_deg, self.fin,
                                   self.fin_count, self.scratch)]
             + [bw, self.fin_cap, stride, dev.ptr(self.match), dev.ptr(self.cand_slot), dev.ptr(self.kept),
-               dev.ptr(self.cnt), self.match_stride, dev.ptr(self.beam_first), dev.ptr(self.beam_deg),
+               dev.ptr(self.cnt), dev.ptr(self.beam_first), dev.ptr(self.beam_deg),
                dev.ptr(self.beam_score)], np.int64))
         self.dummy_ids, self.dummy_scores = e((1,), np.int64), e((1,), np.float32)
         # NAR results as a captured graph writes them, on the device and (host proposals) in pinned memory

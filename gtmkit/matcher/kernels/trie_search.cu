@@ -133,15 +133,13 @@ __device__ __forceinline__ u64 gtimer() {
 #define SP_BW 16
 #define SP_FIN_CAP 17       // >= BW * (K + 1): one step adds at most BW*K to at most BW kept
 #define SP_SCRATCH_STRIDE 18
-#define SP_MATCH 19         // u32 [b, BW*K] this step's matches (slots), phase B1 -> B2; then (AR) the
-                            //   slots of the kept candidates, in the order they were kept
+#define SP_MATCH 19         // u32 [b, BW]   AR: the slots of the kept candidates, in the order they were kept
 #define SP_CAND_SLOT 20     // u32 [b, BW*K] slot of each live candidate in SP_CAND
 #define SP_KEPT 21          // u64 [b, BW]   AR: the kept candidates' composites, in the order they were kept
 #define SP_CNT 22           // u32 [b, 8]    per step parity: live candidates, finished keys, kept (cluster-wide)
-#define SP_MATCH_STRIDE 23  // SP_MATCH is [b, CL, stride]: block r's matches at r * stride
-#define SP_BEAM_FIRST 24    // i64 [b, CL, BW] } a block's copies of the live beams when BW > BEAM_CAP
-#define SP_BEAM_DEG 25      // u32 [b, CL, BW] } (SP_BEAM_N and SP_BEAM_OFF are [b, CL, BW (+1)] too)
-#define SP_BEAM_SCORE 26    // f32 [b, CL, BW] }
+#define SP_BEAM_FIRST 23    // i64 [b, CL, BW] } a block's copies of the live beams when BW > BEAM_CAP
+#define SP_BEAM_DEG 24      // u32 [b, CL, BW] } (SP_BEAM_N and SP_BEAM_OFF are [b, CL, BW (+1)] too)
+#define SP_BEAM_SCORE 25    // f32 [b, CL, BW] }
 
 struct Trie {
     const u64* louds;
@@ -633,9 +631,7 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
     i64* slot_node = (i64*)SP[SP_SLOT_NODE] + q * BW * K;
     i64* slot_first = (i64*)SP[SP_SLOT_FIRST] + q * BW * K;
     u32* slot_deg = (u32*)SP[SP_SLOT_DEG] + q * BW * K;
-    const i64 match_stride = SP[SP_MATCH_STRIDE];  // per block: at least the work items it can get
-    u32* match_all = (u32*)SP[SP_MATCH] + q * CL * match_stride;
-    u32* match_list = match_all + rank * match_stride;
+    u32* match_all = (u32*)SP[SP_MATCH] + q * BW;
     u32* cnt = (u32*)SP[SP_CNT] + q * 8;  // [4 * parity + 0, 1, 2]: live candidates, finished keys, kept
     u32* cand_slot = (u32*)SP[SP_CAND_SLOT] + q * BW * K;
     u64* kept = (u64*)SP[SP_KEPT] + q * BW;
@@ -705,37 +701,36 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
         PROF_MARK(1);  // fold
         PROF_ADD(10, W);
         PROF_ADD(12, 1);
-        if (threadIdx.x == 0) {
-            off[nl] = W;
-            s.misc[6] = 0;  // this block's matches
-        }
+        if (threadIdx.x == 0) off[nl] = W;
         __syncthreads();
 
-        // Phase B1: the cluster's blocks take the work items in warp-sized chunks dealt in turn (chunk c to
+        // Phase B: the cluster's blocks take the work items in warp-sized chunks dealt in turn (chunk c to
         // block c % CL), so that even a step with fewer items than a block has threads spreads over every
         // SM (step 0 has ~K items: with turns of NT one block got them all). Work item w belongs to the beam
-        // p with off[p] <= w < off[p+1]; it finds its entry in the other list, and a match above
-        // theta_sent goes on the block's match list (its slot p*K+k; the node in slot_node). Phase B2 then
-        // walks the child range and key id of the block's matches only: the select0 chain runs once for
-        // all of them, not in every B1 round that happens to hold one. Loop bounds are warp-uniform so
-        // every lane reaches the warp_append ballots.
+        // p with off[p] <= w < off[p+1]; it finds its entry in the other list (B1). A match above
+        // theta_sent (slot p*K+k) becomes a finished key if terminal and a live candidate if it has
+        // children, whose child range is computed right there (B2). With a cluster a step is about one
+        // round of items a thread, so B2 runs in the same round as the B1 that found the match (a
+        // separate B2 over a compacted match list cost a barrier and two dependent reads a step). Loop
+        // bounds are warp-uniform so every lane reaches the warp_append ballots.
         for (u32 base = (rank + CL * (threadIdx.x >> 5)) * 32; base < W; base += NT * CL) {
             u32 w = base + lane;
             bool hit = false;
-            u32 slot = 0;
-            i64 c = 0;
+            u32 slot = 0, p = 0, k = 0;
+            i64 c = 0, row = 0;
+            float sc = 0.0f;
             if (w < W) {
                 u32 lo = 0, hi = nl;  // off[lo] <= w < off[hi]
                 while (hi - lo > 1) {
                     u32 mid = (lo + hi) >> 1;
                     if (off[mid] <= w) lo = mid; else hi = mid;
                 }
-                const u32 p = lo, i = w - off[p];
-                const i64 row = q * R + (nar ? t : (int)p);
+                p = lo;
+                const u32 i = w - off[p];
+                row = q * R + (nar ? t : (int)p);
                 const int* toks = ptok + row * K;
                 const u32 n = beam_n[p], deg = beam_deg[p];
                 const i64 first = beam_first[p];
-                u32 k;
                 bool match;
                 if (deg < n) {  // child i: its label among the proposals
                     c = first + i;
@@ -759,34 +754,17 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
                     match = c < first + deg && label_of(tr, c) == tok;
                 }
                 if (match) {
-                    hit = beam_score[p] + plp[row * K + k] > theta_sent;
+                    sc = beam_score[p] + plp[row * K + k];
+                    hit = sc > theta_sent;
                     slot = p * (u32)K + k;
                 }
             }
-            u32 pm = warp_append(hit, &s.misc[6]);
-            if (hit) {
-                match_list[pm] = slot;
-                slot_node[slot] = c;
-            }
-        }
-        __syncthreads();
-        const u32 n_match = s.misc[6];
-        PROF_MARK(9);  // phase B1
-
-        // Phase B2: each match becomes a finished key if terminal and a live candidate if it has children.
-        for (u32 base = threadIdx.x & ~31u; base < n_match; base += NT) {
-            u32 m = base + lane;
             bool is_live = false, is_fin = false;
             u64 live_key = 0, fin_key = 0;
             i64 child_first = 0;
-            u32 slot = 0, child_deg = 0;
-            if (m < n_match) {
-                slot = match_list[m];
-                const u32 p = slot / (u32)K, k = slot - p * (u32)K;
-                const i64 c = slot_node[slot];
+            u32 child_deg = 0;
+            if (hit) {
                 const u64 term_word = tr.term[c >> 6];  // loaded ahead of its use
-                const i64 row = q * R + (nar ? t : (int)p);
-                const float sc = beam_score[p] + plp[row * K + k];  // as in B1, the same sum
                 const bool term = (term_word >> (c & 63)) & 1ull;
                 u64 rd0 = 0, rd1 = 0;  // the key id's rank directory row, loaded before the
                 if (term) {            // select0 chain below and used after it
@@ -806,8 +784,8 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
                     }
                 }
                 if (term) {  // rank1(terminal, c) from the row and word already loaded
-                    int w = (int)((c >> 6) & 7), bit = (int)(c & 63);
-                    u64 key = rd0 + (w ? (rd1 >> (9 * (w - 1))) & 511ull : 0ull);
+                    int ww = (int)((c >> 6) & 7), bit = (int)(c & 63);
+                    u64 key = rd0 + (ww ? (rd1 >> (9 * (ww - 1))) & 511ull : 0ull);
                     if (bit) key += (u64)__popcll(term_word & ((1ull << bit) - 1ull));
                     float norm = (float)((double)sc * factor);
                     is_fin = true;
@@ -816,9 +794,10 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
             }
             u32 pl = warp_append(is_live, &cnt[4 * par]);  // the query's lists, over the whole cluster
             u32 pf = warp_append(is_fin, &cnt[4 * par + 1]);
-            if (is_live) {  // slot_node[slot] holds the child since B1
+            if (is_live) {
                 cand[pl] = live_key;
                 cand_slot[pl] = slot;
+                slot_node[slot] = c;
                 slot_first[slot] = child_first;
                 slot_deg[slot] = child_deg;
             }
@@ -895,14 +874,52 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
         PROF_STEP_END(t, W);
     }
 
-    if (finalize && rank == 0) {
+    if (finalize && BW <= SORT_CAP) {
+        // The best BW finished keys, best first, ranked by the whole cluster: every block selects the same
+        // ones into its shared memory, then ranks a share of them by counting the larger ones (8 lanes a
+        // key). One block's bitonic sort of them was ~10 us a query.
+        const u32 m = fc < BW ? fc : BW;
+        const u64 tau = fc > BW ? block_select(fin, fc, BW, s) : 0ull;
+        u32 carry = 0;  // kept in index order (a prefix sum, not atomics): the same order in every block
+        for (u32 base = 0; base < fc; base += NT) {
+            u32 i = base + threadIdx.x;
+            u64 x = i < fc ? LDCG(fin + i) : 0ull;
+            bool keep = i < fc && x >= tau;
+            u32 tot;
+            u32 pos = carry + block_scan(keep ? 1u : 0u, s.warp, &tot);
+            if (keep) s.sort[pos] = x;
+            carry += tot;
+        }
+        cluster_sync();  // every block has its copy: fin may be overwritten
+        const u32 per = (m + CL - 1) / CL;  // keys block `rank` ranks: rank * per .. (rank + 1) * per - 1
+        for (u32 kb = 0; kb < per; kb += NT / 8) {
+            const u32 j = rank * per + kb + threadIdx.x / 8, sub = threadIdx.x & 7u;
+            const bool mine = kb + threadIdx.x / 8 < per && j < m;
+            const u64 x = mine ? s.sort[j] : 0ull;
+            u32 above = 0;
+            for (u32 i = sub; mine && i < m; i += 8) above += s.sort[i] > x ? 1u : 0u;
+            above += __shfl_xor_sync(FULL, above, 1);
+            above += __shfl_xor_sync(FULL, above, 2);
+            above += __shfl_xor_sync(FULL, above, 4);
+            if (mine && sub == 0) {
+                out_ids[q * BW + above] = (i64)(0xFFFFFFFFu - (u32)x);
+                out_scores[q * BW + above] = unsortable((u32)(x >> 32));
+                fin[above] = x;  // the folded list: later steps (AR) continue from it
+            }
+        }
+        for (u32 i = m + threadIdx.x; rank == 0 && i < BW; i += NT) {
+            out_ids[q * BW + i] = -1;
+            out_scores[q * BW + i] = NEG_INF;
+        }
+        fc = m;
+    } else if (finalize && rank == 0) {  // more than SORT_CAP: block 0 sorts them in global memory
         u32 m;
         const u64* best = block_top(fin, fc, BW, gbuf, s, &m);
         for (u32 i = threadIdx.x; i < BW; i += NT) {
             u64 x = i < m ? best[i] : 0ull;
             out_ids[q * BW + i] = i < m ? (i64)(0xFFFFFFFFu - (u32)x) : -1;
             out_scores[q * BW + i] = i < m ? unsortable((u32)(x >> 32)) : NEG_INF;
-            if (i < m) fin[i] = x;  // the folded list: later steps (AR) continue from it
+            if (i < m) fin[i] = x;
         }
         fc = m;
     }
