@@ -91,8 +91,8 @@ class EmuDevice:
     def copy_out(self, dst, src):
         dst[...] = src
 
-    def copy_to_host(self, dst, src):
-        dst[...] = src
+    def host_ptr(self, a):
+        return a
 
     def launch(self, name, grid, args, smem=0):
         self.launches.append(name)

@@ -527,13 +527,17 @@ __device__ __forceinline__ Trie load_trie(const i64* TP) {
 // bits (one staging copy from the host). Keeps the proposals with lp > theta_tok and a token >= 0 (the
 // host maps ids outside [0, 2^31-1] to -1), sorted by token, a repeated token once with its best
 // log-prob, in ptok / plp [b, R, K] and pcnt [b, R]. With use_count, rows r >= live_count[q] (no live
-// beam reads them: AR) get pcnt 0. Needs K <= PREP_CAP.
+// beam reads them: AR) get pcnt 0. Needs K <= PREP_CAP. rows_in may be pinned host memory (the NAR call
+// reads its staging buffer in place: no copy in the graph); block 0 then also copies the nf length factors
+// fac_in -> fac_out.
 extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
     const int* rows_in, int R, int K, float theta_tok, const int* live_count, int use_count,
-    int* ptok, float* plp, int* pcnt) {
+    int* ptok, float* plp, int* pcnt, const double* fac_in, double* fac_out, int nf) {
     __shared__ u64 s_sort[PREP_CAP];
     __shared__ u32 s_warp[33];
     const i64 row = blockIdx.x;
+    if (row == 0)
+        for (int i = threadIdx.x; i < nf; i += NT) fac_out[i] = fac_in[i];
     if (use_count && (int)(row % R) >= live_count[row / R]) {  // block-uniform
         if (threadIdx.x == 0) pcnt[row] = 0;
         return;
