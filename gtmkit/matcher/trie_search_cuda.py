@@ -370,8 +370,8 @@ def _search(dev, buf: _Buffers, tp, prepared: tuple, rows: int, nar: bool, t0: i
 def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, theta_sent=-math.inf,
                           alpha=0.0, device=None) -> tuple:
     """NAR search (trie_search_cpu.trie_beam_search) on the GPU -> (key_ids int64 [b, BW] -1 padded,
-    scores float32 [b, BW] -inf padded). Host (NumPy) proposals give NumPy results: the copy back is part
-    of the replayed graph and the call waits for it. CuPy proposals give CuPy results, without waiting."""
+    scores float32 [b, BW] -inf padded). Host (NumPy) proposals give NumPy results: the replayed graph writes
+    them into pinned memory and the call waits for it. CuPy proposals give CuPy results, without waiting."""
     dev = device if device is not None else cuda_device()
     what = "trie_beam_search"
     bw = _beam_width(beam_width)
