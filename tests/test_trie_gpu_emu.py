@@ -94,6 +94,8 @@ class EmuDevice:
     def host_ptr(self, a):
         return a
 
+    null = None
+
     def launch(self, name, grid, args, smem=0):
         self.launches.append(name)
         cl = self.cl if name == "search_kernel" else 1

@@ -37,6 +37,7 @@ class CupyDevice:
     """The current CUDA device as the search uses it."""
 
     nt, sort_cap, prep_cap, beam_cap, cl = NT, SORT_CAP, PREP_CAP, BEAM_CAP, CL
+    null = np.uint64(0)  # a null pointer argument
 
     def __init__(self):
         import cupy
@@ -358,13 +359,15 @@ def _prep(dev, buf: _Buffers, rows: int, theta_tok, use_count: bool, rows_in=Non
 
 
 def _search(dev, buf: _Buffers, tp, prepared: tuple, rows: int, nar: bool, t0: int, t1: int, last: int,
-            init: bool, fbase: int, theta_sent, out: tuple = None) -> None:
-    """search_kernel over steps t0 .. t1-1; with `out` (ids, scores) also the final top-BW into it."""
+            init: bool, fbase: int, theta_sent, out: tuple = None, factors=None, rows_in=None, theta_tok=0.0) -> None:
+    """search_kernel over steps t0 .. t1-1; with `out` (ids, scores) also the final top-BW into it; with
+    rows_in (NAR) the kernel prepares the proposal rows itself (prep_kernel's work) into `prepared`."""
     ids, scores = out if out is not None else (buf.dummy_ids, buf.dummy_scores)
     dev.launch("search_kernel", buf.b * dev.cl, (
         tp, buf.sp, *prepared, np.int32(rows), np.int32(buf.k), np.int32(nar), np.int32(t0), np.int32(t1),
-        np.int32(last), np.int32(init), np.int32(out is not None), np.float32(theta_sent), buf.factors,
-        np.int32(fbase), ids, scores), smem=search_smem(dev))
+        np.int32(last), np.int32(init), np.int32(out is not None), np.float32(theta_sent),
+        factors if factors is not None else buf.factors, np.int32(fbase), ids, scores,
+        rows_in if rows_in is not None else dev.null, np.float32(theta_tok)), smem=search_smem(dev))
 
 
 def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, theta_sent=-math.inf,
@@ -397,12 +400,18 @@ def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, t
     nbytes = _fill_host(buf, tokens, logp, steps)
     nf = buf.nf
 
+    fused = k <= min(dev.nt, dev.sort_cap // 2)  # rows short enough for the search kernel to prepare
+
     def submit():
-        rows_in = buf.host[8 * nf:nbytes].view(np.int32)
-        fac = buf.host[:8 * nf].view(np.float64)
-        _prep(dev, buf, steps, tt, False, dev.host_ptr(rows_in), (dev.host_ptr(fac), nf))
-        _search(dev, buf, tp, (buf.ptok, buf.plp, buf.pcnt), steps, True, 0, steps, steps - 1, True, 0, ts,
-                (dev.host_ptr(buf.host_ids), dev.host_ptr(buf.host_scores)))
+        rows_in = dev.host_ptr(buf.host[8 * nf:nbytes].view(np.int32))
+        fac = dev.host_ptr(buf.host[:8 * nf].view(np.float64))
+        out = (dev.host_ptr(buf.host_ids), dev.host_ptr(buf.host_scores))
+        prepared = (buf.ptok, buf.plp, buf.pcnt)
+        if fused:  # one launch: the cluster prepares the rows, then searches (a prep launch was ~20 us)
+            _search(dev, buf, tp, prepared, steps, True, 0, steps, steps - 1, True, 0, ts, out, fac, rows_in, tt)
+        else:
+            _prep(dev, buf, steps, tt, False, rows_in, (fac, nf))
+            _search(dev, buf, tp, prepared, steps, True, 0, steps, steps - 1, True, 0, ts, out)
 
     dev.replay(buf.graphs, (dev.ptr(tp), float(tt), float(ts)), submit)
     buf.uploaded = dev.mark(buf.uploaded)

@@ -530,6 +530,40 @@ __device__ __forceinline__ Trie load_trie(const i64* TP) {
 // beam reads them: AR) get pcnt 0. Needs K <= PREP_CAP. rows_in may be pinned host memory (the NAR call
 // reads its staging buffer in place: no copy in the graph); block 0 then also copies the nf length factors
 // fac_in -> fac_out.
+// One proposal row, by the whole block: sort buffer sb has room for `cap` keys (a power of two >= K).
+__device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, float theta_tok, int* ptok, float* plp,
+                                         int* pcnt, u64* sb, u32 cap, u32* warp) {
+    const int* ti = rows_in + row * 2 * K;
+    const int* li = ti + K;
+    u32 n2 = pow2_at_least((u32)K);
+    for (u32 i = threadIdx.x; i < n2; i += NT) {
+        u64 key = 0;
+        if (i < (u32)K) {
+            int tok = ti[i];
+            float lp = __int_as_float(li[i]);
+            if (tok >= 0 && lp > theta_tok) key = ((u64)(0xFFFFFFFFu - (u32)tok) << 32) | (u64)sortable_raw(lp);
+        }
+        sb[i] = key;
+    }
+    if (n2 <= NT && 2 * n2 <= cap) block_sort_desc_reg(sb, n2);
+    else block_sort_desc(sb, n2);
+    u32 carry = 0;
+    for (u32 base = 0; base < n2; base += NT) {
+        u32 i = base + threadIdx.x;
+        u64 x = i < n2 ? sb[i] : 0ull;
+        bool keep = x != 0ull && (i == 0 || (sb[i - 1] >> 32) != (x >> 32));  // first = best lp
+        u32 tot;
+        u32 pos = carry + block_scan(keep ? 1u : 0u, warp, &tot);
+        if (keep) {
+            ptok[row * K + pos] = (int)(0xFFFFFFFFu - (u32)(x >> 32));
+            plp[row * K + pos] = unsortable((u32)x);
+        }
+        carry += tot;
+    }
+    if (threadIdx.x == 0) pcnt[row] = (int)carry;
+    __syncthreads();  // sb is free again
+}
+
 extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
     const int* rows_in, int R, int K, float theta_tok, const int* live_count, int use_count,
     int* ptok, float* plp, int* pcnt, const double* fac_in, double* fac_out, int nf) {
@@ -542,34 +576,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
         if (threadIdx.x == 0) pcnt[row] = 0;
         return;
     }
-    const int* ti = rows_in + row * 2 * K;
-    const int* li = ti + K;
-    u32 n2 = pow2_at_least((u32)K);
-    for (u32 i = threadIdx.x; i < n2; i += NT) {
-        u64 key = 0;
-        if (i < (u32)K) {
-            int tok = ti[i];
-            float lp = __int_as_float(li[i]);
-            if (tok >= 0 && lp > theta_tok) key = ((u64)(0xFFFFFFFFu - (u32)tok) << 32) | (u64)sortable_raw(lp);
-        }
-        s_sort[i] = key;
-    }
-    if (n2 <= NT && 2 * n2 <= PREP_CAP) block_sort_desc_reg(s_sort, n2);
-    else block_sort_desc(s_sort, n2);
-    u32 carry = 0;
-    for (u32 base = 0; base < n2; base += NT) {
-        u32 i = base + threadIdx.x;
-        u64 x = i < n2 ? s_sort[i] : 0ull;
-        bool keep = x != 0ull && (i == 0 || (s_sort[i - 1] >> 32) != (x >> 32));  // first = best lp
-        u32 tot;
-        u32 pos = carry + block_scan(keep ? 1u : 0u, s_warp, &tot);
-        if (keep) {
-            ptok[row * K + pos] = (int)(0xFFFFFFFFu - (u32)(x >> 32));
-            plp[row * K + pos] = unsortable((u32)x);
-        }
-        carry += tot;
-    }
-    if (threadIdx.x == 0) pcnt[row] = (int)carry;
+    prep_row(row, rows_in, K, theta_tok, ptok, plp, pcnt, s_sort, PREP_CAP, s_warp);
 }
 
 // Keep the best BW finished keys (all that can still be reported), best first, at the front of fin.
@@ -589,7 +596,7 @@ __device__ __forceinline__ u32 fold_finished(u64* fin, u32 fc, u32 BW, u64* gbuf
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) search_kernel(
     const i64* TP, const i64* SP, const int* ptok, const float* plp, const int* pcnt, int R, int K, int nar,
     int t0, int t1, int last_step, int init, int finalize, float theta_sent, const double* factors, int fbase,
-    i64* out_ids, float* out_scores) {
+    i64* out_ids, float* out_scores, const int* rows_in, float theta_tok) {
 #ifdef GTMKIT_EMU
     unsigned char* smem_raw = emu_dyn_smem();
 #else
@@ -645,6 +652,11 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
     u64* gbuf = (u64*)SP[SP_SCRATCH] + q * SP[SP_SCRATCH_STRIDE];
     const float NEG_INF = __uint_as_float(0xff800000u);
 
+    if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
+        // (no prep_kernel launch; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks)
+        for (int r = (int)rank; r < R; r += CL)
+            prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP, s.warp);
+    }
     if (init && rank == 0) {  // the root, score 0; nothing finished
         for (u32 i = threadIdx.x; i < BW; i += NT) {
             live_node[i] = i == 0 ? 0 : -1;
