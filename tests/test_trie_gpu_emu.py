@@ -221,6 +221,21 @@ def test_nar_long_rows_prepared_on_host(emu):
     assert_equal(got, want)
 
 
+def test_nar_more_steps_than_factor_cache(emu):
+    """More steps than the kernel keeps length factors for (FAC_CAP): read each step, prep_kernel path."""
+    from gtmkit.matcher.trie_search_cuda import FAC_CAP
+    rng = np.random.default_rng(11)
+    keys = [[int(x) for x in rng.integers(0, 3, size=int(rng.integers(1, FAC_CAP + 4)))] for _ in range(30)]
+    trie = SuccinctTrie.build(keys)
+    T, K = FAC_CAP + 3, 3
+    tokens = np.tile(np.arange(K), (1, T, 1))
+    logp = random_logp(rng, (1, T, K), False)
+    for alpha in (0.0, 0.8):
+        want = trie_beam_search(trie, tokens, logp, 6, alpha=alpha)
+        assert_equal(trie_beam_search_cuda(trie, tokens, logp, 6, alpha=alpha, device=emu), want)
+    assert (want[0] >= 0).sum() >= 3
+
+
 def test_nar_edge_shapes(emu):
     trie = SuccinctTrie.build([[1, 2], [1]])
     for shape in ((2, 0, 3), (1, 2, 0)):

@@ -28,6 +28,7 @@ from .trie_search_cpu import LiveBeams, _beam_width, _float, _prepare_rows, _tri
 
 KERNEL_FILE = Path(__file__).with_name("kernels") / "trie_search.cu"
 NT, SORT_CAP, PREP_CAP, BEAM_CAP, CL = 1024, 2048, 4096, 1024, 8  # as compiled in kernels/trie_search.cu (CL: blocks a query)
+FAC_CAP = 64  # kernels/trie_search.cu: length factors a launch keeps in shared memory
 TRIE_FIELDS = ("louds", "louds_rank", "louds_select0", "label_low", "label_high", "high_bits", "terminal",
                "terminal_rank")  # the kernel's TP_* table, then the lookup tables of trie_gpu_aux
 KEPT_SHAPES = 4  # NAR buffer sets kept per device (least recently used dropped)
@@ -175,7 +176,7 @@ def _trie_params(dev, trie, what: str):
 
 def search_smem(dev) -> int:
     """Dynamic shared memory of search_kernel (its s_* carve-up), bytes."""
-    return 8 * dev.sort_cap + 20 * dev.beam_cap + 4 * (dev.beam_cap + 1) + 4 * (256 + 33 + 8)
+    return 8 * dev.sort_cap + 8 * FAC_CAP + 20 * dev.beam_cap + 4 * (dev.beam_cap + 1) + 4 * (256 + 33 + 8)
 
 
 def _pow2(n: int) -> int:
@@ -400,7 +401,8 @@ def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, t
     nbytes = _fill_host(buf, tokens, logp, steps)
     nf = buf.nf
 
-    fused = k <= min(dev.nt, dev.sort_cap // 2)  # rows short enough for the search kernel to prepare
+    # rows short enough for the search kernel to prepare, factors few enough for it to read once
+    fused = k <= min(dev.nt, dev.sort_cap // 2) and steps <= FAC_CAP
 
     def submit():
         rows_in = dev.host_ptr(buf.host[8 * nf:nbytes].view(np.int32))

@@ -49,6 +49,7 @@ typedef unsigned int u32;
 #ifndef CL
 #define CL 8            // blocks (SMs) per query: a thread block cluster
 #endif
+#define FAC_CAP 64      // length factors a launch keeps in shared memory (more steps read them each step)
 #define NW (NT / 32)
 #define FULL 0xffffffffu
 
@@ -604,7 +605,8 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
 #endif
     // dynamic shared memory (SEARCH_SMEM bytes), per block of the cluster
     u64* s_sort = (u64*)smem_raw;                    // [SORT_CAP]
-    i64* s_first = (i64*)(s_sort + SORT_CAP);        // [BEAM_CAP] copies of the live beams' first child,
+    double* s_fac = (double*)(s_sort + SORT_CAP);    // [FAC_CAP] this launch's length factors
+    i64* s_first = (i64*)(s_fac + FAC_CAP);          // [BEAM_CAP] copies of the live beams' first child,
     u32* s_deg = (u32*)(s_first + BEAM_CAP);         // [BEAM_CAP]   children,
     float* s_score = (float*)(s_deg + BEAM_CAP);     // [BEAM_CAP]   score,
     u32* s_n = (u32*)(s_score + BEAM_CAP);           // [BEAM_CAP]   proposals
@@ -652,6 +654,9 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
     u64* gbuf = (u64*)SP[SP_SCRATCH] + q * SP[SP_SCRATCH_STRIDE];
     const float NEG_INF = __uint_as_float(0xff800000u);
 
+    // the launch's factors, read once (they may be in pinned host memory: one read over the bus, not one a step)
+    const bool fac_smem = t1 - t0 <= FAC_CAP;
+    for (int i = threadIdx.x; fac_smem && i < t1 - t0; i += NT) s_fac[i] = factors[t0 + 1 - fbase + i];
     if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
         // (no prep_kernel launch; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks)
         for (int r = (int)rank; r < R; r += CL)
@@ -681,7 +686,7 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) s
 
     for (int t = t0; t < t1 && nl > 0; ++t) {
         const bool last = t == last_step;
-        const double factor = factors[t + 1 - fbase];
+        const double factor = fac_smem ? s_fac[t - t0] : factors[t + 1 - fbase];
         PROF_STEP_BEGIN;
 
         // Phase A: the work of every live beam, min(children, proposals): a beam walks the shorter of its
