@@ -4,7 +4,6 @@ backend "cpu" = numba (this module's kernels_cpu); "cuda" = CuPy RawKernels (imp
 
 from __future__ import annotations
 
-import functools
 
 from typing import NamedTuple
 
@@ -30,7 +29,6 @@ class Step(NamedTuple):
     num_candidates: np.ndarray
 
 
-@functools.lru_cache(maxsize=1)
 def cuda_available() -> bool:
     try:
         import cupy
