@@ -16,6 +16,7 @@ which is how the kernels are checked without a GPU."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,13 @@ class CupyDevice:
         from .backend_cuda import load_module
         self.cp, self._cupyx = cupy, cupyx
         self.key = ("cuda", cupy.cuda.Device().id)
-        mod = load_module(KERNEL_FILE)
+        # blocks a query: GTMKIT_TRIE_CLUSTER (1-8) overrides; no thread block clusters before sm_90
+        self.cl = int(os.environ.get("GTMKIT_TRIE_CLUSTER", CL))
+        if not 1 <= self.cl <= 8:
+            raise GtmkitError(f"GTMKIT_TRIE_CLUSTER must be 1 to 8, got {self.cl}")
+        if int(cupy.cuda.Device().compute_capability[:-1]) < 9:
+            self.cl = 1
+        mod = load_module(KERNEL_FILE, () if self.cl == CL else (f"CL={self.cl}",))
         self._kernels = {name: mod.get_function(name) for name in ("prep_kernel", "search_kernel")}
         self.buffers = {}
         self.graph_error = None  # why replay() could not capture a graph, if it could not

@@ -53,7 +53,16 @@ typedef unsigned int u32;
 #define NW (NT / 32)
 #define FULL 0xffffffffu
 
-#ifndef GTMKIT_EMU  // the CPU emulation (tests/cuda_emu.py) defines these for its threads
+#if CL > 1
+#define __search_cluster__(n) __cluster_dims__(n, 1, 1)
+#else  // one block a query: no cluster features (GPUs before sm_90 have none; the host compiles CL=1 there)
+#define __search_cluster__(n)
+#endif
+#if !defined(GTMKIT_EMU) && CL == 1
+__device__ __forceinline__ u32 cluster_rank() { return 0; }
+__device__ __forceinline__ void cluster_sync() { __syncthreads(); }
+#define LDCG(p) (*(p))
+#elif !defined(GTMKIT_EMU)  // the CPU emulation (tests/cuda_emu.py) defines these for its threads
 // Cluster primitives as in gtm_fused.cu (PTX: NVRTC has no cooperative_groups header). The barrier's
 // arrive releases and its wait acquires at cluster scope.
 __device__ __forceinline__ u32 cluster_rank() {
@@ -594,7 +603,7 @@ __device__ __forceinline__ u32 fold_finished(u64* fin, u32 fc, u32 BW, u64* gbuf
 // [b, R, K]: beam p reads row t (nar) or row p (AR). init: start from the root. Step t normalises with
 // factors[t + 1 - fbase] (the host's float64 factors, so scores round as on the CPU); step last_step
 // builds no live list.
-extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, 1) search_kernel(
+extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) search_kernel(
     const i64* TP, const i64* SP, const int* ptok, const float* plp, const int* pcnt, int R, int K, int nar,
     int t0, int t1, int last_step, int init, int finalize, float theta_sent, const double* factors, int fbase,
     i64* out_ids, float* out_scores, const int* rows_in, float theta_tok) {
