@@ -230,9 +230,8 @@ def test_nar_more_steps_than_factor_cache(emu):
     T, K = FAC_CAP + 3, 3
     tokens = np.tile(np.arange(K), (1, T, 1))
     logp = random_logp(rng, (1, T, K), False)
-    for alpha in (0.0, 0.8):
-        want = trie_beam_search(trie, tokens, logp, 6, alpha=alpha)
-        assert_equal(trie_beam_search_cuda(trie, tokens, logp, 6, alpha=alpha, device=emu), want)
+    want = trie_beam_search(trie, tokens, logp, 4, alpha=0.8)  # alpha != 0: every step's factor counts
+    assert_equal(trie_beam_search_cuda(trie, tokens, logp, 4, alpha=0.8, device=emu), want)
     assert (want[0] >= 0).sum() >= 3
 
 
