@@ -1,14 +1,15 @@
 """Constrained beam search over a SuccinctTrie on the GPU: NAR `trie_beam_search_cuda` and AR
 `TrieBeamStepperCuda`, with the semantics and tie rules of trie_search_cpu.py (exactly equal results).
 
-A call stages the proposals and the float64 length factors in a pinned buffer and copies them to the
-device at once; `prep_kernel` (one block per proposal row) filters, sorts by token and dedupes them;
-`search_kernel` (a cluster of CL blocks per query) runs all steps and writes the results
-(kernels/trie_search.cu says why a cluster). No host synchronisation; the outputs are new arrays, every other buffer
-is allocated once per shape and reused. With proposals on the host (the usual NAR call) the copy and both
-launches are captured once per (shape, trie, thresholds) as a CUDA graph and replayed (CupyDevice.replay).
-Proposals may also be CuPy arrays (no upload then but the factors). Rows longer than PREP_CAP are
-prepared on the host instead (numba, as on the CPU).
+A NAR call with host proposals stages them and the float64 length factors in a pinned buffer and replays
+a CUDA graph, captured once per (shape, trie, thresholds), of one `search_kernel` launch: a cluster of CL
+blocks per query (kernels/trie_search.cu says why) first filters, sorts by token and dedupes the query's
+proposal rows straight from the pinned buffer, then runs all steps and writes the results into pinned
+memory; the call waits and returns NumPy copies. Rows longer than the kernel can sort in shared memory go
+through `prep_kernel` (one block per row) first, and rows longer than PREP_CAP are prepared on the host
+(numba, as on the CPU). CuPy proposals are staged on the device and give CuPy results with no host
+synchronisation; the AR stepper prepares its per-beam rows with `prep_kernel` and runs one step a launch.
+Buffers are allocated once per shape and reused.
 
 `device` below is a CupyDevice; tests/test_trie_gpu_emu.py passes a CPU emulation with the same methods,
 which is how the kernels are checked without a GPU."""

@@ -5,15 +5,20 @@
 // One thread block cluster of CL blocks (one an SM) per query runs every step in a single launch, cluster
 // barriers between phases (no kernel launches, grid syncs or host round trips). Why a cluster and not one
 // block: a step's phases are chains of dependent reads of trie words scattered over ~100 MB, and one SM
-// keeps too few of them in flight (at BW=K=1000 on a 10M-key trie a step walks up to ~6k pairs: one block
-// spent ~12 us on the ~1000 child-range lookups of step 0 alone); CL SMs keep CL times as many. A step:
+// keeps too few of them in flight: at BW=K=1000 on a 10M-key trie (steps of up to ~6k pairs) the binary
+// searches took 61 us a query on one block and 30 us on a cluster of 8 (H200, trie_gpu_profile_h200.md;
+// step 0's ~12 us of child-range lookups did not shrink, for reasons not established). A NAR launch
+// may first prepare its proposal rows (prep_row, block r taking rows r, r + CL, ..). A step:
 // (A) every block: each live beam's work, the shorter of its child list and its proposal row, and a
-// prefix sum (redundantly in each block, from block 0's live list); (B1) the blocks take the work items
-// in turns, each binary-searches its entry in the other list and the block compacts its matches; (B2) a
-// block's match becomes a finished key if terminal and, if it has children, a live candidate, whose own
-// child range is computed right there, so no step starts with a select0 per beam; candidates and finished
-// keys go to the query's lists (warp-aggregated atomics on counters in global memory); cluster barrier;
-// (C) block 0 keeps the best BW (an exact radix select when there are more); cluster barrier.
+// prefix sum (redundantly in each block, from the live list in global memory); (B) the blocks take the
+// work items in warp-sized chunks dealt in turn; an item binary-searches its entry in the other list (or
+// reads the root directory), and a match becomes at once a finished key if terminal and, if it has
+// children, a live candidate whose own child range is computed right there (so no step starts with a
+// select0 per beam); candidates and finished keys go to the query's lists (warp-aggregated atomics on
+// counters in global memory); cluster barrier; (C) NAR: every block finds the same BW-th composite (an
+// exact radix select when there are more) and writes its share of the kept candidates as the new live
+// list; AR: block 0 does it and sorts them; cluster barrier. At the end the best BW finished keys are
+// ranked across the cluster by counting. With CL=1 (GPUs before sm_90) the barriers are __syncthreads.
 // Finished keys accumulate unordered and are cut to the best BW only when their buffer could overflow,
 // and at the end. Heavier steps stay exact (buffers hold BW*K candidates per query), only slower.
 //
