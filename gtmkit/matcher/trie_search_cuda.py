@@ -89,13 +89,6 @@ class CupyDevice:
         (unified addressing: the device uses the host's pointer)."""
         return np.uint64(a.ctypes.data)
 
-    def copy_out(self, dst, src) -> None:
-        """dst[...] = src, same shape and dtype, as one asynchronous copy on the current stream (CuPy's
-        own copy costs ~45 us of host time here: a kernel launch and a fresh array)."""
-        rt = self.cp.cuda.runtime
-        rt.memcpyAsync(int(dst.data.ptr), int(src.data.ptr), int(src.nbytes), 3,  # cudaMemcpyDeviceToDevice
-                       self.cp.cuda.get_current_stream().ptr)
-
     def mark(self, done=None):
         """An event after the work queued so far on the current stream (`done`, recorded again, or a new one)."""
         done = done if done is not None else self.cp.cuda.Event(disable_timing=True)
