@@ -1,0 +1,156 @@
+"""Probe (issue 3): does the CPU GTM test at depth 3 pay for two cache misses per node (part_bitmask and
+part_bloom are separate arrays)? Times gtm_cpu._gtm_batch on the children of a recorded depth-3 step's rows
+of request 0, the index's layout against the two interleaved into one int32 [P, 1+nb] array (same nodes,
+same verdicts, caches evicted between runs), then sorted nodes and warm caches.
+
+    python benchmarks/probe_gtm_layout.py      # needs the 10M-SID index of benchmarks/step_cpu.py in
+                                               # /tmp/gtmkit-stepcpu/idx (its --workdir)
+"""
+import time
+
+import gtmkit
+import numpy as np
+from numba import njit
+from gtmkit.synth import synth_users
+from gtmkit.logits import SyntheticDecoder
+from gtmkit.matcher.gtm_cpu import _gtm_batch, _depth
+
+idx = gtmkit.load_index("/tmp/gtmkit-stepcpu/idx", verify=False)
+m = gtmkit.Matcher(idx)
+users = synth_users(idx.manifest["schema"], 16, seed=11)
+q = m.batch([idx.encode_request(u) for u in users])
+rec = []
+dec = SyntheticDecoder(users, 512, "peaked", 7)
+orig = m.step
+m.step = lambda *a, **k: (rec.append((a, k)), orig(*a, **k))[1]
+gtmkit.beam_search(m, q, dec, (1, 512, 1024, 1024))
+t = m.arrays
+node_ids, lp, bs, rr = rec[2][0][:4]  # depth-3 step inputs
+rows = np.nonzero((rr == 0) & (node_ids >= 0))[0]
+nodes = np.concatenate([np.arange(t.node_offsets[n], t.node_offsets[n + 1]) for n in node_ids[rows] if n < len(t.node_offsets) - 1]).astype(np.int64)
+print("depth-3 children of request 0:", len(nodes), "partitions per node at depth 4:", t.level_width)
+pbm, pbl = t.part_bitmask, t.part_bloom
+comb = np.empty((pbm.shape[0], 1 + pbl.shape[1]), np.int32)
+comb[:, 0] = pbm
+comb[:, 1:] = pbl
+
+
+@njit(cache=False)
+def gtm_batch_comb(lvl_off, lvl_base, lvl_width, comb, bmt, blt, blb, qbm, soff, sigs, b, nodes, n, ok_out, s0, s1, todo):
+    widest = 0
+    for z in range(n):
+        d = _depth(lvl_off, nodes[z])
+        w = lvl_width[d]
+        s0[z] = lvl_base[d] + (nodes[z] - lvl_off[d]) * w
+        s1[z] = s0[z] + w
+        todo[z] = True
+        ok_out[z] = False
+        widest = max(widest, s1[z] - s0[z])
+    nb = comb.shape[1] - 1
+    W, Wb = bmt.shape[1], blt.shape[1]
+    last_p, last_ok = np.int64(-1), False
+    for j in range(widest):
+        for z in range(n):
+            if not todo[z]:
+                continue
+            p = s0[z] + j
+            if p >= s1[z]:
+                todo[z] = False
+                continue
+            bid = comb[p, 0]
+            if bid < 0:
+                todo[z] = False
+                continue
+            if last_p >= 0:
+                same = True
+                for k in range(nb + 1):
+                    if comb[p, k] != comb[last_p, k]:
+                        same = False
+                        break
+                if same:
+                    if last_ok:
+                        ok_out[z] = True
+                        todo[z] = False
+                    continue
+            ok = True
+            for a in range(qbm.shape[1]):
+                hit = False
+                for w in range(W):
+                    if bmt[bid, w] & qbm[b, a, w]:
+                        hit = True
+                        break
+                if not hit:
+                    ok = False
+                    break
+            k = 0
+            while ok and k < nb:
+                row = blb[k] + comb[p, 1 + k]
+                found = False
+                for sg in range(soff[b, k], soff[b, k + 1]):
+                    inside = True
+                    for w in range(Wb):
+                        if (blt[row, w] & sigs[sg, w]) != sigs[sg, w]:
+                            inside = False
+                            break
+                    if inside:
+                        found = True
+                        break
+                ok = found
+                k += 1
+            last_p, last_ok = p, ok
+            if ok:
+                ok_out[z] = True
+                todo[z] = False
+
+
+n = len(nodes)
+B = 64
+s0, s1, todo = np.empty(B, np.int64), np.empty(B, np.int64), np.empty(B, np.bool_)
+ok1, ok2 = np.empty(n, np.bool_), np.empty(n, np.bool_)
+Q = q
+
+
+def run1():
+    for i in range(0, n, B):
+        c = min(B, n - i)
+        _gtm_batch(t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets, pbm, pbl, t.bitmask_table,
+                   t.bloom_table, t.bloom_base, Q.bitmask, Q.sig_off, Q.sigs, 0, nodes[i:i + c], c, ok1[i:i + c], s0, s1, todo)
+
+
+def run2():
+    for i in range(0, n, B):
+        c = min(B, n - i)
+        gtm_batch_comb(t.level_offsets, t.level_base, t.level_width, comb, t.bitmask_table, t.bloom_table, t.bloom_base,
+                       Q.bitmask, Q.sig_off, Q.sigs, 0, nodes[i:i + c], c, ok2[i:i + c], s0, s1, todo)
+
+
+run1(); run2()
+assert np.array_equal(ok1, ok2), "verdicts differ"
+print("pass share", ok1.mean())
+for r in range(3):
+    for name, f in (("separate", run1), ("interleaved", run2)):
+        # evict caches between runs: touch 400 MB
+        junk = np.ones(50_000_000, np.int64); junk.sum(); del junk
+        t0 = time.perf_counter(); f(); dt = time.perf_counter() - t0
+        print(f"round {r} {name:12s} {1e3 * dt:7.2f} ms  {1e9 * dt / n:6.1f} ns/node")
+
+# where the time goes: partitions per node, and the same nodes sorted (sequential partition rows)
+srt = np.sort(nodes)
+def run_sorted():
+    for i in range(0, n, B):
+        c = min(B, n - i)
+        _gtm_batch(t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets, pbm, pbl, t.bitmask_table,
+                   t.bloom_table, t.bloom_base, Q.bitmask, Q.sig_off, Q.sigs, 0, srt[i:i + c], c, ok1[i:i + c], s0, s1, todo)
+valid = 0
+for z in nodes[:5000]:
+    d = 3
+    w = t.level_width[d]; s = t.level_base[d] + (z - t.level_offsets[d]) * w
+    valid += (pbm[s:s + w] >= 0).sum()
+print("valid partitions per node (first 5000):", valid / 5000, "bloom attrs", pbl.shape[1], "bitmask attrs", Q.bitmask.shape[1])
+print("sig rows of request 0 per bloom attribute:", np.diff(Q.sig_off[0]))
+for r in range(2):
+    junk = np.ones(50_000_000, np.int64); junk.sum(); del junk
+    t0 = time.perf_counter(); run_sorted(); dt = time.perf_counter() - t0
+    print(f"sorted nodes {1e3 * dt:7.2f} ms  {1e9 * dt / n:6.1f} ns/node")
+    t0 = time.perf_counter(); run1(); dt = time.perf_counter() - t0
+    print(f"warm caches, separate {1e3 * dt:7.2f} ms  {1e9 * dt / n:6.1f} ns/node")
