@@ -10,10 +10,9 @@ import time
 
 import gtmkit
 import numpy as np
-from numba import njit
 from gtmkit.synth import synth_users
 from gtmkit.logits import SyntheticDecoder
-from gtmkit.matcher.gtm_cpu import _gtm_batch, _depth
+from gtmkit.matcher.gtm_cpu import _gtm_batch
 
 idx = gtmkit.load_index("/tmp/gtmkit-stepcpu/idx", verify=False)
 m = gtmkit.Matcher(idx)
@@ -33,74 +32,7 @@ pbm, pbl = t.part_bitmask, t.part_bloom
 comb = np.empty((pbm.shape[0], 1 + pbl.shape[1]), np.int32)
 comb[:, 0] = pbm
 comb[:, 1:] = pbl
-
-
-@njit(cache=False)
-def gtm_batch_comb(lvl_off, lvl_base, lvl_width, comb, bmt, blt, blb, qbm, soff, sigs, b, nodes, n, ok_out, s0, s1, todo):
-    widest = 0
-    for z in range(n):
-        d = _depth(lvl_off, nodes[z])
-        w = lvl_width[d]
-        s0[z] = lvl_base[d] + (nodes[z] - lvl_off[d]) * w
-        s1[z] = s0[z] + w
-        todo[z] = True
-        ok_out[z] = False
-        widest = max(widest, s1[z] - s0[z])
-    nb = comb.shape[1] - 1
-    W, Wb = bmt.shape[1], blt.shape[1]
-    last_p, last_ok = np.int64(-1), False
-    for j in range(widest):
-        for z in range(n):
-            if not todo[z]:
-                continue
-            p = s0[z] + j
-            if p >= s1[z]:
-                todo[z] = False
-                continue
-            bid = comb[p, 0]
-            if bid < 0:
-                todo[z] = False
-                continue
-            if last_p >= 0:
-                same = True
-                for k in range(nb + 1):
-                    if comb[p, k] != comb[last_p, k]:
-                        same = False
-                        break
-                if same:
-                    if last_ok:
-                        ok_out[z] = True
-                        todo[z] = False
-                    continue
-            ok = True
-            for a in range(qbm.shape[1]):
-                hit = False
-                for w in range(W):
-                    if bmt[bid, w] & qbm[b, a, w]:
-                        hit = True
-                        break
-                if not hit:
-                    ok = False
-                    break
-            k = 0
-            while ok and k < nb:
-                row = blb[k] + comb[p, 1 + k]
-                found = False
-                for sg in range(soff[b, k], soff[b, k + 1]):
-                    inside = True
-                    for w in range(Wb):
-                        if (blt[row, w] & sigs[sg, w]) != sigs[sg, w]:
-                            inside = False
-                            break
-                    if inside:
-                        found = True
-                        break
-                ok = found
-                k += 1
-            last_p, last_ok = p, ok
-            if ok:
-                ok_out[z] = True
-                todo[z] = False
+cbm, cbl = comb[:, 0], comb[:, 1:]  # the same _gtm_batch reads the interleaved array through strided views
 
 
 n = len(nodes)
@@ -120,8 +52,8 @@ def run1():
 def run2():
     for i in range(0, n, B):
         c = min(B, n - i)
-        gtm_batch_comb(t.level_offsets, t.level_base, t.level_width, comb, t.bitmask_table, t.bloom_table, t.bloom_base,
-                       Q.bitmask, Q.sig_off, Q.sigs, 0, nodes[i:i + c], c, ok2[i:i + c], s0, s1, todo)
+        _gtm_batch(t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets, cbm, cbl, t.bitmask_table,
+                   t.bloom_table, t.bloom_base, Q.bitmask, Q.sig_off, Q.sigs, 0, nodes[i:i + c], c, ok2[i:i + c], s0, s1, todo)
 
 
 run1(); run2()

@@ -4,7 +4,6 @@ backend "cpu" = numba (this module's kernels_cpu); "cuda" = CuPy RawKernels (imp
 
 from __future__ import annotations
 
-
 from typing import NamedTuple
 
 import numpy as np

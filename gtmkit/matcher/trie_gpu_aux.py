@@ -23,15 +23,22 @@ PAD_WORDS = 4   # words of ones after the LOUDS copy on the device: the kernel's
 ROOT_MAX_BITS = 1 << 24
 
 
+@njit(cache=True, inline="always")
+def _zero_bits(words, nbits, i):
+    """The zeros of word i as set bits, bits at or past nbits left out."""
+    x = ~words[i]
+    valid = min(64, nbits - 64 * i)
+    if valid < 64:
+        x &= (np.uint64(1) << np.uint64(valid)) - np.uint64(1)
+    return x
+
+
 @njit(cache=True)
 def zero_positions(words, nbits, shift):
     """int64 [ceil(zeros / 2^shift)]: position of zero number j << shift, for the zeros in bits [0, nbits)."""
     zeros = 0
     for i in range(words.shape[0]):
-        valid = min(64, nbits - 64 * i)
-        x = ~words[i]
-        if valid < 64:
-            x &= (np.uint64(1) << np.uint64(valid)) - np.uint64(1)
+        x = _zero_bits(words, nbits, i)
         while x:
             zeros += 1
             x &= x - np.uint64(1)
@@ -39,10 +46,7 @@ def zero_positions(words, nbits, shift):
     out = np.empty((zeros + step - 1) // step, np.int64)
     k = 0
     for i in range(words.shape[0]):
-        valid = min(64, nbits - 64 * i)
-        x = ~words[i]
-        if valid < 64:
-            x &= (np.uint64(1) << np.uint64(valid)) - np.uint64(1)
+        x = _zero_bits(words, nbits, i)
         while x:
             low = x & (~x + np.uint64(1))
             if (k & (step - 1)) == 0:
