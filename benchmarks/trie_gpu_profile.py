@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=20)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
-                    help="compile the profiled kernel with -DNAME=VALUE (e.g. B1U=2; repeatable)")
+                    help="compile the profiled kernel with -DNAME=VALUE (e.g. CL=4; repeatable)")
     ap.add_argument("--ncu", action="store_true", help="only one plain BW=K query inside cudaProfilerStart/Stop "
                     "(run under ncu --profile-from-start off)")
     a = ap.parse_args()

@@ -853,55 +853,55 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
         // NAR: every block finds the same threshold and writes the kept candidates of its chunks (dealt as
         // in B1) at positions from a cluster-wide counter. AR: block 0 alone (the others wait below).
         if (nar || rank == 0) {
-        const u64 tau = n_live > BW ? block_select(cand, n_live, BW, s) : 0ull;
-        PROF_MARK(5);  // radix select
-        if (threadIdx.x == 0) s.misc[3] = 0;
-        __syncthreads();
-        u32* kept_count = nar ? &cnt[4 * par + 2] : &s.misc[3];
-        const u32 first_base = nar ? (rank + CL * (threadIdx.x >> 5)) * 32 : (threadIdx.x & ~31u);
-        const u32 stride = nar ? NT * CL : NT;
-        for (u32 base = first_base; base < n_live; base += stride) {
-            u32 i = base + lane;
-            u64 x = i < n_live ? LDCG(cand + i) : 0ull;
-            bool keep = i < n_live && x >= tau;
-            u32 pos = warp_append(keep, kept_count);
-            if (keep) {
-                if (nar) {
-                    write_live(pos, x, LDCG(cand_slot + i), K, slot_node, slot_first, slot_deg, ptok, q * R + t, live_node,
+            const u64 tau = n_live > BW ? block_select(cand, n_live, BW, s) : 0ull;
+            PROF_MARK(5);  // radix select
+            if (threadIdx.x == 0) s.misc[3] = 0;
+            __syncthreads();
+            u32* kept_count = nar ? &cnt[4 * par + 2] : &s.misc[3];
+            const u32 first_base = nar ? (rank + CL * (threadIdx.x >> 5)) * 32 : (threadIdx.x & ~31u);
+            const u32 stride = nar ? NT * CL : NT;
+            for (u32 base = first_base; base < n_live; base += stride) {
+                u32 i = base + lane;
+                u64 x = i < n_live ? LDCG(cand + i) : 0ull;
+                bool keep = i < n_live && x >= tau;
+                u32 pos = warp_append(keep, kept_count);
+                if (keep) {
+                    if (nar) {
+                        write_live(pos, x, LDCG(cand_slot + i), K, slot_node, slot_first, slot_deg, ptok, q * R + t,
+                                   live_node, live_first, live_deg, live_score, live_parent, live_token);
+                    } else {
+                        kept[pos] = x;
+                        match_all[pos] = LDCG(cand_slot + i);
+                    }
+                }
+            }
+            PROF_MARK(6);  // compaction
+            if (!nar && m > 0) {
+                u32 n2 = pow2_at_least(m);
+                u64* sb = n2 <= SORT_CAP ? s.sort : gbuf;
+                __syncthreads();  // kept[] is complete
+                for (u32 i = threadIdx.x; i < n2; i += NT) sb[i] = i < m ? kept[i] : 0ull;
+                if (n2 <= NT && sb == s.sort && 2 * n2 <= SORT_CAP) block_sort_desc_reg(sb, n2);
+                else block_sort_desc(sb, n2);
+                PROF_MARK(7);  // sort
+                for (u32 i = threadIdx.x; i < m; i += NT) {
+                    const u64 x = kept[i];
+                    u32 lo = 0, hi = m;  // its rank: sb[0, m) is descending, x is in it once
+                    while (lo < hi) {
+                        u32 mid = (lo + hi) >> 1;
+                        if (sb[mid] > x) lo = mid + 1; else hi = mid;
+                    }
+                    const u32 sl = match_all[i], p = sl / (u32)K;
+                    write_live(lo, x, sl, K, slot_node, slot_first, slot_deg, ptok, q * R + (int)p, live_node,
                                live_first, live_deg, live_score, live_parent, live_token);
-                } else {
-                    kept[pos] = x;
-                    match_all[pos] = LDCG(cand_slot + i);
                 }
             }
-        }
-        PROF_MARK(6);  // compaction
-        if (!nar && m > 0) {
-            u32 n2 = pow2_at_least(m);
-            u64* sb = n2 <= SORT_CAP ? s.sort : gbuf;
-            __syncthreads();  // kept[] is complete
-            for (u32 i = threadIdx.x; i < n2; i += NT) sb[i] = i < m ? kept[i] : 0ull;
-            if (n2 <= NT && sb == s.sort && 2 * n2 <= SORT_CAP) block_sort_desc_reg(sb, n2);
-            else block_sort_desc(sb, n2);
-            PROF_MARK(7);  // sort
-            for (u32 i = threadIdx.x; i < m; i += NT) {
-                const u64 x = kept[i];
-                u32 lo = 0, hi = m;  // its rank: sb[0, m) is descending, x is in it once
-                while (lo < hi) {
-                    u32 mid = (lo + hi) >> 1;
-                    if (sb[mid] > x) lo = mid + 1; else hi = mid;
-                }
-                const u32 sl = match_all[i], p = sl / (u32)K;
-                write_live(lo, x, sl, K, slot_node, slot_first, slot_deg, ptok, q * R + (int)p, live_node, live_first,
-                           live_deg, live_score, live_parent, live_token);
+            for (u32 i = m + threadIdx.x; rank == 0 && i < BW; i += NT) {
+                live_node[i] = -1;
+                live_score[i] = NEG_INF;
+                live_parent[i] = -1;
+                live_token[i] = -1;
             }
-        }
-        for (u32 i = m + threadIdx.x; rank == 0 && i < BW; i += NT) {
-            live_node[i] = -1;
-            live_score[i] = NEG_INF;
-            live_parent[i] = -1;
-            live_token[i] = -1;
-        }
         }
         nl = m;
         cluster_sync();  // the new live list is written
