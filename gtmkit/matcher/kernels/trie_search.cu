@@ -38,6 +38,7 @@
 typedef unsigned long long u64;
 typedef long long i64;
 typedef unsigned int u32;
+typedef unsigned short u16;
 
 #ifndef NT
 #define NT 1024         // threads per block
@@ -67,6 +68,7 @@ typedef unsigned int u32;
 __device__ __forceinline__ u32 cluster_rank() { return 0; }
 __device__ __forceinline__ void cluster_sync() { __syncthreads(); }
 #define LDCG(p) (*(p))
+#define PREFETCH_L2(p) asm volatile("prefetch.global.L2 [%0];" :: "l"(p))
 #elif !defined(GTMKIT_EMU)  // the CPU emulation (tests/cuda_emu.py) defines these for its threads
 // Cluster primitives as in gtm_fused.cu (PTX: NVRTC has no cooperative_groups header). The barrier's
 // arrive releases and its wait acquires at cluster scope.
@@ -81,8 +83,10 @@ __device__ __forceinline__ void cluster_sync() {
 // Data another block of the cluster wrote this launch is read through L2 (ld.global.cg): this SM's L1
 // may hold the line from an earlier step.
 #define LDCG(p) __ldcg(p)
+#define PREFETCH_L2(p) asm volatile("prefetch.global.L2 [%0];" :: "l"(p))
 #else
 #define LDCG(p) (*(p))
+#define PREFETCH_L2(p) do { } while (0)
 #endif
 
 // Compiled with -DTRIE_PROF (benchmarks/trie_gpu_profile.py only): block 0's thread 0 adds the time
@@ -139,9 +143,9 @@ __device__ __forceinline__ u64 gtimer() {
 #define SP_BEAM_N 7         // u32 [b, BW]   proposals in beam p's row   } when BW > BEAM_CAP; else in
 #define SP_BEAM_OFF 8       // u32 [b, BW+1] work offsets                } shared memory
 #define SP_CAND 9           // u64 [b, BW*K] this step's live candidates, compacted
-#define SP_SLOT_NODE 10     // i64 [b, BW*K] node, first child and number of children of the live
-#define SP_SLOT_FIRST 11    // i64 [b, BW*K]   candidate in slot p*K+k (only the slots written this step
-#define SP_SLOT_DEG 12      // u32 [b, BW*K]   are read)
+#define SP_SLOT_NODE 10     // i64 [b, BW*K] node, first child and number of children of live candidate j
+#define SP_SLOT_FIRST 11    // i64 [b, BW*K]   (its position in SP_CAND; its slot p*K+k in SP_CAND_SLOT)
+#define SP_SLOT_DEG 12      // u32 [b, BW*K]
 #define SP_FIN 13           // u64 [b, FIN_CAP] finished keys: unordered, folded to the best BW when full
 #define SP_FIN_COUNT 14     // i32 [b]
 #define SP_SCRATCH 15       // u64 [b, SCRATCH_STRIDE] sort space when more than SORT_CAP keys are kept
@@ -502,18 +506,23 @@ __device__ __forceinline__ const u64* block_top(const u64* src, u32 n, u32 cap, 
     return buf;
 }
 
-// Live entry i <- the candidate with composite x in slot sl (parent beam sl / K, proposal sl % K of row).
-__device__ __forceinline__ void write_live(u32 i, u64 x, u32 sl, int K, const i64* slot_node, const i64* slot_first,
-                                           const u32* slot_deg, const int* ptok, i64 row, i64* live_node,
-                                           i64* live_first, u32* live_deg, float* live_score, int* live_parent,
-                                           int* live_token) {
-    const u32 p = sl / (u32)K, k = sl - p * (u32)K;
-    live_node[i] = LDCG(slot_node + sl);  // written by any block of the cluster
-    live_first[i] = LDCG(slot_first + sl);
-    live_deg[i] = LDCG(slot_deg + sl);
+// Live entry i <- live candidate j (composite x): its node, child range and slot sl = p*K+k (parent beam p,
+// proposal k of row `row`, or of row row0 + p when row < 0: AR), all stored at j by phase B, so they are
+// read at once (indexed by slot they waited on the slot's read: one dependent read more a step).
+__device__ __forceinline__ void write_live(u32 i, u64 x, u32 j, int K, const i64* cand_node, const i64* cand_first,
+                                           const u32* cand_deg, const u32* cand_slot, const int* ptok, i64 row,
+                                           i64 row0, const Trie& tr, i64* live_node, i64* live_first,
+                                           u32* live_deg, float* live_score, int* live_parent, int* live_token) {
+    const u32 sl = LDCG(cand_slot + j), p = sl / (u32)K, k = sl - p * (u32)K;
+    const i64 first = LDCG(cand_first + j);  // written by any block of the cluster
+    PREFETCH_L2(tr.low + first - 1);  // the next step reads these children's labels: start their DRAM
+    if (tr.hbits) PREFETCH_L2(tr.high + ((first - 1) * tr.hbits >> 6));  // reads now, in the barrier's shadow
+    live_node[i] = LDCG(cand_node + j);
+    live_first[i] = first;
+    live_deg[i] = LDCG(cand_deg + j);
     live_score[i] = unsortable((u32)(x >> 32));
     live_parent[i] = (int)p;
-    live_token[i] = ptok[row * K + k];
+    live_token[i] = ptok[(row >= 0 ? row : row0 + (i64)p) * K + k];
 }
 
 __device__ __forceinline__ Trie load_trie(const i64* TP) {
@@ -655,9 +664,9 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
     u32* beam_n = small ? s_n : (u32*)SP[SP_BEAM_N] + qb * BW;
     u32* off = small ? s_off : (u32*)SP[SP_BEAM_OFF] + qb * (BW + 1);
     u64* cand = (u64*)SP[SP_CAND] + q * BW * K;
-    i64* slot_node = (i64*)SP[SP_SLOT_NODE] + q * BW * K;
-    i64* slot_first = (i64*)SP[SP_SLOT_FIRST] + q * BW * K;
-    u32* slot_deg = (u32*)SP[SP_SLOT_DEG] + q * BW * K;
+    i64* cand_node = (i64*)SP[SP_SLOT_NODE] + q * BW * K;  // by candidate: node, first child, children
+    i64* cand_first = (i64*)SP[SP_SLOT_FIRST] + q * BW * K;
+    u32* cand_deg = (u32*)SP[SP_SLOT_DEG] + q * BW * K;
     u32* match_all = (u32*)SP[SP_MATCH] + q * BW;
     u32* cnt = (u32*)SP[SP_CNT] + q * 8;  // [4 * parity + 0, 1, 2]: live candidates, finished keys, kept
     u32* cand_slot = (u32*)SP[SP_CAND_SLOT] + q * BW * K;
@@ -832,9 +841,9 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             if (is_live) {
                 cand[pl] = live_key;
                 cand_slot[pl] = slot;
-                slot_node[slot] = c;
-                slot_first[slot] = child_first;
-                slot_deg[slot] = child_deg;
+                cand_node[pl] = c;
+                cand_first[pl] = child_first;
+                cand_deg[pl] = child_deg;
             }
             if (is_fin) fin[fc + pf] = fin_key;
         }
@@ -867,11 +876,11 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
                 u32 pos = warp_append(keep, kept_count);
                 if (keep) {
                     if (nar) {
-                        write_live(pos, x, LDCG(cand_slot + i), K, slot_node, slot_first, slot_deg, ptok, q * R + t,
+                        write_live(pos, x, i, K, cand_node, cand_first, cand_deg, cand_slot, ptok, q * R + t, 0, tr,
                                    live_node, live_first, live_deg, live_score, live_parent, live_token);
                     } else {
                         kept[pos] = x;
-                        match_all[pos] = LDCG(cand_slot + i);
+                        match_all[pos] = i;
                     }
                 }
             }
@@ -891,9 +900,8 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
                         u32 mid = (lo + hi) >> 1;
                         if (sb[mid] > x) lo = mid + 1; else hi = mid;
                     }
-                    const u32 sl = match_all[i], p = sl / (u32)K;
-                    write_live(lo, x, sl, K, slot_node, slot_first, slot_deg, ptok, q * R + (int)p, live_node,
-                               live_first, live_deg, live_score, live_parent, live_token);
+                    write_live(lo, x, match_all[i], K, cand_node, cand_first, cand_deg, cand_slot, ptok, -1, q * R,
+                               tr, live_node, live_first, live_deg, live_score, live_parent, live_token);
                 }
             }
             for (u32 i = m + threadIdx.x; rank == 0 && i < BW; i += NT) {
