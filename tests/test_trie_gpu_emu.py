@@ -48,6 +48,7 @@ class EmuDevice:
         self.lib, self.sigs = lib, sigs
         self.nt, self.sort_cap = cfg["NT"], cfg["SORT_CAP"]
         self.prep_cap, self.beam_cap, self.cl = cfg["PREP_CAP"], cfg["BEAM_CAP"], cfg["CL"]
+        self.tok_cap = cfg["TOK_CAP"]
         self.key = ("emu",) + tuple(sorted(cfg.items()))
         self.buffers = {}
         self.launches = []
@@ -101,10 +102,10 @@ class EmuDevice:
 
 CONFIGS = {
     # production shared-memory sizes, 4 warps, clusters of 3 blocks a query
-    "wide": dict(GTMKIT_EMU=1, NT=128, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, CL=3),
+    "wide": dict(GTMKIT_EMU=1, NT=128, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, CL=3),
     # one warp, tiny shared memory: radix select, global sort scratch and per-beam data, host-prepared
     # rows; clusters of 2
-    "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, CL=2),
+    "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=4, CL=2),
 }
 
 

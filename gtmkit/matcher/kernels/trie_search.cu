@@ -52,6 +52,9 @@ typedef unsigned short u16;
 #ifndef BEAM_CAP
 #define BEAM_CAP 1024   // per-beam data (child range, score, work offsets) in shared memory when BW fits
 #endif
+#ifndef TOK_CAP
+#define TOK_CAP 4096    // NAR: a step's proposal row (tokens, log-probs) in shared memory when K fits (32 KiB)
+#endif
 #ifndef CL
 #define CL 8            // blocks (SMs) per query: a thread block cluster
 #endif
@@ -637,6 +640,8 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
     u32* s_hist = s_off + BEAM_CAP + 1;              // [256]
     u32* s_warp = s_hist + 256;                      // [33]
     u32* s_misc = s_warp + 33;                       // [8]
+    int* s_tok = (int*)(s_misc + 8);                 // [TOK_CAP] NAR: this step's proposal row, tokens
+    float* s_lp = (float*)(s_tok + TOK_CAP);         // [TOK_CAP]   and log-probs
     Smem s;
     s.sort = s_sort;
     s.warp = s_warp;
@@ -733,6 +738,17 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             carry += tot;
         }
         const u32 W = carry;
+        // NAR: the step's one proposal row, which every work item binary-searches, into shared memory
+        // (from global memory each probe of the search was a dependent L2 round trip)
+        const bool row_smem = nar && K <= TOK_CAP;
+        if (row_smem) {
+            const i64 row = q * R + t;
+            const u32 n = (u32)LDCG(pcnt + row);  // prepared by this launch's cluster: read past L1
+            for (u32 i = threadIdx.x; i < n; i += NT) {
+                s_tok[i] = LDCG(ptok + row * K + i);
+                s_lp[i] = LDCG(plp + row * K + i);
+            }
+        }
         PROF_MARK(2);  // phase A
         // a step finishes at most one key per work item: fold only when W more could overflow fin
         // (every block computes the same fc and W: the branch is cluster-uniform)
@@ -772,7 +788,7 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
                 p = lo;
                 const u32 i = w - off[p];
                 row = q * R + (nar ? t : (int)p);
-                const int* toks = ptok + row * K;
+                const int* toks = row_smem ? s_tok : ptok + row * K;
                 const u32 n = beam_n[p], deg = beam_deg[p];
                 const i64 first = beam_first[p];
                 bool match;
@@ -798,7 +814,7 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
                     match = c < first + deg && label_of(tr, c) == tok;
                 }
                 if (match) {
-                    sc = beam_score[p] + plp[row * K + k];
+                    sc = beam_score[p] + (row_smem ? s_lp[k] : plp[row * K + k]);
                     hit = sc > theta_sent;
                     slot = p * (u32)K + k;
                 }
