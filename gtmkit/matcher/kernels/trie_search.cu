@@ -385,6 +385,22 @@ __device__ __forceinline__ u32 warp_append(bool pred, u32* counter) {
     return base + (u32)__popc(bal & ((1u << lane) - 1u));
 }
 
+// warp_append for two lists at once, whose counters are the two halves of *counters (a's the low word, b's
+// the high): one 64-bit atomicAdd a warp instead of two L2 round trips one after the other.
+__device__ __forceinline__ void warp_append2(bool a, bool b, u64* counters, u32* pa, u32* pb) {
+    const u32 ba = __ballot_sync(FULL, a), bb = __ballot_sync(FULL, b);
+    const u32 lane = threadIdx.x & 31u;
+    u64 base = 0;
+    if (ba | bb) {  // warp-uniform
+        const int leader = __ffs((int)(ba | bb)) - 1;
+        if ((int)lane == leader) base = atomicAdd(counters, ((u64)__popc(bb) << 32) | (u64)__popc(ba));
+        base = __shfl_sync(FULL, base, leader);
+    }
+    const u32 below = (1u << lane) - 1u;
+    *pa = (u32)base + (u32)__popc(ba & below);
+    *pb = (u32)(base >> 32) + (u32)__popc(bb & below);
+}
+
 // Bitonic sort of a[0, n2) descending, n2 a power of two; a in shared or global memory. A stage of
 // stride j <= 32 keeps each warp inside its own 64-key blocks (pair i touches keys of block i >> 5), so
 // between two such stages a warp barrier suffices.
@@ -852,8 +868,8 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
                     fin_key = ((u64)sortable(norm) << 32) | (u64)(0xFFFFFFFFu - (u32)key);
                 }
             }
-            u32 pl = warp_append(is_live, &cnt[4 * par]);  // the query's lists, over the whole cluster
-            u32 pf = warp_append(is_fin, &cnt[4 * par + 1]);
+            u32 pl, pf;  // positions in the query's lists, over the whole cluster
+            warp_append2(is_live, is_fin, (u64*)&cnt[4 * par], &pl, &pf);
             if (is_live) {
                 cand[pl] = live_key;
                 cand_slot[pl] = slot;
