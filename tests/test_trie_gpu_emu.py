@@ -48,7 +48,7 @@ class EmuDevice:
         self.lib, self.sigs = lib, sigs
         self.nt, self.sort_cap = cfg["NT"], cfg["SORT_CAP"]
         self.prep_cap, self.beam_cap, self.cl = cfg["PREP_CAP"], cfg["BEAM_CAP"], cfg["CL"]
-        self.tok_cap = cfg["TOK_CAP"]
+        self.tok_cap, self.sel_cap = cfg["TOK_CAP"], cfg["SEL_CAP"]
         self.key = ("emu",) + tuple(sorted(cfg.items()))
         self.buffers = {}
         self.launches = []
@@ -102,10 +102,10 @@ class EmuDevice:
 
 CONFIGS = {
     # production shared-memory sizes, 4 warps, clusters of 3 blocks a query
-    "wide": dict(GTMKIT_EMU=1, NT=128, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, CL=3),
+    "wide": dict(GTMKIT_EMU=1, NT=128, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, SEL_CAP=4096, CL=3),
     # one warp, tiny shared memory: radix select, global sort scratch and per-beam data, host-prepared
     # rows; clusters of 2
-    "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=4, CL=2),
+    "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=48, SEL_CAP=16, CL=2),
 }
 
 
@@ -217,6 +217,23 @@ def test_nar_long_rows_prepared_on_host(emu):
     want = trie_beam_search(trie, tokens, logp, 5, theta_tok=-1.2)
     got = trie_beam_search_cuda(trie, tokens, logp, 5, theta_tok=-1.2, device=emu)
     assert_equal(got, want)
+
+
+def test_nar_rows_longer_than_a_block(emu):
+    """K distinct proposals, above the block's threads and within TOK_CAP: the kernel copies the step's row
+    to shared memory in more than one pass; K above TOK_CAP (tiny configuration): the row is searched in
+    global memory."""
+    rng = np.random.default_rng(9)
+    vocab = np.concatenate([np.arange(150), 65536 + np.arange(150)])
+    trie = wide_trie(rng, 600, vocab)
+    ks = [min(emu.nt + emu.nt // 2, emu.tok_cap)] + ([emu.tok_cap + 1] if emu.tok_cap < emu.prep_cap else [])
+    assert ks[0] > emu.nt
+    for k in ks:
+        tokens = np.stack([np.stack([rng.permutation(vocab)[:k] for _ in range(3)]) for _ in range(2)])
+        logp = random_logp(rng, (2, 3, k), True)
+        want = trie_beam_search(trie, tokens, logp, 6)
+        assert_equal(trie_beam_search_cuda(trie, tokens, logp, 6, device=emu), want)
+        assert (want[0] >= 0).sum() >= 6
 
 
 def test_nar_more_steps_than_factor_cache(emu):

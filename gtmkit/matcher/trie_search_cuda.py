@@ -29,7 +29,7 @@ from . import trie_gpu_aux as aux
 from .trie_search_cpu import LiveBeams, _beam_width, _float, _prepare_rows, _trie_arrays, length_factors, stepper_settings
 
 KERNEL_FILE = Path(__file__).with_name("kernels") / "trie_search.cu"
-NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, CL = 1024, 2048, 4096, 1024, 4096, 8  # as compiled in kernels/trie_search.cu (CL: blocks a query)
+NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, SEL_CAP, CL = 1024, 2048, 4096, 1024, 4096, 4096, 8  # as compiled in kernels/trie_search.cu (CL: blocks a query)
 FAC_CAP = 64  # kernels/trie_search.cu: length factors a launch keeps in shared memory
 TRIE_FIELDS = ("louds", "louds_rank", "louds_select0", "label_low", "label_high", "high_bits", "terminal",
                "terminal_rank")  # the kernel's TP_* table, then the lookup tables of trie_gpu_aux
@@ -39,7 +39,7 @@ KEPT_SHAPES = 4  # NAR buffer sets kept per device (least recently used dropped)
 class CupyDevice:
     """The current CUDA device as the search uses it."""
 
-    nt, sort_cap, prep_cap, beam_cap, tok_cap, cl = NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, CL
+    nt, sort_cap, prep_cap, beam_cap, tok_cap, sel_cap, cl = NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, SEL_CAP, CL
     null = np.uint64(0)  # a null pointer argument
 
     def __init__(self):
@@ -178,7 +178,7 @@ def _trie_params(dev, trie, what: str):
 def search_smem(dev) -> int:
     """Dynamic shared memory of search_kernel (its s_* carve-up), bytes."""
     return 8 * dev.sort_cap + 8 * FAC_CAP + 20 * dev.beam_cap + 4 * (dev.beam_cap + 1) + 4 * (256 + 33 + 8)\
-        + 8 * dev.tok_cap
+        + 8 * dev.tok_cap + 8 * dev.sel_cap
 
 
 def _pow2(n: int) -> int:

@@ -55,6 +55,9 @@ typedef unsigned short u16;
 #ifndef TOK_CAP
 #define TOK_CAP 4096    // NAR: a step's proposal row (tokens, log-probs) in shared memory when K fits (32 KiB)
 #endif
+#ifndef SEL_CAP
+#define SEL_CAP 4096    // keys the radix select keeps in shared memory after its first pass (32 KiB)
+#endif
 #ifndef CL
 #define CL 8            // blocks (SMs) per query: a thread block cluster
 #endif
@@ -185,6 +188,7 @@ struct Smem {
     u32* warp;   // [33] block_scan
     u32* hist;   // [256] block_select
     u32* misc;   // [8]
+    u64* sel;    // [SEL_CAP] block_select
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -455,7 +459,8 @@ __device__ __forceinline__ void block_sort_desc_reg(u64* a, u32 n2) {
 
 // The m-th largest of the n distinct keys a[0, n), 1 <= m <= n: 8-bit digits from the top, stopping at
 // the first digit whose bucket holds exactly the keys still needed. -> the smallest value of that
-// bucket's range, so exactly m keys are >= the result.
+// bucket's range, so exactly m keys are >= the result. The first pass copies the first SEL_CAP keys to
+// shared memory, where the later passes read them (each pass from global memory was an L2 round trip).
 __device__ __forceinline__ u64 block_select(const u64* a, u32 n, u32 m, Smem& s) {
     u64 prefix = 0, fixed = 0;
     u32 need = m;
@@ -463,7 +468,10 @@ __device__ __forceinline__ u64 block_select(const u64* a, u32 n, u32 m, Smem& s)
         for (u32 i = threadIdx.x; i < 256; i += NT) s.hist[i] = 0;
         __syncthreads();
         for (u32 i = threadIdx.x; i < n; i += NT) {
-            u64 x = LDCG(a + i);
+            u64 x;
+            if (i >= SEL_CAP) x = LDCG(a + i);
+            else if (shift == 56) s.sel[i] = x = LDCG(a + i);
+            else x = s.sel[i];
             if ((x & fixed) == prefix) atomicAdd(&s.hist[(x >> shift) & 255ull], 1u);
         }
         __syncthreads();
@@ -525,23 +533,44 @@ __device__ __forceinline__ const u64* block_top(const u64* src, u32 n, u32 cap, 
     return buf;
 }
 
-// Live entry i <- live candidate j (composite x): its node, child range and slot sl = p*K+k (parent beam p,
-// proposal k of row `row`, or of row row0 + p when row < 0: AR), all stored at j by phase B, so they are
-// read at once (indexed by slot they waited on the slot's read: one dependent read more a step).
-__device__ __forceinline__ void write_live(u32 i, u64 x, u32 j, int K, const i64* cand_node, const i64* cand_first,
-                                           const u32* cand_deg, const u32* cand_slot, const int* ptok, i64 row,
+// What phase B stored for live candidate j (at j, written by any block of the cluster): its slot p*K+k
+// (parent beam p, proposal k), node and child range. Loaded before the caller's atomic for the candidate's
+// new position, so the two round trips overlap.
+struct Cand {
+    u32 slot, deg;
+    i64 node, first;
+};
+
+__device__ __forceinline__ Cand load_cand(u32 j, const u32* cand_slot, const i64* cand_node, const i64* cand_first,
+                                          const u32* cand_deg) {
+    Cand c;
+    c.slot = LDCG(cand_slot + j);
+    c.node = LDCG(cand_node + j);
+    c.first = LDCG(cand_first + j);
+    c.deg = LDCG(cand_deg + j);
+    return c;
+}
+
+// Live entry i <- candidate c (composite x). Its proposal's token is toks[k] (NAR: the step's row), or
+// row row0 + p's (toks null: AR). The trie words the next step reads first for c's children are
+// prefetched into L2 here, in the shadow of the barrier: their labels, terminal flags and zero samples.
+__device__ __forceinline__ void write_live(u32 i, u64 x, const Cand& c, int K, const int* toks, const int* ptok,
                                            i64 row0, const Trie& tr, i64* live_node, i64* live_first,
                                            u32* live_deg, float* live_score, int* live_parent, int* live_token) {
-    const u32 sl = LDCG(cand_slot + j), p = sl / (u32)K, k = sl - p * (u32)K;
-    const i64 first = LDCG(cand_first + j);  // written by any block of the cluster
-    PREFETCH_L2(tr.low + first - 1);  // the next step reads these children's labels: start their DRAM
-    if (tr.hbits) PREFETCH_L2(tr.high + ((first - 1) * tr.hbits >> 6));  // reads now, in the barrier's shadow
-    live_node[i] = LDCG(cand_node + j);
-    live_first[i] = first;
-    live_deg[i] = LDCG(cand_deg + j);
+    const u32 p = c.slot / (u32)K, k = c.slot - p * (u32)K;
+    PREFETCH_L2(tr.low + c.first - 1);
+    if (tr.hbits) PREFETCH_L2(tr.high + ((c.first - 1) * tr.hbits >> 6));
+#ifndef NO_PREFETCH2
+    PREFETCH_L2(tr.term + (c.first >> 6));
+    PREFETCH_L2(tr.term_rank + 2 * (c.first >> 9));
+    PREFETCH_L2(tr.zpos + (c.first >> tr.zshift));
+#endif
+    live_node[i] = c.node;
+    live_first[i] = c.first;
+    live_deg[i] = c.deg;
     live_score[i] = unsortable((u32)(x >> 32));
     live_parent[i] = (int)p;
-    live_token[i] = ptok[(row >= 0 ? row : row0 + (i64)p) * K + k];
+    live_token[i] = toks ? toks[k] : ptok[(row0 + (i64)p) * K + k];
 }
 
 __device__ __forceinline__ Trie load_trie(const i64* TP) {
@@ -647,7 +676,8 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
 #endif
     // dynamic shared memory (SEARCH_SMEM bytes), per block of the cluster
     u64* s_sort = (u64*)smem_raw;                    // [SORT_CAP]
-    double* s_fac = (double*)(s_sort + SORT_CAP);    // [FAC_CAP] this launch's length factors
+    u64* s_sel = s_sort + SORT_CAP;                  // [SEL_CAP] block_select's copy of its keys
+    double* s_fac = (double*)(s_sel + SEL_CAP);      // [FAC_CAP] this launch's length factors
     i64* s_first = (i64*)(s_fac + FAC_CAP);          // [BEAM_CAP] copies of the live beams' first child,
     u32* s_deg = (u32*)(s_first + BEAM_CAP);         // [BEAM_CAP]   children,
     float* s_score = (float*)(s_deg + BEAM_CAP);     // [BEAM_CAP]   score,
@@ -663,6 +693,7 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
     s.warp = s_warp;
     s.hist = s_hist;
     s.misc = s_misc;
+    s.sel = s_sel;
     const Trie tr = load_trie(TP);
     const i64 q = blockIdx.x / CL;
     const u32 rank = cluster_rank();  // block `rank` of the query's cluster
@@ -733,6 +764,22 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
         const double factor = fac_smem ? s_fac[t - t0] : factors[t + 1 - fbase];
         PROF_STEP_BEGIN;
 
+        // NAR: the step's one proposal row, which every work item binary-searches, goes to shared memory
+        // (from global memory each probe of the search was a dependent L2 round trip). Its first NT entries
+        // are loaded here and stored after phase A, so the two phases' reads overlap.
+        const bool row_smem = nar && K <= TOK_CAP;
+        const i64 nar_row = q * R + t;
+        u32 row_n = 0;
+        int tok0 = 0;
+        float lp0 = 0.0f;
+        if (row_smem) {
+            row_n = (u32)LDCG(pcnt + nar_row);  // prepared by this launch's cluster: read past L1
+            if (threadIdx.x < row_n) {
+                tok0 = LDCG(ptok + nar_row * K + threadIdx.x);
+                lp0 = LDCG(plp + nar_row * K + threadIdx.x);
+            }
+        }
+
         // Phase A: the work of every live beam, min(children, proposals): a beam walks the shorter of its
         // child list and its proposal row, binary-searching each entry in the other.
         u32 carry = 0;
@@ -754,16 +801,13 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             carry += tot;
         }
         const u32 W = carry;
-        // NAR: the step's one proposal row, which every work item binary-searches, into shared memory
-        // (from global memory each probe of the search was a dependent L2 round trip)
-        const bool row_smem = nar && K <= TOK_CAP;
-        if (row_smem) {
-            const i64 row = q * R + t;
-            const u32 n = (u32)LDCG(pcnt + row);  // prepared by this launch's cluster: read past L1
-            for (u32 i = threadIdx.x; i < n; i += NT) {
-                s_tok[i] = LDCG(ptok + row * K + i);
-                s_lp[i] = LDCG(plp + row * K + i);
-            }
+        if (threadIdx.x < row_n) {
+            s_tok[threadIdx.x] = tok0;
+            s_lp[threadIdx.x] = lp0;
+        }
+        for (u32 i = threadIdx.x + NT; i < row_n; i += NT) {
+            s_tok[i] = LDCG(ptok + nar_row * K + i);
+            s_lp[i] = LDCG(plp + nar_row * K + i);
         }
         PROF_MARK(2);  // phase A
         // a step finishes at most one key per work item: fold only when W more could overflow fin
@@ -905,11 +949,13 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
                 u32 i = base + lane;
                 u64 x = i < n_live ? LDCG(cand + i) : 0ull;
                 bool keep = i < n_live && x >= tau;
+                Cand cd;
+                if (keep && nar) cd = load_cand(i, cand_slot, cand_node, cand_first, cand_deg);
                 u32 pos = warp_append(keep, kept_count);
                 if (keep) {
                     if (nar) {
-                        write_live(pos, x, i, K, cand_node, cand_first, cand_deg, cand_slot, ptok, q * R + t, 0, tr,
-                                   live_node, live_first, live_deg, live_score, live_parent, live_token);
+                        write_live(pos, x, cd, K, row_smem ? s_tok : ptok + nar_row * K, ptok, 0, tr, live_node,
+                                   live_first, live_deg, live_score, live_parent, live_token);
                     } else {
                         kept[pos] = x;
                         match_all[pos] = i;
@@ -932,8 +978,9 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
                         u32 mid = (lo + hi) >> 1;
                         if (sb[mid] > x) lo = mid + 1; else hi = mid;
                     }
-                    write_live(lo, x, match_all[i], K, cand_node, cand_first, cand_deg, cand_slot, ptok, -1, q * R,
-                               tr, live_node, live_first, live_deg, live_score, live_parent, live_token);
+                    const Cand cd = load_cand(match_all[i], cand_slot, cand_node, cand_first, cand_deg);
+                    write_live(lo, x, cd, K, nullptr, ptok, q * R, tr, live_node, live_first, live_deg, live_score,
+                               live_parent, live_token);
                 }
             }
             for (u32 i = m + threadIdx.x; rank == 0 && i < BW; i += NT) {
