@@ -71,6 +71,9 @@ class _Function:
         self.max_dynamic_shared_size_bytes = 0
 
     def __call__(self, grid, block, args, shared_mem=0):
+        if shared_mem > 48 * 1024 and shared_mem > self.max_dynamic_shared_size_bytes:
+            raise RuntimeError(f"{self.name}: {shared_mem} B of dynamic shared memory without opting in "
+                               "(CUDA_ERROR_INVALID_VALUE on a device)")
         lib, sigs = self.module.compiled()
         launch(lib, sigs, self.name, grid, int(block[0]), tuple(args), cluster=self.module.cluster,
                smem=int(shared_mem))

@@ -57,6 +57,7 @@ class CupyDevice:
         mod = load_module(KERNEL_FILE, () if self.cl == CL else (f"CL={self.cl}",))
         self._kernels = {name: mod.get_function(name) for name in ("prep_kernel", "search_kernel")}
         self.buffers = {}
+        self._smem_opt_in = {}  # kernel name -> the kernel object whose dynamic shared memory limit was raised
         self.graph_error = None  # why replay() could not capture a graph, if it could not
 
     def empty(self, shape, dtype):
@@ -138,8 +139,12 @@ class CupyDevice:
 
     def launch(self, name: str, grid: int, args: tuple, smem: int = 0) -> None:
         """grid blocks of nt threads (search_kernel: in clusters of cl, compiled in) with smem bytes of
-        dynamic shared memory."""
-        self._kernels[name]((grid,), (self.nt,), args, shared_mem=smem)
+        dynamic shared memory (above 48 KiB a kernel must opt in, once per kernel object)."""
+        kernel = self._kernels[name]
+        if smem > 48 * 1024 and self._smem_opt_in.get(name) is not kernel:
+            kernel.max_dynamic_shared_size_bytes = smem
+            self._smem_opt_in[name] = kernel
+        kernel((grid,), (self.nt,), args, shared_mem=smem)
 
 
 _devices = {}
