@@ -340,20 +340,25 @@ def _fill_host(buf: _Buffers, tokens: np.ndarray, logp: np.ndarray, rows: int) -
     """Host proposals [b, rows, K] into the pinned staging buffer, after the factors -> bytes to copy."""
     b, k, nf = buf.b, buf.k, buf.nf
     n = b * rows * k
-    staged = buf.host[8 * nf:8 * nf + 8 * n].view(np.int32).reshape(b * rows, 2, k)
-    _stage_rows(tokens.reshape(b * rows, k), logp.reshape(b * rows, k), staged)
+    staged = buf.host[8 * nf:8 * nf + 8 * n].view(np.int32)
+    _stage_rows(tokens.reshape(b * rows, k), logp.reshape(b * rows, k), staged, staged.view(np.float32))
     return 8 * nf + 8 * n
 
 
 @njit(cache=True)
-def _stage_rows(tokens, logp, out):
-    """out[r, 0] = tokens of row r as int32 (-1 where no key can hold the id), out[r, 1] = the float32 log-prob
-    bits: one pass (NumPy's masked copy and cast took ~25 us a query of the ~0.25 ms GPU call)."""
+def _stage_rows(tokens, logp, out_i, out_f):
+    """Row r of the flat staging buffer: the tokens as int32 (-1 where no key can hold the id), then the log-probs
+    as float32 (out_i, out_f: int32 and float32 views of that buffer). One pass over contiguous 1-D slices:
+    NumPy's masked copy and cast took ~25 us a query, a 2-D strided version ~10 us, this ~3."""
+    k = tokens.shape[1]
     for r in range(tokens.shape[0]):
-        for i in range(tokens.shape[1]):
-            x = tokens[r, i]
-            out[r, 0, i] = np.int32(x) if x >= 0 and x <= MAX_TOKEN else np.int32(-1)
-            out[r, 1, i] = np.float32(logp[r, i]).view(np.int32)
+        row_t, row_l = tokens[r], logp[r]
+        out_t, out_l = out_i[2 * k * r:2 * k * r + k], out_f[2 * k * r + k:2 * k * (r + 1)]
+        for i in range(k):
+            x = row_t[i]
+            out_t[i] = np.int32(x) if (x >= 0) & (x <= MAX_TOKEN) else np.int32(-1)
+        for i in range(k):
+            out_l[i] = row_l[i]
 
 
 def _prep(dev, buf: _Buffers, rows: int, theta_tok, use_count: bool, rows_in=None, factors=None) -> None:
