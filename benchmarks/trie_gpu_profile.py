@@ -17,7 +17,7 @@ from gtmkit.matcher import trie_search_cuda as tsc
 from gtmkit.matcher.backend_cuda import KERNEL_DIR
 from gtmkit.synth_trie import synth_keys, synth_proposals
 
-PHASES = {0: "start", 2: "phase A", 1: "fold copy", 3: "phase B", 5: "radix select", 6: "compact",
+PHASES = {9: "prep rows", 0: "start", 2: "phase A", 1: "fold copy", 3: "phase B", 5: "radix select", 6: "compact",
           7: "sort", 4: "live list", 8: "finalize"}  # phase B: B1 and B2 (one loop since the cluster kernel)
 
 
@@ -75,7 +75,6 @@ def main() -> None:
             walls.append(time.perf_counter() - t)
             dev_ms.append(cp.cuda.get_elapsed_time(ev0, ev1))
             p = cp.asnumpy(prof).astype(np.float64)
-            p[0] = 0  # time before the first mark: since the previous query
             acc += p
         acc /= a.queries
         steps = max(acc[12], 1)
@@ -89,7 +88,7 @@ def main() -> None:
         print(f"  {'kernel':12s} {tot / 1e3:8.1f} us per query")
         print("  per step t: us (work items) " + ", ".join(
             f"{t}: {acc[13 + t] / 1e3:.1f} ({acc[21 + t]:.0f})" for t in range(min(a.steps, 8))))
-        cols = [i for i in PHASES if i not in (0, 8)]
+        cols = [i for i in PHASES if i not in (0, 8, 9)]
         print("  per step and phase, us:  step " + " ".join(f"{PHASES[i]:>9s}" for i in cols))
         for t in range(min(a.steps, 8)):
             print(f"  {'':24s}{t:5d} " + " ".join(f"{acc[32 + 10 * t + i] / 1e3:9.1f}" for i in cols))

@@ -220,9 +220,10 @@ class _Buffers:
         self.beam_first = e((b, cl, bw) if big else (1,), np.int64)
         self.beam_deg = e((b, cl, bw) if big else (1,), np.uint32)
         self.beam_score = e((b, cl, bw) if big else (1,), np.float32)
-        self.cnt = e((b, 8), np.uint32)  # cluster-wide counters, cleared by the kernel
-        self.cand, self.slot_node, self.slot_first = (e((b, slots), t) for t in (np.uint64, np.int64, np.int64))
-        self.slot_deg = e((b, slots), np.uint32)
+        self.cnt = e((b, 4), np.uint64)  # cluster-wide counters, cleared by the kernel
+        # a step's candidates (two sets: a NAR step reads the previous step's while it writes its own)
+        self.cand, self.slot_first = e((b, 2, slots), np.uint64), e((b, 2, slots), np.int64)
+        self.slot_deg, self.slot_node = e((b, 2, slots), np.uint32), e((b, slots), np.int64)
         self.match = e((b, max(bw, 1)), np.uint32)  # AR: the kept candidates' slots before the sort
         self.cand_slot = e((b, slots), np.uint32)  # each live candidate's slot
         self.kept = e((b, max(bw, 1)), np.uint64)  # AR: the kept candidates' composites before the sort

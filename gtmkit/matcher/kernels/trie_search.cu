@@ -110,6 +110,7 @@ __device__ __forceinline__ u64 gtimer() {
     u64 d_ = now_ - trie_prof[31]; trie_prof[i] += d_; trie_prof[31] = now_; \
     if (trie_prof[30] < 8) trie_prof[32 + 10 * trie_prof[30] + (i)] += d_; } } while (0)
 #define PROF_ADD(i, v) do { if (blockIdx.x == 0 && threadIdx.x == 0) trie_prof[i] += (u64)(v); } while (0)
+#define PROF_BEGIN do { if (blockIdx.x == 0 && threadIdx.x == 0) trie_prof[31] = gtimer(); } while (0)
 // per step t < 8: its time into trie_prof[13 + t], its work items into trie_prof[21 + t]
 #define PROF_STEP_BEGIN u64 step_t0_ = 0; do { if (blockIdx.x == 0 && threadIdx.x == 0) { \
     step_t0_ = gtimer(); trie_prof[30] = (u64)t; } } while (0)
@@ -120,6 +121,7 @@ __device__ __forceinline__ u64 gtimer() {
 #define PROF_STEP_END(t, w) do { } while (0)
 #define PROF_MARK(i) do { } while (0)
 #define PROF_ADD(i, v) do { } while (0)
+#define PROF_BEGIN do { } while (0)
 #endif
 
 // Trie parameter table (int64 values, trie_search_cuda.py builds it).
@@ -148,10 +150,10 @@ __device__ __forceinline__ u64 gtimer() {
 #define SP_LIVE_COUNT 6     // i32 [b]
 #define SP_BEAM_N 7         // u32 [b, BW]   proposals in beam p's row   } when BW > BEAM_CAP; else in
 #define SP_BEAM_OFF 8       // u32 [b, BW+1] work offsets                } shared memory
-#define SP_CAND 9           // u64 [b, BW*K] this step's live candidates, compacted
-#define SP_SLOT_NODE 10     // i64 [b, BW*K] node, first child and number of children of live candidate j
-#define SP_SLOT_FIRST 11    // i64 [b, BW*K]   (its position in SP_CAND; its slot p*K+k in SP_CAND_SLOT)
-#define SP_SLOT_DEG 12      // u32 [b, BW*K]
+#define SP_CAND 9           // u64 [b, 2, BW*K] a step's live candidates, compacted (two sets: step parity)
+#define SP_SLOT_NODE 10     // i64 [b, BW*K]    AR: node of live candidate j (its position in SP_CAND)
+#define SP_SLOT_FIRST 11    // i64 [b, 2, BW*K] first child and number of children of live candidate j
+#define SP_SLOT_DEG 12      // u32 [b, 2, BW*K]
 #define SP_FIN 13           // u64 [b, FIN_CAP] finished keys: unordered, folded to the best BW when full
 #define SP_FIN_COUNT 14     // i32 [b]
 #define SP_SCRATCH 15       // u64 [b, SCRATCH_STRIDE] sort space when more than SORT_CAP keys are kept
@@ -159,9 +161,9 @@ __device__ __forceinline__ u64 gtimer() {
 #define SP_FIN_CAP 17       // >= BW * (K + 1): one step adds at most BW*K to at most BW kept
 #define SP_SCRATCH_STRIDE 18
 #define SP_MATCH 19         // u32 [b, BW]   AR: the slots of the kept candidates, in the order they were kept
-#define SP_CAND_SLOT 20     // u32 [b, BW*K] slot of each live candidate in SP_CAND
+#define SP_CAND_SLOT 20     // u32 [b, BW*K] AR: slot p*K+k of each live candidate in SP_CAND
 #define SP_KEPT 21          // u64 [b, BW]   AR: the kept candidates' composites, in the order they were kept
-#define SP_CNT 22           // u32 [b, 8]    per step parity: live candidates, finished keys, kept (cluster-wide)
+#define SP_CNT 22           // u64 [b, 4]    [t % 3]: step t's live candidates (low word), finished keys (high)
 #define SP_BEAM_FIRST 23    // i64 [b, CL, BW] } a block's copies of the live beams when BW > BEAM_CAP
 #define SP_BEAM_DEG 24      // u32 [b, CL, BW] } (SP_BEAM_N and SP_BEAM_OFF are [b, CL, BW (+1)] too)
 #define SP_BEAM_SCORE 25    // f32 [b, CL, BW] }
@@ -533,9 +535,8 @@ __device__ __forceinline__ const u64* block_top(const u64* src, u32 n, u32 cap, 
     return buf;
 }
 
-// What phase B stored for live candidate j (at j, written by any block of the cluster): its slot p*K+k
-// (parent beam p, proposal k), node and child range. Loaded before the caller's atomic for the candidate's
-// new position, so the two round trips overlap.
+// What AR's phase B stored for live candidate j (at j, written by any block of the cluster): its slot p*K+k
+// (parent beam p, proposal k), node and child range.
 struct Cand {
     u32 slot, deg;
     i64 node, first;
@@ -551,26 +552,17 @@ __device__ __forceinline__ Cand load_cand(u32 j, const u32* cand_slot, const i64
     return c;
 }
 
-// Live entry i <- candidate c (composite x). Its proposal's token is toks[k] (NAR: the step's row), or
-// row row0 + p's (toks null: AR). The trie words the next step reads first for c's children are
-// prefetched into L2 here, in the shadow of the barrier: their labels, terminal flags and zero samples.
-__device__ __forceinline__ void write_live(u32 i, u64 x, const Cand& c, int K, const int* toks, const int* ptok,
-                                           i64 row0, const Trie& tr, i64* live_node, i64* live_first,
-                                           u32* live_deg, float* live_score, int* live_parent, int* live_token) {
+// AR live entry i <- candidate c (composite x), whose proposal is entry k of row row0 + p (slot p*K+k).
+__device__ __forceinline__ void write_live(u32 i, u64 x, const Cand& c, int K, const int* ptok, i64 row0,
+                                           i64* live_node, i64* live_first, u32* live_deg, float* live_score,
+                                           int* live_parent, int* live_token) {
     const u32 p = c.slot / (u32)K, k = c.slot - p * (u32)K;
-    PREFETCH_L2(tr.low + c.first - 1);
-    if (tr.hbits) PREFETCH_L2(tr.high + ((c.first - 1) * tr.hbits >> 6));
-#ifndef NO_PREFETCH2
-    PREFETCH_L2(tr.term + (c.first >> 6));
-    PREFETCH_L2(tr.term_rank + 2 * (c.first >> 9));
-    PREFETCH_L2(tr.zpos + (c.first >> tr.zshift));
-#endif
     live_node[i] = c.node;
     live_first[i] = c.first;
     live_deg[i] = c.deg;
     live_score[i] = unsortable((u32)(x >> 32));
     live_parent[i] = (int)p;
-    live_token[i] = toks ? toks[k] : ptok[(row0 + (i64)p) * K + k];
+    live_token[i] = ptok[(row0 + (i64)p) * K + k];
 }
 
 __device__ __forceinline__ Trie load_trie(const i64* TP) {
@@ -715,12 +707,14 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
     float* beam_score = small ? s_score : (float*)SP[SP_BEAM_SCORE] + qb * BW;
     u32* beam_n = small ? s_n : (u32*)SP[SP_BEAM_N] + qb * BW;
     u32* off = small ? s_off : (u32*)SP[SP_BEAM_OFF] + qb * (BW + 1);
-    u64* cand = (u64*)SP[SP_CAND] + q * BW * K;
-    i64* cand_node = (i64*)SP[SP_SLOT_NODE] + q * BW * K;  // by candidate: node, first child, children
-    i64* cand_first = (i64*)SP[SP_SLOT_FIRST] + q * BW * K;
-    u32* cand_deg = (u32*)SP[SP_SLOT_DEG] + q * BW * K;
+    // a step's live candidates by position: composite, first child and children in two sets (step parity:
+    // NAR reads the previous step's while it writes this step's); AR's node and slot in one
+    u64* cand_base = (u64*)SP[SP_CAND] + q * 2 * BW * K;
+    i64* cand_first_base = (i64*)SP[SP_SLOT_FIRST] + q * 2 * BW * K;
+    u32* cand_deg_base = (u32*)SP[SP_SLOT_DEG] + q * 2 * BW * K;
+    i64* cand_node = (i64*)SP[SP_SLOT_NODE] + q * BW * K;
     u32* match_all = (u32*)SP[SP_MATCH] + q * BW;
-    u32* cnt = (u32*)SP[SP_CNT] + q * 8;  // [4 * parity + 0, 1, 2]: live candidates, finished keys, kept
+    u64* cnt = (u64*)SP[SP_CNT] + q * 4;  // [t % 3]: step t's live candidates (low word), finished keys (high)
     u32* cand_slot = (u32*)SP[SP_CAND_SLOT] + q * BW * K;
     u64* kept = (u64*)SP[SP_KEPT] + q * BW;
     const i64 fin_cap = SP[SP_FIN_CAP];
@@ -729,6 +723,7 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
     u64* gbuf = (u64*)SP[SP_SCRATCH] + q * SP[SP_SCRATCH_STRIDE];
     const float NEG_INF = __uint_as_float(0xff800000u);
 
+    PROF_BEGIN;
     // the launch's factors, read once (they may be in pinned host memory: one read over the bus, not one a step)
     const bool fac_smem = t1 - t0 <= FAC_CAP;
     for (int i = threadIdx.x; fac_smem && i < t1 - t0; i += NT) s_fac[i] = factors[t0 + 1 - fbase + i];
@@ -737,6 +732,7 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
         for (int r = (int)rank; r < R; r += CL)
             prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP, s.warp);
     }
+    PROF_MARK(9);  // prep rows (block 0's)
     if (init && rank == 0) {  // the root, score 0; nothing finished
         for (u32 i = threadIdx.x; i < BW; i += NT) {
             live_node[i] = i == 0 ? 0 : -1;
@@ -752,15 +748,22 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             *fin_count = 0;
         }
     }
-    if (rank == 0 && threadIdx.x < 8) cnt[threadIdx.x] = 0;
+    if (rank == 0 && threadIdx.x < 4) cnt[threadIdx.x] = 0;
     cluster_sync();
     u32 nl = (u32)LDCG(live_count);
     u32 fc = (u32)LDCG(fin_count);
     cluster_sync();  // every thread has read the counts before block 0 may store new ones
-    PROF_MARK(0);  // start
+    PROF_MARK(0);  // start: the root, counters, the first barriers
 
+    u32 prev_n = 0;     // NAR: the previous step's live candidates
+    u64 prev_tau = 0;   //   and the composite threshold of the BW best of them
     for (int t = t0; t < t1 && nl > 0; ++t) {
         const bool last = t == last_step;
+        const u32 par = (u32)(t & 1);
+        u64* cand = cand_base + par * BW * K;
+        i64* cand_first = cand_first_base + par * BW * K;
+        u32* cand_deg = cand_deg_base + par * BW * K;
+        u64* counters = cnt + t % 3;  // block 0 clears the set of step t + 2 after this step's barrier
         const double factor = fac_smem ? s_fac[t - t0] : factors[t + 1 - fbase];
         PROF_STEP_BEGIN;
 
@@ -780,18 +783,51 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             }
         }
 
-        // Phase A: the work of every live beam, min(children, proposals): a beam walks the shorter of its
-        // child list and its proposal row, binary-searching each entry in the other.
+        // Phase A: the live beams into this block's beam arrays. From the live list at the launch's first
+        // step and always in AR; after that NAR's beams are the previous step's candidates at or above
+        // prev_tau, taken in candidate order by every block alike: no live list is written, read or waited
+        // for (AR's caller reads its live list, best first).
+        const bool from_cand = nar && t > t0;
+        if (from_cand) {
+            const u64* pc = cand_base + (par ^ 1u) * BW * K;
+            const i64* pf = cand_first_base + (par ^ 1u) * BW * K;
+            const u32* pd = cand_deg_base + (par ^ 1u) * BW * K;
+            u32 kc = 0;
+            for (u32 base = 0; base < prev_n; base += NT) {
+                const u32 i = base + threadIdx.x;
+                const bool in = i < prev_n;  // all three read at once, whether kept or not
+                const u64 x = in ? LDCG(pc + i) : 0ull;
+                const i64 f = in ? LDCG(pf + i) : 0;
+                const u32 d = in ? LDCG(pd + i) : 0u;
+                const bool keep = in && x >= prev_tau;
+                u32 tot;
+                const u32 pos = kc + block_scan(keep ? 1u : 0u, s.warp, &tot);
+                if (keep) {
+                    beam_first[pos] = f;
+                    beam_deg[pos] = d;
+                    beam_score[pos] = unsortable((u32)(x >> 32));
+                }
+                kc += tot;
+            }
+            __syncthreads();  // beam_deg is complete
+        }
+        // the work of every live beam, min(children, proposals): a beam walks the shorter of its child list
+        // and its proposal row, binary-searching each entry in the other
         u32 carry = 0;
         for (u32 base = 0; base < nl; base += NT) {
             u32 p = base + threadIdx.x;
             u32 work = 0;
-            if (p < nl) {  // the live list is block 0's: read past L1, which may hold an older one
-                u32 deg = LDCG(live_deg + p);
+            if (p < nl) {
                 u32 n = (u32)pcnt[q * R + (nar ? t : (int)p)];
-                beam_first[p] = LDCG(live_first + p);
-                beam_deg[p] = deg;
-                beam_score[p] = LDCG(live_score + p);
+                u32 deg;
+                if (from_cand) {
+                    deg = beam_deg[p];
+                } else {  // the live list is block 0's: read past L1, which may hold an older one
+                    deg = LDCG(live_deg + p);
+                    beam_first[p] = LDCG(live_first + p);
+                    beam_deg[p] = deg;
+                    beam_score[p] = LDCG(live_score + p);
+                }
                 beam_n[p] = n;
                 work = deg < n ? deg : n;
             }
@@ -817,7 +853,6 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             fc = fc < BW ? fc : BW;
             cluster_sync();
         }
-        const u32 par = (u32)(t & 1);  // this step's counters; block 0 clears the other pair below
         PROF_MARK(1);  // fold
         PROF_ADD(10, W);
         PROF_ADD(12, 1);
@@ -913,85 +948,85 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
                 }
             }
             u32 pl, pf;  // positions in the query's lists, over the whole cluster
-            warp_append2(is_live, is_fin, (u64*)&cnt[4 * par], &pl, &pf);
+            warp_append2(is_live, is_fin, counters, &pl, &pf);
             if (is_live) {
+                // the labels the next step reads first if this candidate is kept, on their way to L2
+                PREFETCH_L2(tr.low + child_first - 1);
+                if (tr.hbits) PREFETCH_L2(tr.high + ((child_first - 1) * tr.hbits >> 6));
                 cand[pl] = live_key;
-                cand_slot[pl] = slot;
-                cand_node[pl] = c;
                 cand_first[pl] = child_first;
                 cand_deg[pl] = child_deg;
+                if (!nar) {
+                    cand_slot[pl] = slot;
+                    cand_node[pl] = c;
+                }
             }
             if (is_fin) fin[fc + pf] = fin_key;
         }
-        cluster_sync();  // every block's candidates, finished keys and slots are written
-        const u32 n_live = LDCG(&cnt[4 * par]);
-        fc += LDCG(&cnt[4 * par + 1]);
-        if (rank == 0 && threadIdx.x < 3) cnt[4 * (par ^ 1u) + threadIdx.x] = 0;  // last used a step ago
+        cluster_sync();  // every block's candidates and finished keys are written
+        const u64 both = LDCG(counters);
+        const u32 n_live = (u32)both;
+        fc += (u32)(both >> 32);
+        // step t + 2's counters: every block read them (as step t - 1's) before this barrier, and none adds
+        // to them before the next step's barrier, which block 0 reaches after this store
+        if (rank == 0 && threadIdx.x == 0) cnt[(t + 2) % 3] = 0;
         PROF_MARK(3);  // phase B2
         PROF_ADD(11, n_live);
 
-        // The new live list: the best BW candidates (none on the last step): every candidate at or above
-        // the BW-th composite (exact: composites are distinct). NAR writes them in the order they are
-        // kept; AR sorts their composites and each goes to its rank (best first). Built from the slot
-        // arrays alone, so it may overwrite the old list in place.
+        // The best BW candidates (none on the last step): every candidate at or above the BW-th composite
+        // (exact: composites are distinct).
         const u32 m = n_live < BW ? n_live : BW;
-        // NAR: every block finds the same threshold and writes the kept candidates of its chunks (dealt as
-        // in B1) at positions from a cluster-wide counter. AR: block 0 alone (the others wait below).
-        if (nar || rank == 0) {
-            const u64 tau = n_live > BW ? block_select(cand, n_live, BW, s) : 0ull;
+        if (nar) {  // every block finds the same threshold; the next step's phase A takes the candidates
+            prev_tau = n_live > BW ? block_select(cand, n_live, BW, s) : 0ull;
+            prev_n = n_live;
             PROF_MARK(5);  // radix select
-            if (threadIdx.x == 0) s.misc[3] = 0;
-            __syncthreads();
-            u32* kept_count = nar ? &cnt[4 * par + 2] : &s.misc[3];
-            const u32 first_base = nar ? (rank + CL * (threadIdx.x >> 5)) * 32 : (threadIdx.x & ~31u);
-            const u32 stride = nar ? NT * CL : NT;
-            for (u32 base = first_base; base < n_live; base += stride) {
-                u32 i = base + lane;
-                u64 x = i < n_live ? LDCG(cand + i) : 0ull;
-                bool keep = i < n_live && x >= tau;
-                Cand cd;
-                if (keep && nar) cd = load_cand(i, cand_slot, cand_node, cand_first, cand_deg);
-                u32 pos = warp_append(keep, kept_count);
-                if (keep) {
-                    if (nar) {
-                        write_live(pos, x, cd, K, row_smem ? s_tok : ptok + nar_row * K, ptok, 0, tr, live_node,
-                                   live_first, live_deg, live_score, live_parent, live_token);
-                    } else {
+        } else {  // AR: block 0 writes the new live list, best first (its composites sorted, each to its rank)
+            if (rank == 0) {
+                const u64 tau = n_live > BW ? block_select(cand, n_live, BW, s) : 0ull;
+                PROF_MARK(5);  // radix select
+                if (threadIdx.x == 0) s.misc[3] = 0;
+                __syncthreads();
+                for (u32 base = threadIdx.x & ~31u; base < n_live; base += NT) {
+                    u32 i = base + lane;
+                    u64 x = i < n_live ? LDCG(cand + i) : 0ull;
+                    bool keep = i < n_live && x >= tau;
+                    u32 pos = warp_append(keep, &s.misc[3]);
+                    if (keep) {
                         kept[pos] = x;
                         match_all[pos] = i;
                     }
                 }
-            }
-            PROF_MARK(6);  // compaction
-            if (!nar && m > 0) {
-                u32 n2 = pow2_at_least(m);
-                u64* sb = n2 <= SORT_CAP ? s.sort : gbuf;
-                __syncthreads();  // kept[] is complete
-                for (u32 i = threadIdx.x; i < n2; i += NT) sb[i] = i < m ? kept[i] : 0ull;
-                if (n2 <= NT && sb == s.sort && 2 * n2 <= SORT_CAP) block_sort_desc_reg(sb, n2);
-                else block_sort_desc(sb, n2);
-                PROF_MARK(7);  // sort
-                for (u32 i = threadIdx.x; i < m; i += NT) {
-                    const u64 x = kept[i];
-                    u32 lo = 0, hi = m;  // its rank: sb[0, m) is descending, x is in it once
-                    while (lo < hi) {
-                        u32 mid = (lo + hi) >> 1;
-                        if (sb[mid] > x) lo = mid + 1; else hi = mid;
+                PROF_MARK(6);  // compaction
+                if (m > 0) {
+                    u32 n2 = pow2_at_least(m);
+                    u64* sb = n2 <= SORT_CAP ? s.sort : gbuf;
+                    __syncthreads();  // kept[] is complete
+                    for (u32 i = threadIdx.x; i < n2; i += NT) sb[i] = i < m ? kept[i] : 0ull;
+                    if (n2 <= NT && sb == s.sort && 2 * n2 <= SORT_CAP) block_sort_desc_reg(sb, n2);
+                    else block_sort_desc(sb, n2);
+                    PROF_MARK(7);  // sort
+                    for (u32 i = threadIdx.x; i < m; i += NT) {
+                        const u64 x = kept[i];
+                        u32 lo = 0, hi = m;  // its rank: sb[0, m) is descending, x is in it once
+                        while (lo < hi) {
+                            u32 mid = (lo + hi) >> 1;
+                            if (sb[mid] > x) lo = mid + 1; else hi = mid;
+                        }
+                        const Cand cd = load_cand(match_all[i], cand_slot, cand_node, cand_first, cand_deg);
+                        write_live(lo, x, cd, K, ptok, q * R, live_node, live_first, live_deg, live_score, live_parent,
+                                   live_token);
                     }
-                    const Cand cd = load_cand(match_all[i], cand_slot, cand_node, cand_first, cand_deg);
-                    write_live(lo, x, cd, K, nullptr, ptok, q * R, tr, live_node, live_first, live_deg, live_score,
-                               live_parent, live_token);
+                }
+                for (u32 i = m + threadIdx.x; i < BW; i += NT) {
+                    live_node[i] = -1;
+                    live_score[i] = NEG_INF;
+                    live_parent[i] = -1;
+                    live_token[i] = -1;
                 }
             }
-            for (u32 i = m + threadIdx.x; rank == 0 && i < BW; i += NT) {
-                live_node[i] = -1;
-                live_score[i] = NEG_INF;
-                live_parent[i] = -1;
-                live_token[i] = -1;
-            }
+            cluster_sync();  // the new live list is written
         }
         nl = m;
-        cluster_sync();  // the new live list is written
         PROF_MARK(4);  // new live list
         PROF_STEP_END(t, W);
     }
