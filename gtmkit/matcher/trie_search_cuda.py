@@ -172,10 +172,10 @@ def _trie_params(dev, trie, what: str):
         arrays["zpos"] = dev.asarray(aux.zero_positions(a.louds, nbits, aux.ZERO_SHIFT))
         bits, before, root_nbits = aux.root_directory(a)
         arrays["root_bits"], arrays["root_rank"] = dev.asarray(bits), dev.asarray(before)
-        root_first = int(trie.child_range(0)[0])
+        root_first, root_end = (int(x) for x in trie.child_range(0))
         table = [int(a.high_bits) if name == "high_bits" else dev.ptr(arrays[name]) for name in TRIE_FIELDS]
         table += [dev.ptr(arrays["zpos"]), aux.ZERO_SHIFT, dev.ptr(arrays["root_bits"]), dev.ptr(arrays["root_rank"]),
-                  root_nbits, root_first]
+                  root_nbits, root_first, root_end - root_first]
         cache[dev.key] = (arrays, dev.asarray(np.array(table, np.int64)))
     return cache[dev.key][1]
 

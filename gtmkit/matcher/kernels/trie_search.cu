@@ -139,6 +139,7 @@ __device__ __forceinline__ u64 gtimer() {
 #define TP_ROOT_RANK 11     // u32: ones before each word of it
 #define TP_ROOT_NBITS 12    // 0: no root directory (the root's children are binary-searched)
 #define TP_ROOT_FIRST 13    // the root's first child
+#define TP_ROOT_DEG 14      // and its number of children
 
 // Search state table: per-query buffers [b, ...] allocated once per shape, kept between launches.
 #define SP_LIVE_NODE 0      // i64 [b, BW]   live beams, best first: node
@@ -182,7 +183,7 @@ struct Trie {
     const u64* rbits;
     const u32* rrank;
     i64 rnbits;
-    i64 rfirst;
+    i64 rfirst, rdeg;
 };
 
 struct Smem {
@@ -581,6 +582,7 @@ __device__ __forceinline__ Trie load_trie(const i64* TP) {
     t.rrank = (const u32*)TP[TP_ROOT_RANK];
     t.rnbits = TP[TP_ROOT_NBITS];
     t.rfirst = TP[TP_ROOT_FIRST];
+    t.rdeg = TP[TP_ROOT_DEG];
     return t;
 }
 
@@ -724,15 +726,18 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
     const float NEG_INF = __uint_as_float(0xff800000u);
 
     PROF_BEGIN;
-    // the launch's factors, read once (they may be in pinned host memory: one read over the bus, not one a step)
+    // the launch's factors, read once (they may be in pinned host memory: one read over the bus, not one a
+    // step); the first NT are stored after the rows are prepared, so the two reads over the bus overlap
     const bool fac_smem = t1 - t0 <= FAC_CAP;
-    for (int i = threadIdx.x; fac_smem && i < t1 - t0; i += NT) s_fac[i] = factors[t0 + 1 - fbase + i];
+    const double fac0 = fac_smem && (int)threadIdx.x < t1 - t0 ? factors[t0 + 1 - fbase + threadIdx.x] : 0.0;
     if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
         // (no prep_kernel launch; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks)
         for (int r = (int)rank; r < R; r += CL)
             prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP, s.warp);
     }
     PROF_MARK(9);  // prep rows (block 0's)
+    if (fac_smem && (int)threadIdx.x < t1 - t0) s_fac[threadIdx.x] = fac0;
+    for (int i = threadIdx.x + NT; fac_smem && i < t1 - t0; i += NT) s_fac[i] = factors[t0 + 1 - fbase + i];
     if (init && rank == 0) {  // the root, score 0; nothing finished
         for (u32 i = threadIdx.x; i < BW; i += NT) {
             live_node[i] = i == 0 ? 0 : -1;
@@ -740,19 +745,21 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             live_parent[i] = -1;
             live_token[i] = -1;
         }
-        if (threadIdx.x == 0) {
-            i64 z = select0(tr, 0);
-            live_first[0] = z;
-            live_deg[0] = (u32)(run_end(tr, z, 0) - z - 1);
+        if (threadIdx.x == 0) {  // (AR's caller reads the list; every block starts from the root below)
+            live_first[0] = tr.rfirst;
+            live_deg[0] = (u32)tr.rdeg;
             *live_count = 1;
             *fin_count = 0;
         }
     }
     if (rank == 0 && threadIdx.x < 4) cnt[threadIdx.x] = 0;
-    cluster_sync();
-    u32 nl = (u32)LDCG(live_count);
-    u32 fc = (u32)LDCG(fin_count);
-    cluster_sync();  // every thread has read the counts before block 0 may store new ones
+    u32 nl = 1, fc = 0;
+    cluster_sync();  // rows prepared, counters cleared
+    if (!init) {
+        nl = (u32)LDCG(live_count);
+        fc = (u32)LDCG(fin_count);
+        cluster_sync();  // every thread has read the counts before block 0 may store new ones
+    }
     PROF_MARK(0);  // start: the root, counters, the first barriers
 
     u32 prev_n = 0;     // NAR: the previous step's live candidates
@@ -822,6 +829,11 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
                 u32 deg;
                 if (from_cand) {
                     deg = beam_deg[p];
+                } else if (init && t == t0) {  // the root (the host's constants: no select0 chain)
+                    deg = (u32)tr.rdeg;
+                    beam_first[p] = tr.rfirst;
+                    beam_deg[p] = deg;
+                    beam_score[p] = 0.0f;
                 } else {  // the live list is block 0's: read past L1, which may hold an older one
                     deg = LDCG(live_deg + p);
                     beam_first[p] = LDCG(live_first + p);
