@@ -462,19 +462,26 @@ __device__ __forceinline__ void block_sort_desc_reg(u64* a, u32 n2) {
 
 // The m-th largest of the n distinct keys a[0, n), 1 <= m <= n: 8-bit digits from the top, stopping at
 // the first digit whose bucket holds exactly the keys still needed. -> the smallest value of that
-// bucket's range, so exactly m keys are >= the result. The first pass copies the first SEL_CAP keys to
-// shared memory, where the later passes read them (each pass from global memory was an L2 round trip).
+// bucket's range, so exactly m keys are >= the result. The first SEL_CAP keys are copied to shared
+// memory first, four loads in flight a thread, and every pass reads them there (each pass from global
+// memory was an L2 round trip per NT keys). A thread reads back only the entries it copied.
 __device__ __forceinline__ u64 block_select(const u64* a, u32 n, u32 m, Smem& s) {
+    const u32 lim = n < SEL_CAP ? n : SEL_CAP;
+    for (u32 b0 = threadIdx.x; b0 < lim; b0 += 4 * NT) {
+        u64 x[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) x[u] = b0 + u * NT < lim ? LDCG(a + b0 + u * NT) : 0ull;
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (b0 + u * NT < lim) s.sel[b0 + u * NT] = x[u];
+    }
     u64 prefix = 0, fixed = 0;
     u32 need = m;
     for (int shift = 56; shift >= 0; shift -= 8) {
         for (u32 i = threadIdx.x; i < 256; i += NT) s.hist[i] = 0;
         __syncthreads();
         for (u32 i = threadIdx.x; i < n; i += NT) {
-            u64 x;
-            if (i >= SEL_CAP) x = LDCG(a + i);
-            else if (shift == 56) s.sel[i] = x = LDCG(a + i);
-            else x = s.sel[i];
+            const u64 x = i < SEL_CAP ? s.sel[i] : LDCG(a + i);
             if ((x & fixed) == prefix) atomicAdd(&s.hist[(x >> shift) & 255ull], 1u);
         }
         __syncthreads();
@@ -799,22 +806,25 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             const u64* pc = cand_base + (par ^ 1u) * BW * K;
             const i64* pf = cand_first_base + (par ^ 1u) * BW * K;
             const u32* pd = cand_deg_base + (par ^ 1u) * BW * K;
+            const bool cut = prev_n > BW;  // block_select ran: its shared copy holds the first SEL_CAP keys
+            u32* kidx = beam_n;            // the kept candidates' indices (beam_n is written after)
             u32 kc = 0;
-            for (u32 base = 0; base < prev_n; base += NT) {
+            for (u32 base = 0; cut && base < prev_n; base += NT) {
                 const u32 i = base + threadIdx.x;
-                const bool in = i < prev_n;  // all three read at once, whether kept or not
-                const u64 x = in ? LDCG(pc + i) : 0ull;
-                const i64 f = in ? LDCG(pf + i) : 0;
-                const u32 d = in ? LDCG(pd + i) : 0u;
-                const bool keep = in && x >= prev_tau;
+                const u64 x = i < prev_n ? (i < SEL_CAP ? s.sel[i] : LDCG(pc + i)) : 0ull;
+                const bool keep = i < prev_n && x >= prev_tau;
                 u32 tot;
                 const u32 pos = kc + block_scan(keep ? 1u : 0u, s.warp, &tot);
-                if (keep) {
-                    beam_first[pos] = f;
-                    beam_deg[pos] = d;
-                    beam_score[pos] = unsortable((u32)(x >> 32));
-                }
+                if (keep) kidx[pos] = i;
                 kc += tot;
+            }
+            __syncthreads();  // kidx is complete
+            for (u32 p = threadIdx.x; p < nl; p += NT) {  // one round trip for all: the keys are in hand
+                const u32 i = cut ? kidx[p] : p;
+                const u64 x = cut && i < SEL_CAP ? s.sel[i] : LDCG(pc + i);
+                beam_first[p] = LDCG(pf + i);
+                beam_deg[p] = LDCG(pd + i);
+                beam_score[p] = unsortable((u32)(x >> 32));
             }
             __syncthreads();  // beam_deg is complete
         }
