@@ -54,13 +54,13 @@ def main() -> None:
     for d in a.define:  # the host sizes its launches and buffers by the cluster size
         if d.startswith("CL="):
             dev.cl = int(d[3:])
-    prof = cp.ndarray((112,), cp.uint64, memptr=mod.get_global("trie_prof"))
+    prof = cp.ndarray((116,), cp.uint64, memptr=mod.get_global("trie_prof"))
     stream = cp.cuda.get_current_stream()
     for bw in (int(x) for x in a.bw.split(",")):
         tok, lp = synth_proposals(trie, a.queries, a.steps, bw, seed=2)
         tsc.trie_beam_search_cuda(trie, tok[:1], lp[:1], bw)  # warm-up
         stream.synchronize()
-        acc = np.zeros(112)
+        acc = np.zeros(116)
         walls, dev_ms = [], []
         ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
         for q in range(a.queries):
@@ -86,6 +86,8 @@ def main() -> None:
             print(f"  {name:12s} {acc[i] / 1e3:8.1f} us per query  {acc[i] / 1e3 / steps:7.1f} us per step  "
                   f"{100 * acc[i] / max(tot, 1):5.1f}%")
         print(f"  {'kernel':12s} {tot / 1e3:8.1f} us per query")
+        print("  prep rows, block 0's rows (us per query): read " + ", sort ".join(
+            f"{acc[112 + i] / 1e3:.1f}" for i in range(2)) + f", keep + write {acc[114] / 1e3:.1f}")
         print("  per step t: us (work items) " + ", ".join(
             f"{t}: {acc[13 + t] / 1e3:.1f} ({acc[21 + t]:.0f})" for t in range(min(a.steps, 8))))
         cols = [i for i in PHASES if i not in (0, 8, 9)]

@@ -100,7 +100,7 @@ __device__ __forceinline__ void cluster_sync() {
 #ifdef TRIE_PROF
 // trie_prof[30] = the step being timed (8 = none: before and after the steps), [31] = the previous mark;
 // a mark's time also goes to trie_prof[32 + 10 * step + i] for steps < 8 (phases per step).
-__device__ u64 trie_prof[112];
+__device__ u64 trie_prof[116];  // [112, 115): block 0's first prepared row: read, sort, write
 __device__ __forceinline__ u64 gtimer() {
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -618,8 +618,10 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
         }
         sb[i] = key;
     }
+    PROF_MARK(112);
     if (n2 <= NT && 2 * n2 <= cap) block_sort_desc_reg(sb, n2);
     else block_sort_desc(sb, n2);
+    PROF_MARK(113);
     u32 carry = 0;
     for (u32 base = 0; base < n2; base += NT) {
         u32 i = base + threadIdx.x;
@@ -635,6 +637,7 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
     }
     if (threadIdx.x == 0) pcnt[row] = (int)carry;
     __syncthreads();  // sb is free again
+    PROF_MARK(114);
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
