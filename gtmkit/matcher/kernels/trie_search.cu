@@ -886,15 +886,15 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             const u32* pd = cand_deg_base + (par ^ 1u) * BW * K;
             const bool cut = prev_n > BW;  // block_select ran: its shared copy holds the first SEL_CAP keys
             u32* kidx = beam_n;            // the kept candidates' indices (beam_n is written after)
-            if (cut) {  // a thread takes `per` consecutive candidates: one block scan, not one per NT of them
-                const u32 per = (prev_n + NT - 1) / NT, i0 = threadIdx.x * per;
-                u32 mine = 0;
-                for (u32 i = i0; i < i0 + per && i < prev_n; ++i)
-                    mine += (i < SEL_CAP ? s.sel[i] : LDCG(pc + i)) >= prev_tau ? 1u : 0u;
+            u32 kc = 0;
+            for (u32 base = 0; cut && base < prev_n; base += NT) {
+                const u32 i = base + threadIdx.x;
+                const u64 x = i < prev_n ? (i < SEL_CAP ? s.sel[i] : LDCG(pc + i)) : 0ull;
+                const bool keep = i < prev_n && x >= prev_tau;
                 u32 tot;
-                u32 pos = block_scan(mine, s.warp, &tot);
-                for (u32 i = i0; i < i0 + per && i < prev_n; ++i)
-                    if ((i < SEL_CAP ? s.sel[i] : LDCG(pc + i)) >= prev_tau) kidx[pos++] = i;
+                const u32 pos = kc + block_scan(keep ? 1u : 0u, s.warp, &tot);
+                if (keep) kidx[pos] = i;
+                kc += tot;
             }
             __syncthreads();  // kidx is complete
             for (u32 p = threadIdx.x; p < nl; p += NT) {  // one round trip for all: the keys are in hand
