@@ -115,11 +115,6 @@ static inline int __syncthreads_count(int pred) {
     return r;
 }
 template <class T, class V> static inline T atomicAdd(T* a, V v) { return __atomic_fetch_add(a, (T)v, __ATOMIC_SEQ_CST); }
-template <class T, class U, class V> static inline T atomicCAS(T* a, U expected, V desired) {
-    T old = (T)expected;  // on failure the builtin stores the current value here
-    __atomic_compare_exchange_n(a, &old, (T)desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return old;
-}
 template <class T, class V> static inline T atomicOr(T* a, V v) { return __atomic_fetch_or(a, (T)v, __ATOMIC_SEQ_CST); }
 template <class T, class V> static inline T atomicMax(T* a, V v) {
     T old = __atomic_load_n(a, __ATOMIC_SEQ_CST);

@@ -61,7 +61,6 @@ typedef unsigned short u16;
 #ifndef CL
 #define CL 8            // blocks (SMs) per query: a thread block cluster
 #endif
-#define HASH_CAP (2 * NT)  // slots of the step-0 row's hash table (K <= NT there: at most half full)
 #define FAC_CAP 64      // length factors a launch keeps in shared memory (more steps read them each step)
 #define NW (NT / 32)
 #define FULL 0xffffffffu
@@ -605,65 +604,6 @@ __device__ __forceinline__ Trie load_trie(const i64* TP) {
 // reads its staging buffer in place: no copy in the graph); block 0 then also copies the nf length factors
 // fac_in -> fac_out.
 // One proposal row, by the whole block: sort buffer sb has room for `cap` keys (a power of two >= K).
-// The step-0 row of a NAR launch without sorting it (the sort was ~8 us of the critical path before step 0):
-// the distinct tokens >= 0 whose log-prob is above theta_tok, each with its best log-prob (the entry prep_row
-// would keep), into out_tok / out_lp [0, n) in no particular order, and a hash table token -> that index.
-// K <= NT: an entry a thread. -> n.
-__device__ __forceinline__ u32 hash_slot(int tok) {
-    const u32 x = (u32)tok * 2654435761u;
-    return (x ^ (x >> 15)) & (u32)(HASH_CAP - 1);
-}
-
-__device__ __forceinline__ u32 hash_row(const int* ti, int K, float theta_tok, int* hkey, u32* hidx, u64* hbest,
-                                        int* out_tok, float* out_lp, u32* warp) {
-    const int* li = ti + K;
-    for (u32 i = threadIdx.x; i < HASH_CAP; i += NT) {
-        hkey[i] = -1;
-        hbest[i] = 0ull;
-    }
-    __syncthreads();
-    const u32 i = threadIdx.x;
-    int tok = -1;
-    float lp = 0.0f;
-    if (i < (u32)K) {
-        tok = ti[i];
-        lp = __int_as_float(li[i]);
-    }
-    const bool ok = tok >= 0 && lp > theta_tok;
-    u32 h = 0;
-    u64 key = 0;
-    if (ok) {
-        h = hash_slot(tok);
-        for (;;) {  // linear probing; the table is at most half full
-            const int prev = atomicCAS(&hkey[h], -1, tok);
-            if (prev == -1 || prev == tok) break;
-            h = (h + 1) & (u32)(HASH_CAP - 1);
-        }
-        key = ((u64)sortable_raw(lp) << 32) | (u64)(0xFFFFFFFFu - i);  // best log-prob, then first entry
-        atomicMax(&hbest[h], key);
-    }
-    __syncthreads();
-    const bool win = ok && hbest[h] == key;
-    u32 tot;
-    const u32 j = block_scan(win ? 1u : 0u, warp, &tot);
-    if (win) {
-        out_tok[j] = tok;
-        out_lp[j] = lp;
-        hidx[h] = j;
-    }
-    __syncthreads();
-    return tot;
-}
-
-// Index of tok in hash_row's table, or 0xFFFFFFFF.
-__device__ __forceinline__ u32 hash_find(const int* hkey, const u32* hidx, i64 tok) {
-    for (u32 h = hash_slot((int)tok);; h = (h + 1) & (u32)(HASH_CAP - 1)) {
-        const int k = hkey[h];
-        if (k == (int)tok) return hidx[h];
-        if (k == -1) return 0xFFFFFFFFu;
-    }
-}
-
 __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, float theta_tok, int* ptok, float* plp,
                                          int* pcnt, u64* sb, u32 cap, u32* warp) {
     const int* ti = rows_in + row * 2 * K;
@@ -741,8 +681,7 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
     // dynamic shared memory (SEARCH_SMEM bytes), per block of the cluster
     u64* s_sort = (u64*)smem_raw;                    // [SORT_CAP]
     u64* s_sel = s_sort + SORT_CAP;                  // [SEL_CAP] block_select's copy of its keys
-    u64* s_hbest = s_sel + SEL_CAP;                  // [HASH_CAP] hash_row's table: best entry,
-    double* s_fac = (double*)(s_hbest + HASH_CAP);   // [FAC_CAP] this launch's length factors
+    double* s_fac = (double*)(s_sel + SEL_CAP);      // [FAC_CAP] this launch's length factors
     i64* s_first = (i64*)(s_fac + FAC_CAP);          // [BEAM_CAP] copies of the live beams' first child,
     u32* s_deg = (u32*)(s_first + BEAM_CAP);         // [BEAM_CAP]   children,
     float* s_score = (float*)(s_deg + BEAM_CAP);     // [BEAM_CAP]   score,
@@ -753,8 +692,6 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
     u32* s_misc = s_warp + 33;                       // [8]
     int* s_tok = (int*)(s_misc + 8);                 // [TOK_CAP] NAR: this step's proposal row, tokens
     float* s_lp = (float*)(s_tok + TOK_CAP);         // [TOK_CAP]   and log-probs
-    int* s_hkey = (int*)(s_lp + TOK_CAP);            // [HASH_CAP] hash_row's table: token,
-    u32* s_hidx = (u32*)(s_hkey + HASH_CAP);         // [HASH_CAP]   index in s_tok
     Smem s;
     s.sort = s_sort;
     s.warp = s_warp;
@@ -803,25 +740,14 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
     // step); the first NT are stored after the rows are prepared, so the two reads over the bus overlap
     const bool fac_smem = t1 - t0 <= FAC_CAP;
     const double fac0 = fac_smem && (int)threadIdx.x < t1 - t0 ? factors[t0 + 1 - fbase + threadIdx.x] : 0.0;
-    // NAR from staged rows (rows_in; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks): step 0 is block 0's
-    // alone, on row 0 deduplicated through a hash table (no sort), while the other blocks sort rows 1 .. R-1
-    // for the later steps (with one block a query, block 0 sorts them after). Nothing waits for the sorts
-    // before step 0's barrier, and no block waits for another before step 0.
-    const bool solo0 = rows_in != nullptr && init && nar;
-    u32 n0 = 0;  // block 0: row 0's distinct proposals
-    if (solo0) {
-        if (rank == 0)
-            n0 = hash_row(rows_in + q * R * 2 * K, K, theta_tok, s_hkey, s_hidx, s_hbest, s_tok, s_lp, s.warp);
-        const int per = CL > 1 ? CL - 1 : 1, mine = CL > 1 ? (int)rank - 1 : 0;
-        for (int r = 1; mine >= 0 && r < R; ++r)
-            if ((r - 1) % per == mine)
-                prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP,
-                         s.warp);
+    if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
+        // (no prep_kernel launch; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks)
+        for (int r = (int)rank; r < R; r += CL)
+            prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP, s.warp);
     }
     PROF_MARK(9);  // prep rows (block 0's)
     if (fac_smem && (int)threadIdx.x < t1 - t0) s_fac[threadIdx.x] = fac0;
     for (int i = threadIdx.x + NT; fac_smem && i < t1 - t0; i += NT) s_fac[i] = factors[t0 + 1 - fbase + i];
-    __syncthreads();  // s_fac is read at each step's start (no cluster barrier follows in a solo0 launch)
     if (init && rank == 0) {  // the root, score 0; nothing finished
         for (u32 i = threadIdx.x; i < BW; i += NT) {
             live_node[i] = i == 0 ? 0 : -1;
@@ -838,7 +764,7 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
     }
     if (rank == 0 && threadIdx.x < 4) cnt[threadIdx.x] = 0;
     u32 nl = 1, fc = 0;
-    if (!solo0) cluster_sync();  // counters cleared (solo0: block 0 alone uses them before the next barrier)
+    cluster_sync();  // rows prepared, counters cleared
     if (!init) {
         nl = (u32)LDCG(live_count);
         fc = (u32)LDCG(fin_count);
@@ -861,13 +787,12 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
         // NAR: the step's one proposal row, which every work item binary-searches, goes to shared memory
         // (from global memory each probe of the search was a dependent L2 round trip). Its first NT entries
         // are loaded here and stored after phase A, so the two phases' reads overlap.
-        const bool solo = solo0 && t == t0;  // step 0 of a solo0 launch: block 0's, on hash_row's table
         const bool row_smem = nar && K <= TOK_CAP;
         const i64 nar_row = q * R + t;
         u32 row_n = 0;
         int tok0 = 0;
         float lp0 = 0.0f;
-        if (row_smem && !solo) {
+        if (row_smem) {
             row_n = (u32)LDCG(pcnt + nar_row);  // prepared by this launch's cluster: read past L1
             if (threadIdx.x < row_n) {
                 tok0 = LDCG(ptok + nar_row * K + threadIdx.x);
@@ -907,14 +832,13 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             __syncthreads();  // beam_deg is complete
         }
         // the work of every live beam, min(children, proposals): a beam walks the shorter of its child list
-        // and its proposal row, binary-searching each entry in the other (nb: the beams this block works on)
-        const u32 nb = solo && rank != 0 ? 0u : nl;
+        // and its proposal row, binary-searching each entry in the other
         u32 carry = 0;
-        for (u32 base = 0; base < nb; base += NT) {
+        for (u32 base = 0; base < nl; base += NT) {
             u32 p = base + threadIdx.x;
             u32 work = 0;
-            if (p < nb) {
-                u32 n = solo ? n0 : (u32)pcnt[q * R + (nar ? t : (int)p)];
+            if (p < nl) {
+                u32 n = (u32)pcnt[q * R + (nar ? t : (int)p)];
                 u32 deg;
                 if (from_cand) {
                     deg = beam_deg[p];
@@ -934,7 +858,7 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             }
             u32 tot;
             u32 ex = block_scan(work, s.warp, &tot);
-            if (p < nb) off[p] = carry + ex;
+            if (p < nl) off[p] = carry + ex;
             carry += tot;
         }
         const u32 W = carry;
@@ -948,8 +872,8 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
         }
         PROF_MARK(2);  // phase A
         // a step finishes at most one key per work item: fold only when W more could overflow fin
-        // (every block computes the same fc and W: the branch is cluster-uniform; a solo step's W <= K fits)
-        if (!solo && (i64)fc + (i64)W > fin_cap) {
+        // (every block computes the same fc and W: the branch is cluster-uniform)
+        if ((i64)fc + (i64)W > fin_cap) {
             if (rank == 0) fold_finished(fin, fc, BW, gbuf, s);
             fc = fc < BW ? fc : BW;
             cluster_sync();
@@ -957,7 +881,7 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
         PROF_MARK(1);  // fold
         PROF_ADD(10, W);
         PROF_ADD(12, 1);
-        if (threadIdx.x == 0) off[nb] = W;
+        if (threadIdx.x == 0) off[nl] = W;
         __syncthreads();
 
         // Phase B: the cluster's blocks take the work items in warp-sized chunks dealt in turn (chunk c to
@@ -969,15 +893,14 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
         // round of items a thread, so B2 runs in the same round as the B1 that found the match (a
         // separate B2 over a compacted match list cost a barrier and two dependent reads a step). Loop
         // bounds are warp-uniform so every lane reaches the warp_append ballots.
-        const u32 deal0 = solo ? (threadIdx.x & ~31u) : (rank + CL * (threadIdx.x >> 5)) * 32;
-        for (u32 base = deal0; base < W; base += solo ? NT : NT * CL) {
+        for (u32 base = (rank + CL * (threadIdx.x >> 5)) * 32; base < W; base += NT * CL) {
             u32 w = base + lane;
             bool hit = false;
             u32 slot = 0, p = 0, k = 0;
             i64 c = 0, row = 0;
             float sc = 0.0f;
             if (w < W) {
-                u32 lo = 0, hi = nb;  // off[lo] <= w < off[hi]
+                u32 lo = 0, hi = nl;  // off[lo] <= w < off[hi]
                 while (hi - lo > 1) {
                     u32 mid = (lo + hi) >> 1;
                     if (off[mid] <= w) lo = mid; else hi = mid;
@@ -992,13 +915,8 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
                 if (deg < n) {  // child i: its label among the proposals
                     c = first + i;
                     i64 lab = label_of(tr, c);
-                    if (solo) {  // hash_row's table (its row is not sorted)
-                        k = hash_find(s_hkey, s_hidx, lab);
-                        match = k < n;
-                    } else {
-                        k = tokens_lower_bound(toks, n, lab);
-                        match = k < n && (i64)toks[k] == lab;
-                    }
+                    k = tokens_lower_bound(toks, n, lab);
+                    match = k < n && (i64)toks[k] == lab;
                 } else if (first == tr.rfirst && tr.rnbits > 0) {  // proposal i among the root's children:
                     k = i;                                            // one read of the root directory
                     const i64 tok = toks[k];
