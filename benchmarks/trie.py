@@ -24,7 +24,11 @@ marisa-trie on the same keys, then constrained beam search latency and throughpu
    Devices are timed interleaved, so background load hits them alike: throughput batch by batch, latency in
    blocks of --block queries (default 10) per device in turn. Query by query (--block 1), every GPU query
    follows ~2 ms of GPU idleness and host work, which cost it ~75 us on an H200 host
-   (benchmarks/trie_gpu_overhead.py), a state a GPU serving a stream of queries is not in.
+   (benchmarks/trie_gpu_overhead.py), a state a GPU serving a stream of queries is not in. Each device's
+   turn starts with --turn-warmup untimed queries (default 1, for both devices alike): in blocks of 10 a GPU
+   turn still followed ~20 ms of GPU idleness (the CPU's turn), and its queries were ~25 us slower than in
+   a stream of GPU queries (benchmarks/trie_gpu_variants.py); the CPU's thread pool sleeps after the GPU's
+   turn in the same way.
    "cuda" is skipped, with the reason recorded, when gtmkit.matcher.matcher.cuda_available() is False or
    trie_beam_search(device="cuda") raises on a probe query; otherwise its results are checked equal to
    the CPU's (key ids; scores within 1e-5) on every timed query and the GPU targets are evaluated.
@@ -260,8 +264,9 @@ def stats_ms(times: list) -> dict:
             "p99_ms": float(np.percentile(a, 99)), "min_ms": float(a.min()), "max_ms": float(a.max())}
 
 
-def bench_latency(trie, fns, bws, T, queries, queries_large, large_from, seed, block=1) -> list:
-    """Every query timed alone; the devices take turns in blocks of `block` queries (1: query by query)."""
+def bench_latency(trie, fns, bws, T, queries, queries_large, large_from, seed, block=1, turn_warmup=0) -> list:
+    """Every query timed alone; the devices take turns in blocks of `block` queries (1: query by query), each
+    turn starting with `turn_warmup` untimed queries (the block's first)."""
     from gtmkit.synth_trie import synth_proposals
 
     rows = []
@@ -275,6 +280,8 @@ def bench_latency(trie, fns, bws, T, queries, queries_large, large_from, seed, b
         results = {dev: [] for dev in fns}
         for start in range(0, nq, block):
             for dev, fn in fns.items():
+                for _ in range(turn_warmup):
+                    fn(tok[start:start + 1], lp[start:start + 1], bw)
                 for i in range(start, min(start + block, nq)):
                     a = time.perf_counter()
                     res = fn(tok[i:i + 1], lp[i:i + 1], bw)
@@ -285,7 +292,7 @@ def bench_latency(trie, fns, bws, T, queries, queries_large, large_from, seed, b
         for dev in fns:
             for i, res in enumerate(results[dev]):
                 same_results(results[ref_dev][i], res, f"BW={bw} query {i} {dev}")
-        row = {"bw": bw, "k": bw, "T": T, "b": 1, "queries": nq, "block": block,
+        row = {"bw": bw, "k": bw, "T": T, "b": 1, "queries": nq, "block": block, "turn_warmup": turn_warmup,
                "finished_keys_mean": float(np.mean(found)),
                "devices": {dev: stats_ms(t) for dev, t in times.items()}, "load": watch.stop()}
         rows.append(row)
@@ -522,7 +529,7 @@ def markdown(r: dict) -> str:
               "is the child's ru_maxrss, (input) its RSS with the input held just before the timed build. Search: "
               "`trie_beam_search` on the saved trie loaded into RAM; proposals `synth_proposals(trie, n, T, K)` "
               "(seed 004 App. K: r = K/10 head tokens on a key's path, the rest position-stratified noise); one "
-              "warm-up call per point untimed; latency: devices take turns in blocks of " + str(r["latency"][0].get("block", 1) if r["latency"] else 1) + " queries, throughput: batch by batch. Other load: cores busy outside "
+              "warm-up call per point untimed; latency: devices take turns in blocks of " + str(r["latency"][0].get("block", 1) if r["latency"] else 1) + " queries, each turn after " + str(r["latency"][0].get("turn_warmup", 0) if r["latency"] else 0) + " untimed one(s), throughput: batch by batch. Other load: cores busy outside "
               "this process (from /proc/stat) during that row; the machine is shared with other jobs."]
     return "\n".join(lines) + "\n"
 
@@ -550,6 +557,8 @@ def main():
     ap.add_argument("--large-from", type=int, default=600)
     ap.add_argument("--block", type=int, default=10,
                     help="latency: the devices take turns in blocks of this many queries (1: query by query)")
+    ap.add_argument("--turn-warmup", type=int, default=1,
+                    help="latency: untimed queries at the start of each device's turn (both devices)")
     ap.add_argument("--batches", default="1,4,8,16")
     ap.add_argument("--tput-bw", type=int, default=1000)
     ap.add_argument("--tput-rounds", type=int, default=60, help="timed batches per batch size, at least")
@@ -588,7 +597,7 @@ def main():
         log(f"skip {d}: {why}")
     bws = [int(x) for x in args.bws.split(",")]
     lat = bench_latency(trie, fns, bws, args.T, args.queries, args.queries_large, args.large_from, args.seed,
-                        args.block)
+                        args.block, args.turn_warmup)
     tput = bench_throughput(trie, fns, [int(x) for x in args.batches.split(",")], args.tput_bw, args.T,
                             args.tput_pool, args.tput_rounds, args.tput_seconds, args.seed + 100_000)
 
