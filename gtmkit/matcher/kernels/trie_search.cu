@@ -61,13 +61,6 @@ typedef unsigned short u16;
 #ifndef CL
 #define CL 8            // blocks (SMs) per query: a thread block cluster
 #endif
-// Paths a search rarely takes (long runs of ones, sorts in global memory, folding) are compiled out of line
-// with -DRARE_CALLS, so the hot path's code is smaller (instruction-cache misses on a launch's first step).
-#ifdef RARE_CALLS
-#define RARE __noinline__
-#else
-#define RARE __forceinline__
-#endif
 #define FAC_CAP 64      // length factors a launch keeps in shared memory (more steps read them each step)
 #define NW (NT / 32)
 #define FULL 0xffffffffu
@@ -248,7 +241,7 @@ __device__ __forceinline__ int select64(u64 x, int r) {  // position of the r-th
 }
 
 // Position of the k-th (0-based) zero of the LOUDS bits.
-__device__ RARE i64 select0(const Trie& t, i64 k) {
+__device__ __forceinline__ i64 select0(const Trie& t, i64 k) {
     i64 j = k / 512;
     i64 lo = t.sel0[j], hi = t.sel0[j + 1];
     while (hi - lo > 8) {
@@ -275,7 +268,7 @@ __device__ RARE i64 select0(const Trie& t, i64 k) {
 // are tried first (nearly every node has fewer than 64 children), longer runs go through the select
 // directory. A word-by-word scan would walk the root's run (up to millions of children with large
 // vocabularies) one dependent load per word: ~1 ms per launch on a 10M-key trie.
-__device__ RARE i64 run_end(const Trie& t, i64 z, i64 k) {
+__device__ __forceinline__ i64 run_end(const Trie& t, i64 z, i64 k) {
     i64 p = z + 1, w = p >> 6;
     u64 x = ~t.louds[w] & (~0ull << (p & 63));
     if (x) return w * 64 + (__ffsll((long long)x) - 1);
@@ -332,7 +325,7 @@ __device__ __forceinline__ i64 label_of(const Trie& t, i64 node) {  // token on 
     return v;
 }
 
-__device__ RARE i64 children_lower_bound(const Trie& t, i64 lo, i64 hi, i64 tok) {
+__device__ __forceinline__ i64 children_lower_bound(const Trie& t, i64 lo, i64 hi, i64 tok) {
     while (lo < hi) {
         i64 mid = (lo + hi) >> 1;
         if (label_of(t, mid) < tok) lo = mid + 1; else hi = mid;
@@ -418,7 +411,7 @@ __device__ __forceinline__ void warp_append2(bool a, bool b, u64* counters, u32*
 // Bitonic sort of a[0, n2) descending, n2 a power of two; a in shared or global memory. A stage of
 // stride j <= 32 keeps each warp inside its own 64-key blocks (pair i touches keys of block i >> 5), so
 // between two such stages a warp barrier suffices.
-__device__ RARE void block_sort_desc(u64* a, u32 n2) {
+__device__ __forceinline__ void block_sort_desc(u64* a, u32 n2) {
     __syncthreads();
     for (u32 k = 2; k <= n2; k <<= 1) {
         for (u32 j = k >> 1; j > 0; j >>= 1) {
@@ -518,7 +511,7 @@ __device__ __forceinline__ u64 block_select(const u64* a, u32 n, u32 m, Smem& s)
 
 // The best min(n, cap) of the n distinct nonzero keys src[0, n), best first, in s.sort or in gbuf
 // (room for pow2_at_least(cap) keys); -> where they are, *m_out = how many.
-__device__ RARE const u64* block_top(const u64* src, u32 n, u32 cap, u64* gbuf, Smem& s, u32* m_out) {
+__device__ __forceinline__ const u64* block_top(const u64* src, u32 n, u32 cap, u64* gbuf, Smem& s, u32* m_out) {
     u32 m = n < cap ? n : cap;
     *m_out = m;
     u64* buf;
@@ -663,7 +656,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
 }
 
 // Keep the best BW finished keys (all that can still be reported), best first, at the front of fin.
-__device__ RARE u32 fold_finished(u64* fin, u32 fc, u32 BW, u64* gbuf, Smem& s) {
+__device__ __forceinline__ u32 fold_finished(u64* fin, u32 fc, u32 BW, u64* gbuf, Smem& s) {
     u32 m;
     const u64* best = block_top(fin, fc, BW, gbuf, s, &m);
     for (u32 i = threadIdx.x; i < m; i += NT) fin[i] = best[i];
