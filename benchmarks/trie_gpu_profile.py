@@ -81,7 +81,7 @@ def main() -> None:
         print(f"\nBW=K={bw}, b=1, T={a.steps}, trie {a.keys} keys: wall {1e3 * np.mean(walls):.3f} ms, "
               f"device (events) {np.mean(dev_ms):.3f} ms; per query: work items {acc[10]:.0f}, "
               f"live candidates {acc[11]:.0f}, steps {steps:.1f}")
-        tot = sum(acc[i] for i in PHASES)
+        tot = sum(acc[i] for i in PHASES) + acc[112:115].sum()  # with block 0's row preparation
         for i, name in PHASES.items():
             print(f"  {name:12s} {acc[i] / 1e3:8.1f} us per query  {acc[i] / 1e3 / steps:7.1f} us per step  "
                   f"{100 * acc[i] / max(tot, 1):5.1f}%")
