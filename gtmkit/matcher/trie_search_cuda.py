@@ -173,14 +173,9 @@ def _trie_params(dev, trie, what: str):
         bits, before, root_nbits = aux.root_directory(a)
         arrays["root_bits"], arrays["root_rank"] = dev.asarray(bits), dev.asarray(before)
         root_first, root_end = (int(x) for x in trie.child_range(0))
-        # LOUDS positions of zero k = child_range(k)[0] + k: of the root's first child's and of the node after
-        # its last child's (the kernel prefetches the words between for step 0)
-        last = root_end - 1
-        hot_lo = trie.child_range(1)[0] + 1 if last >= 1 else 0
-        hot_hi = trie.child_range(last)[1] + last + 1 if last >= 1 else 0
         table = [int(a.high_bits) if name == "high_bits" else dev.ptr(arrays[name]) for name in TRIE_FIELDS]
         table += [dev.ptr(arrays["zpos"]), aux.ZERO_SHIFT, dev.ptr(arrays["root_bits"]), dev.ptr(arrays["root_rank"]),
-                  root_nbits, root_first, root_end - root_first, hot_lo, hot_hi]
+                  root_nbits, root_first, root_end - root_first]
         cache[dev.key] = (arrays, dev.asarray(np.array(table, np.int64)))
     return cache[dev.key][1]
 

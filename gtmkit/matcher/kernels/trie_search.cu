@@ -140,8 +140,6 @@ __device__ __forceinline__ u64 gtimer() {
 #define TP_ROOT_NBITS 12    // 0: no root directory (the root's children are binary-searched)
 #define TP_ROOT_FIRST 13    // the root's first child
 #define TP_ROOT_DEG 14      // and its number of children
-#define TP_HOT_LO 15        // LOUDS positions of the zeros of the root's first child and of the node after its
-#define TP_HOT_HI 16        //   last: the words step 0 reads for the root's children lie between
 
 // Search state table: per-query buffers [b, ...] allocated once per shape, kept between launches.
 #define SP_LIVE_NODE 0      // i64 [b, BW]   live beams, best first: node
@@ -186,7 +184,6 @@ struct Trie {
     const u32* rrank;
     i64 rnbits;
     i64 rfirst, rdeg;
-    i64 hot_lo, hot_hi;
 };
 
 struct Smem {
@@ -563,26 +560,6 @@ __device__ __forceinline__ Cand load_cand(u32 j, const u32* cand_slot, const i64
     return c;
 }
 
-// Lines [0, bytes) of p into L2, a line a thread of the cluster's (thread `tid` of `nthreads`).
-__device__ __forceinline__ void prefetch_lines(const void* p, i64 bytes, u32 tid, u32 nthreads) {
-    for (i64 off = (i64)tid * 128; off < bytes; off += (i64)nthreads * 128) PREFETCH_L2((const char*)p + off);
-}
-
-// What step 0 of a search from the root reads for the root's children, into L2 (a query's later steps read
-// ~60 MB of labels at 10M keys, which evicts these between queries): the root directory, their terminal
-// flags and ranks, their zero samples and the LOUDS words of their zeros. ~1 MB at 10M keys, about a line a
-// thread of the cluster, issued before the rows are prepared so that the two overlap.
-__device__ __forceinline__ void prefetch_root_children(const Trie& t, u32 tid, u32 nthreads) {
-    if (t.rdeg <= 0) return;
-    const i64 last = t.rdeg;  // the root's children are nodes 1 .. rdeg
-    prefetch_lines(t.rbits, 8 * ((t.rnbits + 63) >> 6), tid, nthreads);
-    prefetch_lines(t.rrank, 4 * ((t.rnbits + 63) >> 6), tid, nthreads);
-    prefetch_lines(t.term, 8 * ((last >> 6) + 1), tid, nthreads);
-    prefetch_lines(t.term_rank, 16 * ((last >> 9) + 1), tid, nthreads);
-    prefetch_lines(t.zpos, 8 * (((last + 1) >> t.zshift) + 1), tid, nthreads);
-    prefetch_lines(t.louds + (t.hot_lo >> 6), 8 * ((t.hot_hi >> 6) - (t.hot_lo >> 6) + 4), tid, nthreads);
-}
-
 // AR live entry i <- candidate c (composite x), whose proposal is entry k of row row0 + p (slot p*K+k).
 __device__ __forceinline__ void write_live(u32 i, u64 x, const Cand& c, int K, const int* ptok, i64 row0,
                                            i64* live_node, i64* live_first, u32* live_deg, float* live_score,
@@ -613,8 +590,6 @@ __device__ __forceinline__ Trie load_trie(const i64* TP) {
     t.rnbits = TP[TP_ROOT_NBITS];
     t.rfirst = TP[TP_ROOT_FIRST];
     t.rdeg = TP[TP_ROOT_DEG];
-    t.hot_lo = TP[TP_HOT_LO];
-    t.hot_hi = TP[TP_HOT_HI];
     return t;
 }
 
@@ -765,9 +740,6 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
     // step); the first NT are stored after the rows are prepared, so the two reads over the bus overlap
     const bool fac_smem = t1 - t0 <= FAC_CAP;
     const double fac0 = fac_smem && (int)threadIdx.x < t1 - t0 ? factors[t0 + 1 - fbase + threadIdx.x] : 0.0;
-#ifndef NO_ROOT_PREFETCH
-    if (init && nar) prefetch_root_children(tr, rank * NT + threadIdx.x, CL * NT);
-#endif
     if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
         // (no prep_kernel launch; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks)
         for (int r = (int)rank; r < R; r += CL)
