@@ -9,16 +9,20 @@
 // searches took 61 us a query on one block and 30 us on a cluster of 8 (H200, trie_gpu_profile_h200.md;
 // step 0's ~12 us of child-range lookups did not shrink, for reasons not established). A NAR launch
 // may first prepare its proposal rows (prep_row, block r taking rows r, r + CL, ..). A step:
-// (A) every block: each live beam's work, the shorter of its child list and its proposal row, and a
-// prefix sum (redundantly in each block, from the live list in global memory); (B) the blocks take the
+// (A) every block: the live beams (AR and a launch's first step: from the live list in global memory;
+// later NAR steps: the previous step's candidates at or above its threshold, in candidate order), each
+// beam's work, the shorter of its child list and its proposal row, and a prefix sum (redundantly in each
+// block); NAR copies the step's one proposal row into shared memory; (B) the blocks take the
 // work items in warp-sized chunks dealt in turn; an item binary-searches its entry in the other list (or
 // reads the root directory), and a match becomes at once a finished key if terminal and, if it has
 // children, a live candidate whose own child range is computed right there (so no step starts with a
 // select0 per beam); candidates and finished keys go to the query's lists (warp-aggregated atomics on
 // counters in global memory); cluster barrier; (C) NAR: every block finds the same BW-th composite (an
-// exact radix select when there are more) and writes its share of the kept candidates as the new live
-// list; AR: block 0 does it and sorts them; cluster barrier. At the end the best BW finished keys are
-// ranked across the cluster by counting. With CL=1 (GPUs before sm_90) the barriers are __syncthreads.
+// exact radix select when there are more), which the next step's (A) keeps candidates by: no live list,
+// no second barrier (candidates sit in two sets by step parity, so a step writes one while the next
+// reads the other); AR: block 0 writes the new live list, sorted, for its caller; cluster barrier. At the
+// end the best BW finished keys are ranked across the cluster by counting. With CL=1 (GPUs before sm_90)
+// the barriers are __syncthreads.
 // Finished keys accumulate unordered and are cut to the best BW only when their buffer could overflow,
 // and at the end. Heavier steps stay exact (buffers hold BW*K candidates per query), only slower.
 //
