@@ -96,7 +96,7 @@ class EmuDevice:
 
     def launch(self, name, grid, args, smem=0):
         self.launches.append(name)
-        cl = self.cl if name == "search_kernel" else 1
+        cl = self.cl if name in ("search_kernel", "serve_kernel") else 1
         launch(self.lib, self.sigs, name, grid, self.nt, args, cluster=cl, smem=smem)
 
 

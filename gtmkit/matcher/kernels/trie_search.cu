@@ -99,6 +99,25 @@ __device__ __forceinline__ void cluster_sync() {
 #define PREFETCH_L2(p) do { } while (0)
 #endif
 
+// Pinned host memory that the host rewrites while a kernel runs (serve_kernel's requests): read past every
+// cache (ld.global.cv), the control words with system-scope acquire / release.
+#ifndef GTMKIT_EMU
+#define LDCV(p) __ldcv(p)
+__device__ __forceinline__ u32 ld_acquire_sys(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release_sys(u32* p, u32 v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+#else
+#define LDCV(p) (*(p))
+static inline u32 ld_acquire_sys(const u32* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void st_release_sys(u32* p, u32 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+#endif
+
 // Compiled with -DTRIE_PROF (benchmarks/trie_gpu_profile.py only): block 0's thread 0 adds the time
 // since its previous mark to trie_prof[i] at each PROF_MARK(i), and counts into PROF_ADD.
 #ifdef TRIE_PROF
@@ -616,8 +635,8 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
     for (u32 i = threadIdx.x; i < n2; i += NT) {
         u64 key = 0;
         if (i < (u32)K) {
-            int tok = ti[i];
-            float lp = __int_as_float(li[i]);
+            int tok = LDCV(ti + i);  // (serve_kernel: the host rewrites the staging between requests)
+            float lp = __int_as_float(LDCV(li + i));
             if (tok >= 0 && lp > theta_tok) key = ((u64)(0xFFFFFFFFu - (u32)tok) << 32) | (u64)sortable_raw(lp);
         }
         sb[i] = key;
@@ -673,7 +692,7 @@ __device__ __forceinline__ u32 fold_finished(u64* fin, u32 fc, u32 BW, u64* gbuf
 // [b, R, K]: beam p reads row t (nar) or row p (AR). init: start from the root. Step t normalises with
 // factors[t + 1 - fbase] (the host's float64 factors, so scores round as on the CPU); step last_step
 // builds no live list.
-extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) search_kernel(
+__device__ __forceinline__ void search_body(
     const i64* TP, const i64* SP, const int* ptok, const float* plp, const int* pcnt, int R, int K, int nar,
     int t0, int t1, int last_step, int init, int finalize, float theta_sent, const double* factors, int fbase,
     i64* out_ids, float* out_scores, const int* rows_in, float theta_tok) {
@@ -842,7 +861,7 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
             u32 p = base + threadIdx.x;
             u32 work = 0;
             if (p < nl) {
-                u32 n = (u32)pcnt[q * R + (nar ? t : (int)p)];
+                u32 n = (u32)LDCG(pcnt + q * R + (nar ? t : (int)p));  // prepared by any block
                 u32 deg;
                 if (from_cand) {
                     deg = beam_deg[p];
@@ -1114,4 +1133,44 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
         *fin_count = (int)fc;
     }
     PROF_MARK(8);  // finalize
+}
+
+extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) search_kernel(
+    const i64* TP, const i64* SP, const int* ptok, const float* plp, const int* pcnt, int R, int K, int nar,
+    int t0, int t1, int last_step, int init, int finalize, float theta_sent, const double* factors, int fbase,
+    i64* out_ids, float* out_scores, const int* rows_in, float theta_tok) {
+    search_body(TP, SP, ptok, plp, pcnt, R, K, nar, t0, t1, last_step, init, finalize, theta_sent, factors, fbase,
+                out_ids, out_scores, rows_in, theta_tok);
+}
+
+// A resident NAR search (trie_server_cuda.py): one cluster waits for requests in pinned host memory and runs
+// each as a search_kernel launch from the root would (rows prepared from the staging rows_in, all R steps,
+// results into out_ids / out_scores), with no launch a request. ctl[0]: the host's request number
+// (SERVE_STOP ends the kernel); ctl[1]: the last request done, stored after the results are visible to the
+// host. max_req > 0 ends it after that many requests (the CPU emulation's tests).
+#define SERVE_STOP 0xFFFFFFFFu
+extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) serve_kernel(
+    const i64* TP, const i64* SP, const int* ptok, const float* plp, const int* pcnt, int R, int K,
+    float theta_sent, const double* factors, i64* out_ids, float* out_scores, const int* rows_in, float theta_tok,
+    u32* ctl, int max_req) {
+    __shared__ u32 s_req;
+    u32 seen = ld_acquire_sys(ctl + 1);
+    for (int served = 0; max_req <= 0 || served < max_req; ++served) {
+        if (threadIdx.x == 0) {  // every block waits on its own: the search's barriers align them after
+            u32 v;
+            while ((v = ld_acquire_sys(ctl)) == seen) {
+            }
+            s_req = v;
+        }
+        __syncthreads();
+        const u32 v = s_req;
+        __syncthreads();  // read by all before thread 0 writes it again
+        if (v == SERVE_STOP) break;
+        seen = v;
+        search_body(TP, SP, ptok, plp, pcnt, R, K, 1, 0, R, R - 1, 1, 1, theta_sent, factors, 0, out_ids, out_scores,
+                    rows_in, theta_tok);
+        __threadfence_system();  // this thread's results reach the host before the request is marked done
+        cluster_sync();
+        if (cluster_rank() == 0 && threadIdx.x == 0) st_release_sys(ctl + 1, v);
+    }
 }
