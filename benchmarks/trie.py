@@ -215,6 +215,33 @@ def _sync(result):
     return np.asarray(ids), np.asarray(scores)
 
 
+SERVER = "cuda-server"  # gtmkit.matcher.trie_server_cuda.TrieSearchServer: b=1 latency only
+
+
+def server_searcher(trie):
+    """fn(tokens [1, T, K], logp, bw) on a TrieSearchServer kept while (bw, T, K) stays the same; fn.close()
+    stops the last one (a resident kernel would make a device-wide synchronize wait forever)."""
+    from gtmkit.matcher.trie_server_cuda import TrieSearchServer
+    held = {}
+
+    def fn(tokens, logp, bw):
+        key = (bw,) + tuple(tokens.shape[1:])
+        if tokens.shape[0] != 1:
+            raise ValueError(f"{SERVER} serves one query at a time, got b={tokens.shape[0]}")
+        if held.get("key") != key:
+            fn.close()
+            held["srv"], held["key"] = TrieSearchServer(trie, bw, key[1], key[2]), key
+        return held["srv"].search(tokens, logp)
+
+    def close():
+        if "srv" in held:
+            held.pop("srv").close()
+            held.pop("key")
+
+    fn.close = close
+    return fn
+
+
 def make_searchers(trie, devices: list) -> tuple:
     """-> ({device: fn(tokens, logp, bw) -> (ids, scores) on the host}, {device: reason it was skipped})."""
     from gtmkit import trie_beam_search
@@ -224,7 +251,7 @@ def make_searchers(trie, devices: list) -> tuple:
     fns, skipped = {}, {}
     probe = synth_proposals(trie, 1, 8, 16, seed=99)
     for dev in devices:
-        if dev == "cuda" and not cuda_available():
+        if dev in ("cuda", SERVER) and not cuda_available():
             skipped[dev] = "no CUDA device (gtmkit.matcher.matcher.cuda_available() is False)"
             continue
 
@@ -237,6 +264,8 @@ def make_searchers(trie, devices: list) -> tuple:
                     return _sync(trie_beam_search(trie, tokens, logp, bw, device="cpu"))
                 finally:
                     numba.set_num_threads(keep)
+        elif dev == SERVER:  # one query at a time on a resident cluster, a server per (BW, T, K)
+            fn = server_searcher(trie)
         else:
             def fn(tokens, logp, bw, dev=dev):
                 return _sync(trie_beam_search(trie, tokens, logp, bw, device=dev))
@@ -352,6 +381,11 @@ def targets(build_rows, lat, tput, skipped) -> dict:
                                 f"(cold {r['time_ratio_marisa_over_ours_cold']:.1f}x)" for r in build_rows)},
     }
     gpu = ("gpu_mean_latency_bw1000_le_1ms", "gpu_speedup_bw1000_ge_16x", "gpu_throughput_b8_bw1000_ge_3000qps")
+    srv = next((r for r in lat if r["bw"] == 1000 and SERVER in r["devices"]), None)
+    if srv is not None:  # the resident server's latency (b=1 only), beside trie_beam_search's
+        g, c = srv["devices"][SERVER]["mean_ms"], srv["devices"]["cpu"]["mean_ms"]
+        t["gpu_server_speedup_bw1000_ge_16x"] = {"met": c / g >= 16,
+                                                 "detail": f"{g:.3f} ms, {c / g:.1f}x over the CPU search"}
     if "cuda" in skipped or not lat or "cuda" not in lat[0]["devices"]:
         why = "no GPU search yet" + (f"; {skipped['cuda']}" if "cuda" in skipped else "")
         for name in gpu:
@@ -429,6 +463,8 @@ def plots(result: dict, out: Path):
     tp = result["throughput"]
     fig, a = plt.subplots(figsize=(6, 4))
     for i, d in enumerate(devs):
+        if not tp or d not in tp[0]["devices"]:  # (a single-query device: latency only)
+            continue
         a.plot([r["b"] for r in tp], [r["devices"][d]["qps_median"] for r in tp], "o-", color=f"C{i}", label=d)
     bw = tp[0]["bw"] if tp else "?"
     a.set(xscale="log", xlabel="batch size b", ylabel="throughput (queries/s)",
@@ -480,6 +516,7 @@ def markdown(r: dict) -> str:
                      f"{o['peak_rss_gib']:.2f} ({o['rss_input_gib']:.2f}) | {m['peak_rss_gib']:.2f} ({m['rss_input_gib']:.2f}) "
                      f"| {_load(x['load'])} |")
     devs = list(r["latency"][0]["devices"]) if r["latency"] else []
+    tdevs = list(r["throughput"][0]["devices"]) if r["throughput"] else []  # without single-query devices
     lines += ["", f"## Search latency, b=1, T={s['T']}, BW=K, {s['trie_keys']:,}-key trie "
               f"(ms per request)", ""]
     head = "| BW=K | queries | keys found/query | " + " | ".join(
@@ -498,11 +535,11 @@ def markdown(r: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"## Throughput, BW=K={r['throughput'][0]['bw'] if r['throughput'] else '?'}, T={s['T']} "
               "(queries/s = b / median batch time)", "",
-              "| b | batches | " + " | ".join(f"{d} q/s | {d} batch ms" for d in devs) + " | other load, cores |",
-              "|" + "---|" * (2 + 2 * len(devs) + 1)]
+              "| b | batches | " + " | ".join(f"{d} q/s | {d} batch ms" for d in tdevs) + " | other load, cores |",
+              "|" + "---|" * (2 + 2 * len(tdevs) + 1)]
     for x in r["throughput"]:
         cells = [str(x["b"]), str(x["batches"])]
-        for d in devs:
+        for d in tdevs:
             st = x["devices"][d]
             cells += [f"{st['qps_median']:,.0f}", f"{st['batch_ms_median']:.2f}"]
         cells.append(_load(x["load"]))
@@ -513,6 +550,8 @@ def markdown(r: dict) -> str:
              "build_ge_3x_faster_than_marisa": "build >= 3x faster than marisa-trie (every size)",
              "gpu_mean_latency_bw1000_le_1ms": "GPU mean latency at BW=K=1000, T=8 <= 1.0 ms",
              "gpu_speedup_bw1000_ge_16x": "GPU >= 16x the CPU search at BW=K=1000",
+             "gpu_server_speedup_bw1000_ge_16x": "GPU, resident server (TrieSearchServer), >= 16x the CPU search at "
+                                                 "BW=K=1000",
              "gpu_throughput_b8_bw1000_ge_3000qps": "GPU throughput at b=8, BW=1000 >= 3,000 q/s"}
     word = {True: "**met**", False: "**NOT met**", None: "**not run**"}
     lines += ["", "## Targets", ""]
@@ -548,7 +587,8 @@ def main():
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--devices", default="cpu,cuda",
                     help="cpu first (the baseline, --threads numba threads); cpu:N = the CPU search with N threads; "
-                         "cuda skipped (reason recorded) if unavailable")
+                         "cuda skipped (reason recorded) if unavailable; cuda-server = a resident TrieSearchServer "
+                         "(b=1 latency only)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="numba threads for the CPU search")
     ap.add_argument("--T", type=int, default=8)
     ap.add_argument("--bws", default=",".join(str(x) for x in range(100, 1001, 100)), help="BW = K sweep")
@@ -598,8 +638,11 @@ def main():
     bws = [int(x) for x in args.bws.split(",")]
     lat = bench_latency(trie, fns, bws, args.T, args.queries, args.queries_large, args.large_from, args.seed,
                         args.block, args.turn_warmup)
-    tput = bench_throughput(trie, fns, [int(x) for x in args.batches.split(",")], args.tput_bw, args.T,
-                            args.tput_pool, args.tput_rounds, args.tput_seconds, args.seed + 100_000)
+    if SERVER in fns:
+        fns[SERVER].close()  # its resident cluster would hold SMs during the throughput runs
+    tput = bench_throughput(trie, {d: f for d, f in fns.items() if d != SERVER}, [int(x) for x in args.batches.split(",")],
+                            args.tput_bw, args.T, args.tput_pool, args.tput_rounds, args.tput_seconds,
+                            args.seed + 100_000)
 
     result = {"benchmark": "trie", "date": DATE, "machine": machine(numba.get_num_threads()),
               "command": "python " + " ".join(sys.argv), "wall_s": time.perf_counter() - t_start,

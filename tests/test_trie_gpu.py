@@ -166,3 +166,22 @@ def test_gpu_ar_stepper_errors():
     gpu.step(np.array([[[1, 2]]]), np.float32([[[-0.5, -1.0]]]))  # two live beams now
     with pytest.raises(GtmkitError, match="2 <= R <= 3"):
         gpu.step(np.array([[[1, 2]]]), np.float32([[[-0.5, -1.0]]]))
+
+
+@pytest.mark.parametrize("params", [dict(), dict(theta_tok=-6.0, theta_sent=-14.0, alpha=0.5)])
+def test_server_equals_cpu_on_synth_workload(params):
+    """A resident TrieSearchServer answers a stream of queries as the CPU search does, while a plain GPU
+    search runs beside it on the same trie; after close() the device synchronizes (the kernel ended)."""
+    from gtmkit.matcher.trie_server_cuda import TrieSearchServer
+    trie = SuccinctTrie.build(synth_keys(200_000, seed=3))
+    tokens, logp = synth_proposals(trie, 12, 8, 1000, seed=7)
+    with TrieSearchServer(trie, 1000, 8, 1000, **params) as srv:
+        for q in range(12):
+            want = trie_beam_search(trie, tokens[q:q + 1], logp[q:q + 1], 1000, **params)
+            assert_same(srv.search(tokens[q], logp[q]), want)
+            if q == 5:
+                assert_same(trie_beam_search(trie, tokens[q:q + 1], logp[q:q + 1], 1000, device="cuda", **params),
+                            want)
+    cp.cuda.Device().synchronize()
+    with pytest.raises(GtmkitError, match="closed"):
+        srv.search(tokens[0], logp[0])

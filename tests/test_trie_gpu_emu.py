@@ -13,6 +13,7 @@ import pytest
 
 from gtmkit.matcher.trie_search_cpu import TrieBeamStepper, trie_beam_search
 from gtmkit.matcher.trie_search_cuda import KERNEL_FILE, TrieBeamStepperCuda, trie_beam_search_cuda
+from gtmkit.errors import GtmkitError
 from gtmkit.indexer.succinct import SuccinctTrie
 
 from cuda_emu import build_emulator, garbage, kernel_signatures, launch
@@ -43,6 +44,8 @@ class _Done:
 
 class EmuDevice:
     """trie_search_cuda.CupyDevice's methods over NumPy arrays and the emulated kernels."""
+
+    synchronous = True  # a launch runs to its end (TrieSearchServer launches once a request)
 
     def __init__(self, lib, sigs, cfg):
         self.lib, self.sigs = lib, sigs
@@ -348,3 +351,33 @@ def test_ar_fewer_rows_than_beams(emu):
         for name in ("nodes", "scores", "parents", "tokens", "count"):
             assert np.array_equal(getattr(gpu.live, name), getattr(cpu.live, name)), (t, name)
     assert_equal(gpu.result(), cpu.result())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_server_equals_cpu(emu, seed):
+    """TrieSearchServer's serve_kernel (one request a launch here) against the CPU search, several requests
+    on one server (its buffers and counters reused), thresholds and length normalisation."""
+    from gtmkit.matcher.trie_server_cuda import TrieSearchServer
+    rng = np.random.default_rng(300 + seed)
+    trie, _ = random_trie(rng, int(rng.integers(1, 60)))
+    T, K, bw = int(rng.integers(1, 6)), int(rng.integers(1, 9)), int(rng.integers(1, 12))
+    theta_tok, theta_sent, alpha = random_settings(rng, seed)
+    srv = TrieSearchServer(trie, bw, T, K, theta_tok, theta_sent, alpha, device=emu)
+    for _ in range(3):
+        tokens, logp = random_tokens(rng, (1, T, K)), random_logp(rng, (1, T, K), seed % 2 == 0)
+        want = trie_beam_search(trie, tokens, logp, bw, theta_tok, theta_sent, alpha)
+        assert_equal(srv.search(tokens[0] if seed % 2 else tokens, logp[0] if seed % 2 else logp), want)
+    srv.close()
+    with pytest.raises(GtmkitError, match="closed"):
+        srv.search(tokens, logp)
+
+
+def test_server_rejects_bad_shapes(emu):
+    from gtmkit.matcher.trie_server_cuda import TrieSearchServer
+    trie = SuccinctTrie.build([[1, 2], [3]])
+    with pytest.raises(GtmkitError, match="K must be"):
+        TrieSearchServer(trie, 4, 2, emu.nt + 1, device=emu)
+    srv = TrieSearchServer(trie, 4, 2, 3, device=emu)
+    with pytest.raises(GtmkitError, match=r"\[1, 2, 3\]"):
+        srv.search(np.zeros((1, 3, 3), np.int64), np.zeros((1, 3, 3), np.float32))
+

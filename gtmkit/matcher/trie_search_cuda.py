@@ -55,7 +55,7 @@ class CupyDevice:
         if int(cupy.cuda.Device().compute_capability[:-1]) < 9:
             self.cl = 1
         mod = load_module(KERNEL_FILE, () if self.cl == CL else (f"CL={self.cl}",))
-        self._kernels = {name: mod.get_function(name) for name in ("prep_kernel", "search_kernel")}
+        self._kernels = {name: mod.get_function(name) for name in ("prep_kernel", "search_kernel", "serve_kernel")}
         self.buffers = {}
         self._smem_opt_in = {}  # kernel name -> the kernel object whose dynamic shared memory limit was raised
         self.graph_error = None  # why replay() could not capture a graph, if it could not
