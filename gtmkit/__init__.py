@@ -8,9 +8,10 @@ from .index import Index, load_index
 from .indexer.build import build_index
 from .indexer.succinct import SuccinctTrie
 from .matcher.trie_search_cpu import TrieBeamStepper, trie_beam_search
+from .matcher.trie_server_cuda import TrieSearchServer
 from .matcher.beam import Result, beam_search
 from .matcher.matcher import Matcher, Step
 from .targeting import Request
 
-__all__ = ["__version__", "build_index", "load_index", "Index", "Request", "Matcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "TrieBeamStepper", "GtmkitError", "CatalogError",
+__all__ = ["__version__", "build_index", "load_index", "Index", "Request", "Matcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
            "SchemaError", "ArtifactError", "RequestError"]
