@@ -72,18 +72,8 @@
 #define OWNER(i) ((u32)(i) * (u32)CL / (u32)FB)
 
 #ifndef GTMKIT_EMU  // the emulation defines these for threads on the CPU
-// ---- cluster primitives (PTX; no cooperative_groups header under NVRTC) --------------------------
-__device__ __forceinline__ u32 cluster_rank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-__device__ __forceinline__ void cluster_sync() {
-    // arrive has release and wait acquire semantics at cluster scope: shared and global writes made
-    // before the barrier by any block of the cluster are visible to every block after it.
-    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-}
+// ---- cluster primitives (cluster_rank, cluster_sync in cluster.cuh; more of them here) -------------
+#include "cluster.cuh"
 
 // The two halves of cluster_sync, so that independent work can run between them.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }

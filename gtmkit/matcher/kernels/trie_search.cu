@@ -80,16 +80,7 @@ __device__ __forceinline__ void cluster_sync() { __syncthreads(); }
 #define LDCG(p) (*(p))
 #define PREFETCH_L2(p) asm volatile("prefetch.global.L2 [%0];" :: "l"(p))
 #elif !defined(GTMKIT_EMU)  // the CPU emulation (tests/cuda_emu.py) defines these for its threads
-// Cluster primitives as in gtm_fused.cu (PTX: NVRTC has no cooperative_groups header). The barrier's
-// arrive releases and its wait acquires at cluster scope.
-__device__ __forceinline__ u32 cluster_rank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-}
+#include "cluster.cuh"  // cluster_rank, cluster_sync (PTX)
 // Data another block of the cluster wrote this launch is read through L2 (ld.global.cg): this SM's L1
 // may hold the line from an earlier step.
 #define LDCG(p) __ldcg(p)
