@@ -121,11 +121,6 @@ template <class T, class V> static inline T atomicMax(T* a, V v) {
     while (old < (T)v && !__atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
     return old;
 }
-template <class T, class U, class V> static inline T atomicCAS(T* a, U cmp, V val) {
-    T c = (T)cmp;  // -> the old value: cmp if swapped, else what is there
-    __atomic_compare_exchange_n(a, &c, (T)val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return c;
-}
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __ffs(int x) { return __builtin_ffs(x); }

@@ -65,19 +65,9 @@ typedef unsigned short u16;
 #ifndef CL
 #define CL 8            // blocks (SMs) per query: a thread block cluster
 #endif
-#ifndef SOLO_W
-#define SOLO_W NT       // NAR: once a step has at most this many work items, block 0 runs the rest alone (0: never)
-#endif
-#define HASH_CAP (2 * TOK_CAP)  // slots of a step's proposal-row hash table (at most half full)
 #define FAC_CAP 64      // length factors a launch keeps in shared memory (more steps read them each step)
 #define NW (NT / 32)
 #define FULL 0xffffffffu
-#if (TOK_CAP & (TOK_CAP - 1)) != 0
-#error "TOK_CAP must be a power of two (a step's hash table has 2 * pow2(K) <= HASH_CAP slots)"
-#endif
-#if NT > TOK_CAP
-#error "the in-kernel row preparation needs rows of K <= NT in shared memory: NT <= TOK_CAP"
-#endif
 
 #if CL > 1
 #define __search_cluster__(n) __cluster_dims__(n, 1, 1)
@@ -364,33 +354,6 @@ __device__ __forceinline__ u32 tokens_lower_bound(const int* toks, u32 n, i64 la
         if ((i64)toks[mid] < lab) lo = mid + 1; else hi = mid;
     }
     return lo;
-}
-
-// Proposal rows as hash tables keyed by token (2^lg slots, lg >= 1, at most half full, linear probing; an
-// empty slot is 0): a NAR row needs no sort (the bitonic sort was ~8 us of the critical path before step 0)
-// and a child label is found in ~2 shared-memory probes instead of a ~10-probe binary search.
-__device__ __forceinline__ u32 tok_hash(u32 tok, u32 lg) { return (tok * 2654435761u) >> (32 - lg); }
-
-__device__ __forceinline__ u32 log2_pow2(u32 p) { return (u32)(__ffs((int)p) - 1); }
-
-// Entry k (token tok >= 0, distinct in its row) into a step's table: ((tok + 1) << 32) | k.
-__device__ __forceinline__ void row_hash_put(u64* tab, u32 lg, int tok, u32 k) {
-    const u64 e = ((u64)((u32)tok + 1u) << 32) | (u64)k;
-    for (u32 h = tok_hash((u32)tok, lg); atomicCAS(&tab[h], 0ull, e) != 0ull; h = (h + 1) & ((1u << lg) - 1u)) {
-    }
-}
-
-// The entry of token lab in a step's table -> its index k in the row, or false.
-__device__ __forceinline__ bool row_hash_find(const u64* tab, u32 lg, i64 lab, u32* k) {
-    const u32 key = (u32)lab + 1u;
-    for (u32 h = tok_hash((u32)lab, lg);; h = (h + 1) & ((1u << lg) - 1u)) {
-        const u64 e = tab[h];
-        if (e == 0ull) return false;
-        if ((u32)(e >> 32) == key) {
-            *k = (u32)e;
-            return true;
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -691,53 +654,6 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
     PROF_MARK(114);
 }
 
-// The same row for a NAR search prepared in search_body (K <= NT: an entry a thread), without a sort: the kept
-// proposals go into a hash table tab (room for 2 * pow2(K) keys) keyed by token, a repeated token keeping its
-// best log-prob (atomicMax of token << 32 | sortable_raw(lp): one token, so the larger log-prob), and the
-// occupied slots are written out in table order.
-__device__ __forceinline__ void prep_row_hash(i64 row, const int* rows_in, int K, float theta_tok, int* ptok,
-                                              float* plp, int* pcnt, u64* tab, u32* warp) {
-    const int* ti = rows_in + row * 2 * K;
-    int tok = -1;
-    float lp = 0.0f;
-    if (threadIdx.x < (u32)K) {
-        tok = LDCV(ti + threadIdx.x);
-        lp = __int_as_float(LDCV(ti + K + threadIdx.x));
-    }
-    const u32 H = 2u * pow2_at_least(K > 0 ? (u32)K : 1u), lg = log2_pow2(H);
-    for (u32 i = threadIdx.x; i < H; i += NT) tab[i] = 0ull;
-    __syncthreads();
-    PROF_MARK(112);
-    if (tok >= 0 && lp > theta_tok) {
-        const u64 mine = ((u64)(u32)tok << 32) | (u64)sortable_raw(lp);
-        for (u32 h = tok_hash((u32)tok, lg);; h = (h + 1) & (H - 1u)) {
-            const u64 old = atomicCAS(&tab[h], 0ull, mine);
-            if (old == 0ull) break;
-            if ((u32)(old >> 32) == (u32)tok) {
-                atomicMax(&tab[h], mine);
-                break;
-            }
-        }
-    }
-    __syncthreads();
-    PROF_MARK(113);
-    u32 carry = 0;
-    for (u32 base = 0; base < H; base += NT) {
-        const u32 i = base + threadIdx.x;
-        const u64 x = i < H ? tab[i] : 0ull;
-        u32 tot;
-        const u32 pos = carry + block_scan(x != 0ull ? 1u : 0u, warp, &tot);
-        if (x != 0ull) {
-            ptok[row * K + pos] = (int)(x >> 32);
-            plp[row * K + pos] = unsortable((u32)x);
-        }
-        carry += tot;
-    }
-    if (threadIdx.x == 0) pcnt[row] = (int)carry;
-    __syncthreads();
-    PROF_MARK(114);
-}
-
 extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
     const int* rows_in, int R, int K, float theta_tok, const int* live_count, int use_count,
     int* ptok, float* plp, int* pcnt, const double* fac_in, double* fac_out, int nf) {
@@ -779,9 +695,7 @@ __device__ __forceinline__ void search_body(
     // dynamic shared memory (SEARCH_SMEM bytes), per block of the cluster
     u64* s_sort = (u64*)smem_raw;                    // [SORT_CAP]
     u64* s_sel = s_sort + SORT_CAP;                  // [SEL_CAP] block_select's copy of its keys
-    u64* s_hash = s_sel + SEL_CAP;                   // [HASH_CAP] NAR: this step's row as a hash table
-    u64* s_cnt = s_hash + HASH_CAP;                  // [1] solo steps' counters (as cnt's)
-    double* s_fac = (double*)(s_cnt + 1);            // [FAC_CAP] this launch's length factors
+    double* s_fac = (double*)(s_sel + SEL_CAP);      // [FAC_CAP] this launch's length factors
     i64* s_first = (i64*)(s_fac + FAC_CAP);          // [BEAM_CAP] copies of the live beams' first child,
     u32* s_deg = (u32*)(s_first + BEAM_CAP);         // [BEAM_CAP]   children,
     float* s_score = (float*)(s_deg + BEAM_CAP);     // [BEAM_CAP]   score,
@@ -843,7 +757,7 @@ __device__ __forceinline__ void search_body(
     if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
         // (no prep_kernel launch; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks)
         for (int r = (int)rank; r < R; r += CL)
-            prep_row_hash(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, s.warp);
+            prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP, s.warp);
     }
     PROF_MARK(9);  // prep rows (block 0's)
     if (fac_smem && (int)threadIdx.x < t1 - t0) s_fac[threadIdx.x] = fac0;
@@ -863,9 +777,6 @@ __device__ __forceinline__ void search_body(
         }
     }
     if (rank == 0 && threadIdx.x < 4) cnt[threadIdx.x] = 0;
-    const bool row_smem = nar && K <= TOK_CAP;
-    const u32 H = 2u * pow2_at_least(K > 0 ? (u32)K : 1u), hlg = log2_pow2(H);
-    for (u32 i = threadIdx.x; row_smem && i < H; i += NT) s_hash[i] = 0ull;
     u32 nl = 1, fc = 0;
     cluster_sync();  // rows prepared, counters cleared
     if (!init) {
@@ -877,7 +788,6 @@ __device__ __forceinline__ void search_body(
 
     u32 prev_n = 0;     // NAR: the previous step's live candidates
     u64 prev_tau = 0;   //   and the composite threshold of the BW best of them
-    bool solo = false;
     for (int t = t0; t < t1 && nl > 0; ++t) {
         const bool last = t == last_step;
         const u32 par = (u32)(t & 1);
@@ -891,6 +801,7 @@ __device__ __forceinline__ void search_body(
         // NAR: the step's one proposal row, which every work item binary-searches, goes to shared memory
         // (from global memory each probe of the search was a dependent L2 round trip). Its first NT entries
         // are loaded here and stored after phase A, so the two phases' reads overlap.
+        const bool row_smem = nar && K <= TOK_CAP;
         const i64 nar_row = q * R + t;
         u32 row_n = 0;
         int tok0 = 0;
@@ -968,36 +879,23 @@ __device__ __forceinline__ void search_body(
         if (threadIdx.x < row_n) {
             s_tok[threadIdx.x] = tok0;
             s_lp[threadIdx.x] = lp0;
-            row_hash_put(s_hash, hlg, tok0, threadIdx.x);
         }
         for (u32 i = threadIdx.x + NT; i < row_n; i += NT) {
-            const int tk = LDCG(ptok + nar_row * K + i);
-            s_tok[i] = tk;
+            s_tok[i] = LDCG(ptok + nar_row * K + i);
             s_lp[i] = LDCG(plp + nar_row * K + i);
-            row_hash_put(s_hash, hlg, tk, i);
         }
-#if CL > 1 && SOLO_W > 0
-        if (nar && !solo && W <= SOLO_W) {
-            solo = true;
-            if (rank != 0) break;
-        }
-#endif
         PROF_MARK(2);  // phase A
         // a step finishes at most one key per work item: fold only when W more could overflow fin
         // (every block computes the same fc and W: the branch is cluster-uniform)
         if ((i64)fc + (i64)W > fin_cap) {
             if (rank == 0) fold_finished(fin, fc, BW, gbuf, s);
             fc = fc < BW ? fc : BW;
-            if (!solo) cluster_sync();
+            cluster_sync();
         }
         PROF_MARK(1);  // fold
         PROF_ADD(10, W);
         PROF_ADD(12, 1);
-        if (threadIdx.x == 0) {
-            off[nl] = W;
-            *s_cnt = 0ull;
-        }
-        if (solo) counters = s_cnt;
+        if (threadIdx.x == 0) off[nl] = W;
         __syncthreads();
 
         // Phase B: the cluster's blocks take the work items in warp-sized chunks dealt in turn (chunk c to
@@ -1009,8 +907,7 @@ __device__ __forceinline__ void search_body(
         // round of items a thread, so B2 runs in the same round as the B1 that found the match (a
         // separate B2 over a compacted match list cost a barrier and two dependent reads a step). Loop
         // bounds are warp-uniform so every lane reaches the warp_append ballots.
-        const u32 deal0 = solo ? (threadIdx.x & ~31u) : (rank + CL * (threadIdx.x >> 5)) * 32;
-        for (u32 base = deal0; base < W; base += solo ? NT : NT * CL) {
+        for (u32 base = (rank + CL * (threadIdx.x >> 5)) * 32; base < W; base += NT * CL) {
             u32 w = base + lane;
             bool hit = false;
             u32 slot = 0, p = 0, k = 0;
@@ -1032,12 +929,8 @@ __device__ __forceinline__ void search_body(
                 if (deg < n) {  // child i: its label among the proposals
                     c = first + i;
                     i64 lab = label_of(tr, c);
-                    if (row_smem) {
-                        match = row_hash_find(s_hash, hlg, lab, &k);
-                    } else {
-                        k = tokens_lower_bound(toks, n, lab);
-                        match = k < n && (i64)toks[k] == lab;
-                    }
+                    k = tokens_lower_bound(toks, n, lab);
+                    match = k < n && (i64)toks[k] == lab;
                 } else if (first == tr.rfirst && tr.rnbits > 0) {  // proposal i among the root's children:
                     k = i;                                            // one read of the root directory
                     const i64 tok = toks[k];
@@ -1109,9 +1002,8 @@ __device__ __forceinline__ void search_body(
             }
             if (is_fin) fin[fc + pf] = fin_key;
         }
-        if (solo) __syncthreads(); else cluster_sync();
-        for (u32 i = threadIdx.x; row_smem && i < H; i += NT) s_hash[i] = 0ull;
-        const u64 both = solo ? *s_cnt : LDCG(counters);
+        cluster_sync();  // every block's candidates and finished keys are written
+        const u64 both = LDCG(counters);
         const u32 n_live = (u32)both;
         fc += (u32)(both >> 32);
         // step t + 2's counters: every block read them (as step t - 1's) before this barrier, and none adds
@@ -1178,13 +1070,6 @@ __device__ __forceinline__ void search_body(
         PROF_STEP_END(t, W);
     }
 
-    if (solo) {
-        if (rank == 0 && threadIdx.x == 0) cnt[3] = ((u64)nl << 32) | (u64)fc;
-        cluster_sync();
-        const u64 x = LDCG(cnt + 3);
-        nl = (u32)(x >> 32);
-        fc = (u32)x;
-    }
     if (finalize && BW <= SORT_CAP) {
         // The best BW finished keys, best first, ranked by the whole cluster: every block selects the same
         // ones into its shared memory, then ranks a share of them by counting the larger ones (8 lanes a
