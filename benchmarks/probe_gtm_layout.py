@@ -12,7 +12,7 @@ import gtmkit
 import numpy as np
 from gtmkit.synth import synth_users
 from gtmkit.logits import SyntheticDecoder
-from gtmkit.matcher.gtm_cpu import _gtm_batch
+from gtmkit.matcher.gtm_cpu import _gtm_batch, request_words
 
 idx = gtmkit.load_index("/tmp/gtmkit-stepcpu/idx", verify=False)
 m = gtmkit.Matcher(idx)
@@ -40,20 +40,21 @@ B = 64
 s0, s1, todo = np.empty(B, np.int64), np.empty(B, np.int64), np.empty(B, np.bool_)
 ok1, ok2 = np.empty(n, np.bool_), np.empty(n, np.bool_)
 Q = q
+words = request_words(Q.bitmask, Q.sig_off, Q.sigs, 0)
 
 
 def run1():
     for i in range(0, n, B):
         c = min(B, n - i)
         _gtm_batch(t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets, pbm, pbl, t.bitmask_table,
-                   t.bloom_table, t.bloom_base, Q.bitmask, Q.sig_off, Q.sigs, 0, nodes[i:i + c], c, ok1[i:i + c], s0, s1, todo)
+                   t.bloom_table, t.bloom_base, Q.bitmask, Q.sig_off, Q.sigs, 0, nodes[i:i + c], c, ok1[i:i + c], s0, s1, todo, words)
 
 
 def run2():
     for i in range(0, n, B):
         c = min(B, n - i)
         _gtm_batch(t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets, cbm, cbl, t.bitmask_table,
-                   t.bloom_table, t.bloom_base, Q.bitmask, Q.sig_off, Q.sigs, 0, nodes[i:i + c], c, ok2[i:i + c], s0, s1, todo)
+                   t.bloom_table, t.bloom_base, Q.bitmask, Q.sig_off, Q.sigs, 0, nodes[i:i + c], c, ok2[i:i + c], s0, s1, todo, words)
 
 
 run1(); run2()
@@ -72,7 +73,7 @@ def run_sorted():
     for i in range(0, n, B):
         c = min(B, n - i)
         _gtm_batch(t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets, pbm, pbl, t.bitmask_table,
-                   t.bloom_table, t.bloom_base, Q.bitmask, Q.sig_off, Q.sigs, 0, srt[i:i + c], c, ok1[i:i + c], s0, s1, todo)
+                   t.bloom_table, t.bloom_base, Q.bitmask, Q.sig_off, Q.sigs, 0, srt[i:i + c], c, ok1[i:i + c], s0, s1, todo, words)
 valid = 0
 for z in nodes[:5000]:
     d = 3
@@ -94,10 +95,11 @@ qbm0 = np.ascontiguousarray(Q.bitmask[:, :0, :])
 
 
 def run_parts(pb, qb, out):
+    wq = request_words(qb, Q.sig_off, Q.sigs, 0)  # the words of this (possibly attribute-less) request
     for i in range(0, n, B):
         c = min(B, n - i)
         _gtm_batch(t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets, pbm, pb, t.bitmask_table,
-                   t.bloom_table, t.bloom_base, qb, Q.sig_off, Q.sigs, 0, nodes[i:i + c], c, out[i:i + c], s0, s1, todo)
+                   t.bloom_table, t.bloom_base, qb, Q.sig_off, Q.sigs, 0, nodes[i:i + c], c, out[i:i + c], s0, s1, todo, wq)
 
 
 tmp = np.empty(n, np.bool_)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .._memory import prefetch
+
 # Hot loops take plain arrays, unpacked once from the TrieArrays / RequestBatch namedtuples: reading
 # an array field of a namedtuple inside a loop costs numba a reference-count round trip each time
 # (measured: ~340 ns against ~6 ns for one GTM test at depth 1).
@@ -92,14 +94,44 @@ GTM_BATCH = 64
 
 
 @njit(cache=True)
+def request_words(qbm, soff, sigs, b):
+    """Request b's nonzero words, for _gtm_batch: per bitmask attribute a, at a * (W + 1), the count n then
+    the n word indices where qbm[b, a] has bits; then per signature of request b, in order, (Wb + 1)
+    entries likewise. A test reads only those words: the other words of a request row are zero (an
+    attribute's bits sit in one or two of the W words, a signature's k bits in at most k of Wb), and a
+    zero word can neither meet a table row nor fail a containment test."""
+    A, W = qbm.shape[1], qbm.shape[2]
+    Wb = sigs.shape[1]
+    s0, s1 = soff[b, 0], soff[b, soff.shape[1] - 1]
+    out = np.zeros(A * (W + 1) + (s1 - s0) * (Wb + 1), np.int64)
+    for a in range(A):
+        o = a * (W + 1)
+        for w in range(W):
+            if qbm[b, a, w]:
+                out[o] += 1
+                out[o + out[o]] = w
+    for sg in range(s0, s1):
+        o = A * (W + 1) + (sg - s0) * (Wb + 1)
+        for w in range(Wb):
+            if sigs[sg, w]:
+                out[o] += 1
+                out[o + out[o]] = w
+    return out
+
+
+@njit(cache=True)
 def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff, sigs, b,
-               nodes, n, ok_out, s0, s1, todo):
+               nodes, n, ok_out, s0, s1, todo, words):
     """_gtm for nodes[:n], partition by partition across the batch: the table rows of different nodes
     are independent loads, so their cache misses overlap instead of queueing one node at a time.
     The partition test is spelled out here as in _gtm on purpose: factored into a shared helper
     (inlined or not), numba's code for this loop ran the depth-1 step ~1.8x slower. s0, s1, todo: the caller's scratch of
-    >= n entries (allocating them per batch cost ~30% of a depth-1 batch)."""
+    >= n entries (allocating them per batch cost ~30% of a depth-1 batch). words: request_words(.., b)."""
     widest = 0
+    nb = pbl.shape[1]
+    W, Wb = bmt.shape[1], blt.shape[1]
+    A = qbm.shape[1]
+    sig_words, sig0 = A * (W + 1), soff[b, 0]  # where request_words put the signatures' words
     for z in range(n):
         node = nodes[z]
         if jagged:
@@ -112,12 +144,21 @@ def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, bl
         todo[z] = True
         ok_out[z] = False
         widest = max(widest, s1[z] - s0[z])
-    nb = pbl.shape[1]
-    W, Wb = bmt.shape[1], blt.shape[1]
+        if s1[z] > s0[z]:  # the first partition's ids: every node's line requested before any is read
+            prefetch(pbm, s0[z])
+            prefetch(pbl, s0[z] * nb)
     # the last partition tested and its verdict: neighbouring nodes near the root often share their
     # deduplicated table rows (at depth 1 of the synth index all 512 nodes do), so a repeat costs a compare
     last_p, last_ok = np.int64(-1), False
     for j in range(widest):
+        for z in range(n):  # the table rows of this round's partitions, all requested before any is read
+            p = s0[z] + j
+            if todo[z] and p < s1[z]:
+                bid = pbm[p]  # (round 0: on its way since the loop above; later rounds: a neighbour's line)
+                if bid >= 0:
+                    prefetch(bmt, bid * W)
+                    for k in range(nb):
+                        prefetch(blt, (blb[k] + pbl[p, k]) * Wb)
         for z in range(n):
             if not todo[z]:
                 continue
@@ -141,9 +182,11 @@ def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, bl
                         todo[z] = False
                     continue
             ok = True
-            for a in range(qbm.shape[1]):
+            for a in range(A):
+                o = a * (W + 1)
                 hit = False
-                for w in range(W):
+                for u in range(words[o]):
+                    w = words[o + 1 + u]
                     if bmt[bid, w] & qbm[b, a, w]:
                         hit = True
                         break
@@ -155,8 +198,10 @@ def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, bl
                 row = blb[k] + pbl[p, k]
                 found = False
                 for sg in range(soff[b, k], soff[b, k + 1]):
+                    o = sig_words + (sg - sig0) * (Wb + 1)
                     inside = True
-                    for w in range(Wb):
+                    for u in range(words[o]):
+                        w = words[o + 1 + u]
                         if (blt[row, w] & sigs[sg, w]) != sigs[sg, w]:
                             inside = False
                             break

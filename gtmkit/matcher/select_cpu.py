@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .gtm_cpu import CACHE_SLOTS, GTM_BATCH, _depth, _gtm, _gtm_batch
+from .gtm_cpu import CACHE_SLOTS, GTM_BATCH, _depth, _gtm, _gtm_batch, request_words
 
 N_BUCKETS = 2048
 SIGN = np.uint64(0x80000000)
@@ -239,11 +239,13 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     qn = np.empty(GTM_BATCH, np.int64)
     qok = np.empty(GTM_BATCH, np.bool_)
     qs0, qs1, qtodo = np.empty(GTM_BATCH, np.int64), np.empty(GTM_BATCH, np.int64), np.empty(GTM_BATCH, np.bool_)
+    words = request_words(qbm, soff, sigs, b)
     while True:
         hi = lo + 1
         while hi < NB - 1 and cum[hi] < target:
             hi += 1
         nq = 0
+        x = 0  # row cursor (i ascends)
         for i in range(C + 1):
             if i < C:
                 bk = _bucket(score[i], mn, scale, NB)
@@ -253,13 +255,14 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
                     sel[ns] = i
                     ns += 1
                     continue
-                x = _row_of(row_start, i)
+                while x + 1 < nrows and row_start[x + 1] <= i:
+                    x += 1
                 qi[nq] = i
                 qn[nq] = no[node_ids[r0 + x]] + (i - row_start[x]) + 1
                 nq += 1
             if nq == GTM_BATCH or (i == C and nq > 0):  # test GTM on a batch of window candidates
                 _gtm_batch(jag, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff,
-                           sigs, b, qn, nq, qok, qs0, qs1, qtodo)
+                           sigs, b, qn, nq, qok, qs0, qs1, qtodo, words)
                 for z in range(nq):
                     if qok[z]:
                         sel[ns] = qi[z]
@@ -329,13 +332,16 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
     passed = np.empty(C if test_all else k + GTM_BATCH + 1, np.uint64)
     npass = 0
     ntested = 0
-    rate = 1.0  # GTM pass rate so far (optimistic at first)
+    rate = 1.0  # GTM pass rate so far (optimistic at first; set from the hint below)
     qn = np.empty(GTM_BATCH, np.int64)
     qc = np.empty(GTM_BATCH, np.uint64)
     qok = np.empty(GTM_BATCH, np.bool_)
     qs0, qs1, qtodo = np.empty(GTM_BATCH, np.int64), np.empty(GTM_BATCH, np.int64), np.empty(GTM_BATCH, np.bool_)
+    words = request_words(qbm, soff, sigs, b)
     lo, hi_incl = -np.inf, np.float32(np.inf)
     hint = rate_hint[depth] if depth >= 0 else 1.0
+    if gtm:  # the first chunk sized for the pass rate last seen at this depth, not for every test passing
+        rate = min(max(hint, 1.0 / 64.0), 1.0)
     want = C if test_all else (k if not gtm else int(k * 1.2 / min(max(hint, 1.0 / 16.0), 1.0)) + 1)
     while True:
         want = max(1, min(want, C))
@@ -360,6 +366,7 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
             cut = np.partition(buf[:nrem], nrem - m)[nrem - m] if m < nrem else np.uint64(0)
             keep = 0
             nq = 0
+            x = 0  # row cursor: buf keeps candidate order, so the chunk's indices ascend
             for z in range(nrem + 1):
                 if z < nrem:
                     cz = buf[z]
@@ -372,13 +379,14 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
                         npass += 1
                         continue
                     i = np.int64(LOW32 - (cz & LOW32))
-                    x = _row_of(row_start, i)
+                    while x + 1 < nrows and row_start[x + 1] <= i:
+                        x += 1
                     qc[nq] = cz
                     qn[nq] = no[node_ids[r0 + x]] + (i - row_start[x]) + 1
                     nq += 1
                 if nq == GTM_BATCH or (z == nrem and nq > 0):
                     _gtm_batch(jag, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff,
-                               sigs, b, qn, nq, qok, qs0, qs1, qtodo)
+                               sigs, b, qn, nq, qok, qs0, qs1, qtodo, words)
                     for y in range(nq):
                         if qok[y]:
                             if npass == passed.shape[0]:  # a chunk may pass more than k: keep room
