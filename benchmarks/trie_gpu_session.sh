@@ -3,7 +3,8 @@
 # variants side by side, the in-kernel profile and the trie benchmark; logs bundled into $OUT/trie_session.tgz
 # (the device returns at most 8 files). Pass the wheels (mmh3, marisa-trie) with carry [".whl"], and an older
 # kernel to compare with as scratch/old_trie_search.cu (carry ["scratch"]) if VARIANTS names it.
-# usage: bash benchmarks/trie_gpu_session.sh [KEYS]    (VARIANTS="--variant a --variant b:DEF=1" to override)
+# usage: bash benchmarks/trie_gpu_session.sh [KEYS]    (VARIANTS="--variant a --variant b:DEF=1" to override,
+#        PROFILE=0 to skip the in-kernel profile)
 set -o pipefail
 KEYS=${1:-10000000}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -15,8 +16,10 @@ GTMKIT_TRIE_CLUSTER=1 python3 -m pytest -q -p no:cacheprovider tests/test_trie_g
   | tee $OUT/trie_gpu_tests_cl1.log | tail -2
 V=${VARIANTS:-"--variant new"}
 python3 benchmarks/trie_gpu_variants.py --keys $KEYS $V 2>&1 | tee $OUT/variants.txt | tail -9
-python3 benchmarks/trie_gpu_profile.py --keys $KEYS --bw 100,1000 2>&1 > $OUT/trie_profile.txt
-grep -A3 "BW=K=1000" $OUT/trie_profile.txt | head -4
+if [ "${PROFILE:-1}" != 0 ]; then
+  python3 benchmarks/trie_gpu_profile.py --keys $KEYS --bw 100,1000 2>&1 > $OUT/trie_profile.txt
+  grep -A3 "BW=K=1000" $OUT/trie_profile.txt | head -4
+fi
 mkdir -p $OUT/trie
 python3 benchmarks/trie.py --keys $KEYS --search-keys $KEYS --devices cpu,cuda,cuda-server --threads 8 --build-reps 1 \
   --queries 100 --queries-large 100 --tput-seconds 1 --tput-rounds 20 --workdir /tmp/t --out $OUT/trie 2>&1 | tail -9
