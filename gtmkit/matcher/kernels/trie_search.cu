@@ -66,9 +66,6 @@ typedef unsigned short u16;
 #define CL 8            // blocks (SMs) per query: a thread block cluster
 #endif
 #define FAC_CAP 64      // length factors a launch keeps in shared memory (more steps read them each step)
-#ifndef AHEAD
-#define AHEAD 1         // phase B reads a child's terminal word and child range beside its label (0: after the match)
-#endif
 #define NW (NT / 32)
 #define FULL 0xffffffffu
 
@@ -707,8 +704,7 @@ __device__ __forceinline__ void search_body(
     u32* s_hist = s_off + BEAM_CAP + 1;              // [256]
     u32* s_warp = s_hist + 256;                      // [33]
     u32* s_misc = s_warp + 33;                       // [8]
-    u32* s_pcnt = s_misc + 8;                        // [FAC_CAP] NAR: the rows' proposal counts (R <= FAC_CAP)
-    int* s_tok = (int*)(s_pcnt + FAC_CAP);           // [TOK_CAP] NAR: this step's proposal row, tokens
+    int* s_tok = (int*)(s_misc + 8);                 // [TOK_CAP] NAR: this step's proposal row, tokens
     float* s_lp = (float*)(s_tok + TOK_CAP);         // [TOK_CAP]   and log-probs
     Smem s;
     s.sort = s_sort;
@@ -788,11 +784,6 @@ __device__ __forceinline__ void search_body(
         fc = (u32)LDCG(fin_count);
         cluster_sync();  // every thread has read the counts before block 0 may store new ones
     }
-    // NAR: every row's count once (rows are ready after the first barrier), so that no step waits on an L2
-    // round trip for it before its work sums (it was one dependent read a step)
-    const bool cnt_smem = nar && R <= FAC_CAP;
-    if (cnt_smem && (int)threadIdx.x < R) s_pcnt[threadIdx.x] = (u32)LDCG(pcnt + q * R + threadIdx.x);
-    if (cnt_smem) __syncthreads();
     PROF_MARK(0);  // start: the root, counters, the first barriers
 
     u32 prev_n = 0;     // NAR: the previous step's live candidates
@@ -816,7 +807,7 @@ __device__ __forceinline__ void search_body(
         int tok0 = 0;
         float lp0 = 0.0f;
         if (row_smem) {
-            row_n = cnt_smem ? s_pcnt[t] : (u32)LDCG(pcnt + nar_row);  // prepared by this launch: past L1
+            row_n = (u32)LDCG(pcnt + nar_row);  // prepared by this launch's cluster: read past L1
             if (threadIdx.x < row_n) {
                 tok0 = LDCG(ptok + nar_row * K + threadIdx.x);
                 lp0 = LDCG(plp + nar_row * K + threadIdx.x);
@@ -861,7 +852,7 @@ __device__ __forceinline__ void search_body(
             u32 p = base + threadIdx.x;
             u32 work = 0;
             if (p < nl) {
-                u32 n = cnt_smem ? s_pcnt[t] : (u32)LDCG(pcnt + q * R + (nar ? t : (int)p));  // by any block
+                u32 n = (u32)LDCG(pcnt + q * R + (nar ? t : (int)p));  // prepared by any block
                 u32 deg;
                 if (from_cand) {
                     deg = beam_deg[p];
@@ -922,9 +913,6 @@ __device__ __forceinline__ void search_body(
             u32 slot = 0, p = 0, k = 0;
             i64 c = 0, row = 0;
             float sc = 0.0f;
-            bool ahead = false;  // c's terminal word and child range were loaded before its match was known
-            u64 term_word = 0;
-            i64 z = 0, z1 = 0;
             if (w < W) {
                 u32 lo = 0, hi = nl;  // off[lo] <= w < off[hi]
                 while (hi - lo > 1) {
@@ -941,15 +929,6 @@ __device__ __forceinline__ void search_body(
                 if (deg < n) {  // child i: its label among the proposals
                     c = first + i;
                     i64 lab = label_of(tr, c);
-                    // c is known before its label is, so what a match needs next (its terminal word, its
-                    // child range: zero sample -> LOUDS words) is read now, beside the label, instead of
-                    // after the label and the row search (a dependent round trip less a step; the reads
-                    // of children that do not match are wasted, and cheap)
-#if AHEAD
-                    ahead = true;
-                    term_word = tr.term[c >> 6];
-                    if (!last) z = zero_pair(tr, c, &z1);
-#endif
                     k = tokens_lower_bound(toks, n, lab);
                     match = k < n && (i64)toks[k] == lab;
                 } else if (first == tr.rfirst && tr.rnbits > 0) {  // proposal i among the root's children:
@@ -979,7 +958,7 @@ __device__ __forceinline__ void search_body(
             i64 child_first = 0;
             u32 child_deg = 0;
             if (hit) {
-                if (!ahead) term_word = tr.term[c >> 6];  // loaded ahead of its use
+                const u64 term_word = tr.term[c >> 6];  // loaded ahead of its use
                 const bool term = (term_word >> (c & 63)) & 1ull;
                 u64 rd0 = 0, rd1 = 0;  // the key id's rank directory row, loaded before the
                 if (term) {            // select0 chain below and used after it
@@ -989,7 +968,8 @@ __device__ __forceinline__ void search_body(
                 if (!last) {
                     // the child's own child range, which the next step reads (and which tells
                     // whether a terminal child has children: a non-terminal one always has)
-                    if (!ahead) z = zero_pair(tr, c, &z1);
+                    i64 z1;
+                    const i64 z = zero_pair(tr, c, &z1);
                     child_deg = (u32)(z1 - z - 1);
                     if (child_deg > 0) {
                         is_live = true;
