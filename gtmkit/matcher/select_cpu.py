@@ -345,7 +345,7 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
     want = C if test_all else (k if not gtm else int(k * 1.2 / min(max(hint, 1.0 / 16.0), 1.0)) + 1)
     while True:
         want = max(1, min(want, C))
-        buf = np.empty(min(C, 4 * want + 1024), np.uint64)
+        buf = np.empty(min(C, 2 * want + 1024), np.uint64)
         nbuf, theta = _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, lo, hi_incl,
                             buf, tmp)
         while nbuf < 0:  # ties overflowed the buffer (rare): again with twice the room (at most C: then it fits)
