@@ -34,9 +34,6 @@ extern "C" void emu_nav(const long long* TP, long long n, long long* z, long lon
         pz[v] = zero_pair(t, v, &pnz[v]);
     }
 }
-extern "C" void emu_sort_merge(unsigned n2, unsigned nt, unsigned long long* a) {
-    emu_launch(1, 1, nt, 1, 0, [=] { block_sort_desc_merge(a, n2); });
-}
 """
 
 
@@ -152,21 +149,6 @@ def test_navigation_equals_numba(emu):
     assert np.array_equal(key[terminal], np.arange(trie.num_keys)) and np.all(key[~terminal] == -1)
 
 
-def test_merge_sort_equals_numpy(emu):
-    """block_sort_desc_merge (the in-kernel row sort from 64 keys up) sorts descending, with many equal keys."""
-    rng = np.random.default_rng(21)
-    sizes = [n for n in (64, 128, 256, 512, 1024) if n <= emu.nt]
-    if not sizes:
-        pytest.skip("blocks of fewer than 64 threads never merge-sort")
-    for n2 in sizes:
-        for hi in (3, 40, 2**63):
-            x = rng.integers(0, hi, n2, dtype=np.uint64)
-            a = garbage(2 * n2, np.uint64, rng)
-            a[:n2] = x
-            emu.lib.emu_sort_merge(ctypes.c_uint(n2), ctypes.c_uint(emu.nt), ctypes.c_void_p(a.ctypes.data))
-            assert np.array_equal(a[:n2], np.sort(x)[::-1]), (n2, hi)
-
-
 def test_root_directory_and_zero_samples():
     from gtmkit.indexer import succinct_bits as bits
     from gtmkit.matcher.trie_gpu_aux import root_directory, zero_positions
@@ -255,21 +237,6 @@ def test_nar_rows_longer_than_a_block(emu):
         want = trie_beam_search(trie, tokens, logp, 6)
         assert_equal(trie_beam_search_cuda(trie, tokens, logp, 6, device=emu), want)
         assert (want[0] >= 0).sum() >= 6
-
-
-def test_nar_rows_sorted_by_merge(emu):
-    """Rows of 33 to NT proposals (the in-kernel merge sort from 64 keys up: warp runs of 32 merged in rounds)
-    with many repeated tokens, repeated (token, log-prob) pairs and tied log-probs."""
-    rng = np.random.default_rng(13)
-    vocab = np.concatenate([np.arange(40), 65536 + np.arange(40)])
-    trie = wide_trie(rng, 400, vocab)
-    for k in sorted({min(33, emu.nt), min(64, emu.nt), min(100, emu.nt), emu.nt}):
-        tokens = rng.choice(vocab[:30], size=(2, 3, k))  # ~k/30 copies of each token in a row
-        logp = rng.choice(np.float32([-0.5, -1.0, -1.5, -2.0]), size=(2, 3, k))
-        for bw in (5, 40):
-            want = trie_beam_search(trie, tokens, logp, bw, alpha=0.5)
-            assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, alpha=0.5, device=emu), want)
-        assert (want[0] >= 0).sum() >= 5
 
 
 def test_nar_more_steps_than_factor_cache(emu):

@@ -474,48 +474,6 @@ __device__ __forceinline__ void block_sort_desc_reg(u64* a, u32 n2) {
     __syncthreads();
 }
 
-// The same sort for 64 <= n2 <= NT (a power of two) when a has room for 2 * n2 keys, as a merge sort: each warp
-// sorts its 32 keys in registers (shuffles), then log2(n2 / 32) rounds merge pairs of runs, every key placing itself
-// by one binary search in the partner run (the left run's keys first among equal ones), between the halves of a.
-// Five barriers and ~35 shared-memory probes a thread at n2 = 1024, where the bitonic network above has 15 barriers
-// and 55 stages (block 0's row sort before step 0 took 8.1 us on an H200, trie_gpu_profile_h200.md).
-__device__ __forceinline__ void block_sort_desc_merge(u64* a, u32 n2) {
-    __syncthreads();  // a[0, n2) is written
-    const u32 i = threadIdx.x;
-    u64 x = i < n2 ? a[i] : 0ull;  // (n2 is a multiple of 32: a warp is wholly in or out)
-    for (u32 k = 2; k <= 32; k <<= 1) {
-        for (u32 j = k >> 1; j > 0; j >>= 1) {
-            const u64 y = __shfl_xor_sync(FULL, x, j);
-            const bool up = k == 32 || (i & k) == 0;  // every run of 32 ends descending
-            const bool keep_max = ((i & j) == 0) == up;
-            x = keep_max ? (x > y ? x : y) : (x < y ? x : y);
-        }
-    }
-    u32 half = 0;  // the half the runs go to, so that the last round writes a[0, n2)
-    for (u32 len = 32; len < n2; len <<= 1) half ^= 1u;
-    if (i < n2) a[half * n2 + i] = x;
-    __syncthreads();
-    for (u32 len = 32; len < n2; len <<= 1) {
-        const u64* src = a + half * n2;
-        u64* dst = a + (half ^ 1u) * n2;
-        if (i < n2) {
-            x = src[i];  // the key now at position i (the last round moved them)
-            const u32 r = i / len, j = i - r * len;
-            const u64* part = src + (r ^ 1u) * len;
-            const bool left = (r & 1u) == 0;  // ties: the left run's keys go first
-            u32 lo = 0, hi = len;  // partner keys that go before x
-            while (lo < hi) {
-                const u32 mid = (lo + hi) >> 1;
-                const u64 y = part[mid];
-                if (left ? y > x : y >= x) lo = mid + 1; else hi = mid;
-            }
-            dst[(r & ~1u) * len + j + lo] = x;
-        }
-        half ^= 1u;
-        __syncthreads();
-    }
-}
-
 // The m-th largest of the n distinct keys a[0, n), 1 <= m <= n: 8-bit digits from the top, stopping at
 // the first digit whose bucket holds exactly the keys still needed. -> the smallest value of that
 // bucket's range, so exactly m keys are >= the result. The first SEL_CAP keys are copied to shared
@@ -675,8 +633,7 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
         sb[i] = key;
     }
     PROF_MARK(112);
-    if (n2 >= 64 && n2 <= NT && 2 * n2 <= cap) block_sort_desc_merge(sb, n2);
-    else if (n2 <= NT && 2 * n2 <= cap) block_sort_desc_reg(sb, n2);
+    if (n2 <= NT && 2 * n2 <= cap) block_sort_desc_reg(sb, n2);
     else block_sort_desc(sb, n2);
     PROF_MARK(113);
     u32 carry = 0;
