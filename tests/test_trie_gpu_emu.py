@@ -239,6 +239,21 @@ def test_nar_rows_longer_than_a_block(emu):
         assert (want[0] >= 0).sum() >= 6
 
 
+def test_nar_rows_with_repeated_tokens(emu):
+    """Rows of 33 to NT proposals with many repeated tokens, repeated (token, log-prob) pairs and tied log-probs:
+    the row sort and its deduplication (the best log-prob of a token, once)."""
+    rng = np.random.default_rng(13)
+    vocab = np.concatenate([np.arange(40), 65536 + np.arange(40)])
+    trie = wide_trie(rng, 400, vocab)
+    for k in sorted({min(33, emu.nt), min(64, emu.nt), min(100, emu.nt), emu.nt}):
+        tokens = rng.choice(vocab[:30], size=(2, 3, k))  # ~k/30 copies of each token in a row
+        logp = rng.choice(np.float32([-0.5, -1.0, -1.5, -2.0]), size=(2, 3, k))
+        for bw in (5, 40):
+            want = trie_beam_search(trie, tokens, logp, bw, alpha=0.5)
+            assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, alpha=0.5, device=emu), want)
+        assert (want[0] >= 0).sum() >= 5
+
+
 def test_nar_more_steps_than_factor_cache(emu):
     """More steps than the kernel keeps length factors for (FAC_CAP): read each step, prep_kernel path."""
     from gtmkit.matcher.trie_search_cuda import FAC_CAP
