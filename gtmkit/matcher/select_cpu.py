@@ -46,6 +46,14 @@ def _row_of(row_start, i):
 
 
 @njit(cache=True, inline="always")
+def _row_after(row_start, x, i):
+    """_row_of(row_start, i) for candidate indices that only ascend: the cursor x moves forward from the last row."""
+    while x + 1 < row_start.shape[0] - 1 and row_start[x + 1] <= i:
+        x += 1
+    return x
+
+
+@njit(cache=True, inline="always")
 def _composite(v, i):
     """Distinct uint64 whose descending order is (score desc, candidate index asc)."""
     u = np.uint64(np.float32(v).view(np.uint32))
@@ -255,8 +263,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
                     sel[ns] = i
                     ns += 1
                     continue
-                while x + 1 < nrows and row_start[x + 1] <= i:
-                    x += 1
+                x = _row_after(row_start, x, i)
                 qi[nq] = i
                 qn[nq] = no[node_ids[r0 + x]] + (i - row_start[x]) + 1
                 nq += 1
@@ -332,7 +339,6 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
     passed = np.empty(C if test_all else k + GTM_BATCH + 1, np.uint64)
     npass = 0
     ntested = 0
-    rate = 1.0  # GTM pass rate so far (optimistic at first; set from the hint below)
     qn = np.empty(GTM_BATCH, np.int64)
     qc = np.empty(GTM_BATCH, np.uint64)
     qok = np.empty(GTM_BATCH, np.bool_)
@@ -340,8 +346,9 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
     words = request_words(qbm, soff, sigs, b)
     lo, hi_incl = -np.inf, np.float32(np.inf)
     hint = rate_hint[depth] if depth >= 0 else 1.0
-    if gtm:  # the first chunk sized for the pass rate last seen at this depth, not for every test passing
-        rate = min(max(hint, 1.0 / 64.0), 1.0)
+    # GTM pass rate so far; the first chunk is sized by the rate last seen at this depth (from 100% it took
+    # two or three selections over the band at depth 3's 37%)
+    rate = min(max(hint, 1.0 / 64.0), 1.0) if gtm else 1.0
     want = C if test_all else (k if not gtm else int(k * 1.2 / min(max(hint, 1.0 / 16.0), 1.0)) + 1)
     while True:
         want = max(1, min(want, C))
@@ -379,8 +386,7 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
                         npass += 1
                         continue
                     i = np.int64(LOW32 - (cz & LOW32))
-                    while x + 1 < nrows and row_start[x + 1] <= i:
-                        x += 1
+                    x = _row_after(row_start, x, i)
                     qc[nq] = cz
                     qn[nq] = no[node_ids[r0 + x]] + (i - row_start[x]) + 1
                     nq += 1
