@@ -210,8 +210,17 @@ class CudaBackend:
         parent, token, node, score, out_count = out
         front = fhist = np.uint64(0)
         if B and uses_front(self.front_mode, R, D):
-            front, fhist = self._front(node_ids, logprobs, lp_dtype, beam_scores, row_req, B, k, gtm, count_all, D,
-                                       cand, child, scratch)
+            front = self._buf("front", (B, FRONT_RECORD), cp.int64, scratch)
+            fhist = self._buf("front_hist", (B, FRONT_BINS), cp.uint32, scratch)
+            nid64 = np.int32(node_ids.dtype == cp.int64)
+            grid = (max(1, min(R, self.front_grid)),)
+            rows = (node_ids, nid64, logprobs, np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req,
+                    np.int64(R))
+            self.k_front[0]((B,), (self.fused_threads,), (self.params, node_ids, nid64, beam_scores, row_req,
+                                                         np.int64(R), front, fhist))
+            self.k_front[1](grid, (FRONT_THREADS,), (self.params, *rows, np.int32(k), np.int32(gtm),
+                                                      np.int32(count_all), front, fhist))
+            self.k_front[2](grid, (FRONT_THREADS,), (self.params, *rows, np.int32(D), front, cand, child))
         self.k_fused((B * self.fused_cluster,), (self.fused_threads,),
                      (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
@@ -220,26 +229,6 @@ class CudaBackend:
                       self.profile if self.profile is not None else np.uint64(0), front, fhist),
                      shared_mem=FUSED_SMEM)
         return out
-
-    def _front(self, node_ids, logprobs, lp_dtype, beam_scores, row_req, B, k, gtm, count_all, D, cand, child,
-               scratch, kernels: int = 3):
-        """The fused step's whole-GPU front (kernels/gtm_front.cuh), its first `kernels` launches (benchmarks
-        time them one by one) -> (front records, histograms) for the cluster kernel."""
-        R = int(node_ids.shape[0])
-        front = self._buf("front", (B, FRONT_RECORD), cp.int64, scratch)
-        fhist = self._buf("front_hist", (B, FRONT_BINS), cp.uint32, scratch)
-        nid64 = np.int32(node_ids.dtype == cp.int64)
-        grid = (max(1, min(R, self.front_grid)),)
-        rows = (node_ids, nid64, logprobs, np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R))
-        launches = [
-            lambda: self.k_front[0]((B,), (self.fused_threads,), (self.params, node_ids, nid64, beam_scores, row_req,
-                                                                  np.int64(R), front, fhist)),
-            lambda: self.k_front[1](grid, (FRONT_THREADS,), (self.params, *rows, np.int32(k), np.int32(gtm),
-                                                              np.int32(count_all), front, fhist)),
-            lambda: self.k_front[2](grid, (FRONT_THREADS,), (self.params, *rows, np.int32(D), front, cand, child))]
-        for launch in launches[:kernels]:
-            launch()
-        return front, fhist
 
     def mask(self, node_ids, row_req, q: DeviceBatch, gtm: bool):
         R = int(node_ids.shape[0])

@@ -233,19 +233,13 @@ front_hist_kernel(const i64* TP, const void* node_ids, int nid64, const void* lo
     });
 }
 
-// F2: the candidates of every request's window into its scratch stripes. A warp reserves the slots of a
-// pass of EU * 32 children with one atomic (FRONT_AGG; 0: one a 32 children): the atomic's round trip is
-// on the pass's critical path, and all of a request's warps share its counter.
-#ifndef FRONT_AGG
-#define FRONT_AGG 1
-#endif
+// F2: the candidates of every request's window into its scratch stripes.
 extern "C" __global__ void __launch_bounds__(FNT)
 front_collect_kernel(const i64* TP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype, int V,
                      const float* beam_scores, const i64* row_req, i64 R, int D, i64* front,
                      u64* __restrict__ cand, int* __restrict__ cand_child) {
     Trie t = load_trie(TP);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const unsigned below = (1u << lane) - 1u;
     FOR_SEGMENTS(row_req, front, R, {
         const float top = __uint_as_float((u32)front[(i64)b * FR + FR_TOP]);
         const int win = (int)front[(i64)b * FR + FR_WIN];
@@ -254,57 +248,21 @@ front_collect_kernel(const i64* TP, const void* node_ids, int nid64, const void*
         unsigned long long* n_col = (unsigned long long*)(front + (i64)b * FR + FR_N);
         for (i64 r = s0 + warp; r < s1; r += FNT / 32) {
             const u32 id0 = (u32)(r - rb0) * (u32)D;
-            const i64 n = node_at(node_ids, nid64, r);
-            u32 deg = 0;
-            i64 j0 = 0;
-            if (n >= 0 && n < t.n_internal) { j0 = t.node_offsets[n]; deg = (u32)(t.node_offsets[n + 1] - j0); }
-            const float bs = deg ? beam_scores[r] : 0.0f;
-            const i64 lp0 = r * (i64)V;
-            const int* ct = t.child_tokens + j0;
-            for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform
-                int tk[EU];
-                u64 key[EU];
-                unsigned bal[EU];
-#pragma unroll
-                for (int u = 0; u < EU; ++u) { u32 c = c0 + u * 32 + lane; tk[u] = c < deg ? ct[c] : 0; }
-#pragma unroll
-                for (int u = 0; u < EU; ++u) {
-                    const u32 c = c0 + u * 32 + lane;
-                    bool in = false;
-                    if (c < deg) {
-                        key[u] = candidate_key(bs + load_lp(logprobs, lp_dtype, lp0 + tk[u]), id0 + c);
-                        in = bin_of<FB>(key[u], top) <= win;
-                    }
-                    bal[u] = __ballot_sync(0xffffffffu, in);
-                }
-#if FRONT_AGG
-                u32 tot = 0;
-#pragma unroll
-                for (int u = 0; u < EU; ++u) tot += (u32)__popc(bal[u]);
-                if (tot == 0) continue;  // warp-uniform
-                u32 at = 0;
-                if (lane == 0) at = (u32)atomicAdd(n_col, (unsigned long long)tot);
-                at = __shfl_sync(0xffffffffu, at, 0);
-#endif
-#pragma unroll
-                for (int u = 0; u < EU; ++u) {
-                    if (!bal[u]) continue;  // warp-uniform
-#if !FRONT_AGG
+            FOR_ROW_CHILDREN(t, node_ids, nid64, logprobs, lp_dtype, V, beam_scores, r, j0, {
+                const u64 key = candidate_key(score, id0 + c);
+                const bool in = valid && bin_of<FB>(key, top) <= win;
+                const unsigned ballot = __ballot_sync(0xffffffffu, in);
+                if (ballot) {
                     u32 at = 0;
-                    if (lane == 0) at = (u32)atomicAdd(n_col, (unsigned long long)__popc(bal[u]));
+                    if (lane == 0) at = (u32)atomicAdd(n_col, (unsigned long long)__popc(ballot));
                     at = __shfl_sync(0xffffffffu, at, 0);
-#endif
-                    if ((bal[u] >> lane) & 1u) {
-                        const u32 c = c0 + u * 32 + lane;
-                        const i64 slot = stripe_slot(req_base, cap_blk, at + __popc(bal[u] & below));
-                        cand[slot] = key[u];
+                    if (in) {
+                        const i64 slot = stripe_slot(req_base, cap_blk, at + __popc(ballot & ((1u << lane) - 1u)));
+                        cand[slot] = key;
                         cand_child[slot] = (int)(j0 + c + 1);
                     }
-#if FRONT_AGG
-                    at += (u32)__popc(bal[u]);
-#endif
                 }
-            }
+            });
         }
     });
 }
