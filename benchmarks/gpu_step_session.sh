@@ -17,8 +17,8 @@ BUILD=$!
 python3 -m pytest -q -p no:cacheprovider -rs tests/test_kernels_compile.py tests/test_matcher_gpu.py \
   2>&1 | tee $OUT/gpu_tests.log | tail -4
 wait $BUILD || { tail -5 $OUT/build.log; exit 1; }
-python3 benchmarks/gpu_fused_variants.py --index /tmp/idx --rounds 3 $VARIANTS 2>&1 | tee $OUT/variants.txt | tail -12
+python3 benchmarks/gpu_fused_variants.py --index /tmp/idx --rounds 5 $VARIANTS 2>&1 | tee $OUT/variants.txt | tail -12
 python3 benchmarks/step_gpu.py --index /tmp/idx --out $OUT --compile-steps none --cpu-reps 1 2>&1 | tee $OUT/bench.log | tail -30
-[ -n "$PROFILE" ] && python3 benchmarks/gpu_fused_profile.py --index /tmp/idx > $OUT/fused_profile.txt 2>&1
+python3 benchmarks/gpu_fused_profile.py --index /tmp/idx 2>&1 > $OUT/fused_profile.txt
 (cd $OUT && tar czf /tmp/session.tgz --exclude=step_gpu.json --exclude=step_gpu.md . && \
   find . -mindepth 1 -not -name 'step_gpu.*' -delete && mv /tmp/session.tgz $OUT/)
