@@ -5,11 +5,10 @@ post-filter) are timed in interleaved rounds, with ratios against the first vari
 span (first cluster start to last cluster end) and the SMs the blocks ran on.
 
     python benchmarks/gpu_fused_variants.py --index IDX --variant base: --variant cl16:CL=16 \
-        --variant lb:@sched=2 --variant rowbs:ROWBS --variant front:@front=auto
+        --variant lb:@sched=2 --variant rowbs:ROWBS
 
 A variant is NAME:TOKENS, tokens comma-separated: NAME or NAME=VALUE (a -D define; CL and NT also set the
-launch), @sched=N (CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: 1 spread, 2 load balancing), @front=0|1|auto
-(the whole-GPU front of kernels/gtm_front.cuh: off, at every step, by size; off unless given).
+launch), @sched=N (CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: 1 spread, 2 load balancing).
 Clusters above 8 blocks are allowed through CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED."""
 
 from __future__ import annotations
@@ -46,23 +45,17 @@ def set_attr(fn, attr, value):
 class Variant:
     def __init__(self, spec):
         self.name, _, toks = spec.partition(":")
-        self.defines, self.cl, self.nt, self.sched, self.front = [], bc.FUSED_CLUSTER, bc.FUSED_THREADS, None, "0"
+        self.defines, self.cl, self.nt, self.sched = [], bc.FUSED_CLUSTER, bc.FUSED_THREADS, None
         for tok in filter(None, toks.split(",")):
             if tok.startswith("@sched="):
                 self.sched = int(tok.split("=")[1])
-                continue
-            if tok.startswith("@front="):  # the whole-GPU front (gtm_front.cuh): 0, 1 or auto (by size)
-                self.front = tok.split("=")[1]
                 continue
             self.defines.append(tok)
             if tok.startswith("CL="):
                 self.cl = int(tok[3:])
             if tok.startswith("NT="):
                 self.nt = int(tok[3:])
-        mod = bc.load_module(bc.FUSED_FILE, tuple(self.defines))
-        fn = mod.get_function("fused_step_kernel")
-        self.front_fns = [mod.get_function(n) for n in ("front_info_kernel", "front_hist_kernel",
-                                                        "front_collect_kernel")]
+        fn = bc.load_module(bc.FUSED_FILE, tuple(self.defines)).get_function("fused_step_kernel")
         fn.max_dynamic_shared_size_bytes = bc.FUSED_SMEM
         if self.cl > 8:
             set_attr(fn, NON_PORTABLE, 1)
@@ -72,7 +65,6 @@ class Variant:
 
     def use(self, be):
         be.k_fused, be.fused_cluster, be.fused_threads = self.fn, self.cl, self.nt
-        be.k_front, be.front_mode = self.front_fns, self.front
 
 
 def main():

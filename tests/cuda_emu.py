@@ -121,13 +121,6 @@ template <class T, class V> static inline T atomicMax(T* a, V v) {
     while (old < (T)v && !__atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
     return old;
 }
-template <class T, class V> static inline T atomicMin(T* a, V v) {
-    T old = __atomic_load_n(a, __ATOMIC_SEQ_CST);
-    while (old > (T)v && !__atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
-    return old;
-}
-template <class T> static inline T __ldcg(const T* p) { return *p; }  // (a barrier or a launch orders it)
-static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __ffs(int x) { return __builtin_ffs(x); }
@@ -240,9 +233,6 @@ def build_emulator(tmp_path: Path, kernel_file: Path, defines: dict, extra: str 
     """Compile kernel_file behind HARNESS -> (ctypes library, signatures). Each kernel NAME gets a C entry
     emu_NAME(grid, block, cluster, smem_bytes, args)."""
     source = Path(kernel_file).read_text()
-    for inc in re.findall(r'^#include "([^"]+)"', source, re.M):  # kernels in the folder's own headers too
-        if (KERNEL_DIR / inc).exists():
-            source += (KERNEL_DIR / inc).read_text()
     sigs = kernel_signatures(source)
     wrappers = []
     for name, types in sigs.items():

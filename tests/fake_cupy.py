@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import re
 import sys
 import tempfile
 import types
@@ -76,12 +75,8 @@ class _Function:
             raise RuntimeError(f"{self.name}: {shared_mem} B of dynamic shared memory without opting in "
                                "(CUDA_ERROR_INVALID_VALUE on a device)")
         lib, sigs = self.module.compiled()
-        # clusters for the kernels declared with __cluster_dims__ only (the front kernels beside the fused one
-        # are plain grids)
-        decl = re.search(r'extern "C" __global__ void\s+((?:__\w+__\([^)]*\)\s*)*)' + self.name + r"\(",
-                         self.module.code)
-        cluster = self.module.cluster if decl and "__cluster_dims__" in decl.group(1) else 1
-        launch(lib, sigs, self.name, grid, int(block[0]), tuple(args), cluster=cluster, smem=int(shared_mem))
+        launch(lib, sigs, self.name, grid, int(block[0]), tuple(args), cluster=self.module.cluster,
+               smem=int(shared_mem))
 
 
 class RawModule:

@@ -21,17 +21,15 @@ from test_build import MODES, _build
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
 
-@pytest.mark.parametrize("path", ["multi", "fused", "fused-front"])
+@pytest.mark.parametrize("path", ["multi", "fused"])
 @pytest.mark.parametrize("mode,kw", MODES)
 def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw, path):
-    """Every step path of the backend: the multi-kernel one, and the fused one with clusters of 2 blocks
-    of 256 threads (the backend's own launch, scratch sizing and pointer tables), without and with the
-    whole-GPU front (GTMKIT_FUSED_FRONT=1; by size it would run only on large steps)."""
-    if path != "multi" and mode != "static":
+    """Both step paths of the backend: the multi-kernel one, and the fused one with clusters of 2 blocks
+    of 256 threads (the backend's own launch, scratch sizing and pointer tables)."""
+    if path == "fused" and mode != "static":
         pytest.skip("test_fused_emu.py runs the fused kernel in every mode; here its host side, once")
-    monkeypatch.setenv("GTMKIT_FUSED_FRONT", "1" if path == "fused-front" else "0")
     idx, _, _ = _build(tmp_path, 72, mode, kw, n_ads=300, L=3, V=9)
-    with installed(monkeypatch, fused_cluster=2 if path != "multi" else 0):
+    with installed(monkeypatch, fused_cluster=2 if path == "fused" else 0):
         cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
         rng = np.random.default_rng(3)
         B = 3

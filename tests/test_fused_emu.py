@@ -11,8 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.kernel_params import (FRONT_BINS, FRONT_RECORD, FUSED_SMEM, fused_scratch_slots, request_params,
-                                         trie_params)
+from gtmkit.matcher.kernel_params import FUSED_SMEM, fused_scratch_slots, request_params, trie_params
 from gtmkit.matcher.matcher import Matcher
 
 from catalogs import random_user
@@ -28,12 +27,7 @@ CONFIGS = {
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count
     "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),
-    # the whole-GPU front (gtm_front.cuh) first; it collects only k candidates, so every request whose
-    # first k fail GTM goes through the cluster's re-expansion of the remaining bins
-    "front3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, FNT=64, FIRST_WIN=1, FRONT_WIN=1, FRONT=1),
-    "front_crowded": dict(GTMKIT_EMU=1, CL=2, NT=256, GT_CAP=4, FNT=32, FRONT=1),
 }
-FRONT_GRID = 5  # blocks of the front's grid kernels (their row slices split requests)
 
 
 class FusedEmu:
@@ -42,7 +36,6 @@ class FusedEmu:
 
     def __init__(self, name, lib, sigs, cfg):
         self.name, self.lib, self.sigs, self.cl, self.nt = name, lib, sigs, cfg["CL"], cfg["NT"]
-        self.front, self.fnt = cfg.get("FRONT", 0), cfg.get("FNT", 0)
         self.rng = np.random.default_rng(0)
 
     def _garbage(self, shape, dtype):
@@ -63,25 +56,11 @@ class FusedEmu:
         out = [self._garbage((B, k), np.int32) for _ in range(3)] + [self._garbage((B, k), np.float32),
                                                                       self._garbage(B, np.int64)]
         nid64 = node_ids.dtype == np.int64
-        node_ids, logprobs = np.ascontiguousarray(node_ids), np.ascontiguousarray(logprobs)
-        beam_scores = np.ascontiguousarray(beam_scores, np.float32)
-        row_request = np.ascontiguousarray(row_request, np.int64)
-        front = fhist = None
-        if self.front:
-            front, fhist = self._garbage((B, FRONT_RECORD), np.int64), self._garbage((B, FRONT_BINS), np.uint32)
-            rows = (node_ids, np.int32(nid64), logprobs, np.int32(lp_dtype), np.int32(m.vocab_size), beam_scores,
-                    row_request, np.int64(R))
-            launch(self.lib, self.sigs, "front_info_kernel", B, self.nt,
-                   (tp, node_ids, np.int32(nid64), beam_scores, row_request, np.int64(R), front, fhist))
-            grid = max(1, min(R, FRONT_GRID))
-            launch(self.lib, self.sigs, "front_hist_kernel", grid, self.fnt,
-                   (tp, *rows, np.int32(k), np.int32(gtm), np.int32(count), front, fhist))
-            launch(self.lib, self.sigs, "front_collect_kernel", grid, self.fnt,
-                   (tp, *rows, np.int32(D), front, scratch[0], scratch[1]))
         launch(self.lib, self.sigs, "fused_step_kernel", B * self.cl, self.nt,
-               (tp, qp, node_ids, np.int32(nid64), logprobs, np.int32(lp_dtype), np.int32(m.vocab_size), beam_scores,
-                row_request, np.int64(R), np.int32(D), np.int32(k), np.int32(gtm), np.int32(count), *scratch, *out,
-                None, front, fhist), cluster=self.cl, smem=FUSED_SMEM)
+               (tp, qp, np.ascontiguousarray(node_ids), np.int32(nid64), np.ascontiguousarray(logprobs),
+                np.int32(lp_dtype), np.int32(m.vocab_size), np.ascontiguousarray(beam_scores, np.float32),
+                np.ascontiguousarray(row_request, np.int64), np.int64(R), np.int32(D), np.int32(k), np.int32(gtm),
+                np.int32(count), *scratch, *out, None), cluster=self.cl, smem=FUSED_SMEM)
         return out
 
 
@@ -101,7 +80,7 @@ def _same(got, want):
 def test_step_equals_cpu(tmp_path, emu, mode, kw):
     """Every depth, dead rows, NaN and -inf, ties, scores over every bin, k above the candidates, with and
     without GTM and counts; the crowded configuration runs the static mode only (a launch costs ~0.5 s)."""
-    if emu.name in ("crowded", "front_crowded") and mode != "static":
+    if emu.name == "crowded" and mode != "static":
         pytest.skip("the crowded configuration runs the static mode only")
     idx, _, _ = _build(tmp_path, 70, mode, kw, n_ads=300, L=3, V=9)
     m = Matcher(idx, "cpu")
@@ -109,7 +88,7 @@ def test_step_equals_cpu(tmp_path, emu, mode, kw):
     B = 3
     reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
     cases = [(9, 40, "ties"), (9, 60, "wide")]
-    if emu.name not in ("crowded", "front_crowded"):
+    if emu.name != "crowded":
         cases += [(6, 5, "normal"), (1, 1, "normal")]
     flags = [(True, False), (False, False), (True, True)]  # (gtm, count) in turn
     n = 0
@@ -138,19 +117,3 @@ def test_int32_nodes_half_precision_and_uneven_requests(tmp_path, emu):
         want = m.step(nodes, lp, bs, rr, reqs, 7, count_candidates=True)
         got = emu.step(m, nodes.astype(np.int32), bits.view(np.uint16), bs, rr, reqs, 7, True, True, lp_dtype)
         _same(got, want)
-
-
-def test_front_reexpands_when_too_few_pass(tmp_path, emu):
-    """Small k over many rows under GTM: the first k candidates often fail (front3 collects only those), so
-    the cluster expands its rows again for the remaining bins; results as on the CPU."""
-    if not emu.front:
-        pytest.skip("a front configuration only")
-    idx, _, _ = _build(tmp_path, 72, "static", {"k": [2, 3, 2]}, n_ads=300, L=3, V=9)
-    m = Matcher(idx, "cpu")
-    rng = np.random.default_rng(3)
-    reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
-    for depth in range(idx.sid_length):
-        for k in (1, 2, 4):
-            nodes, rr, lp, bs = step_case(idx, rng, 3, 12, depth, "normal")
-            want = m.step(nodes, lp, bs, rr, reqs, k, gtm=True)
-            _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, True, False), want)

@@ -26,14 +26,12 @@ def _hopper() -> bool:
     return int(cp.cuda.Device().compute_capability[:-1]) >= 9
 
 
-@pytest.fixture(autouse=True, params=["fused", "fused-front", "multi"])
+@pytest.fixture(autouse=True, params=["fused", "multi"])
 def step_path(request, monkeypatch):
-    """Every test runs on both GPU step implementations (the fused one needs compute capability 9+), the
-    fused one also with its whole-GPU front at every step (by size it runs on large steps only)."""
-    if request.param.startswith("fused") and not _hopper():
+    """Every test runs on both GPU step implementations (the fused one needs compute capability 9+)."""
+    if request.param == "fused" and not _hopper():
         pytest.skip("the fused step needs a Hopper-class GPU")
-    monkeypatch.setenv("GTMKIT_CUDA_STEP", request.param.split("-")[0])
-    monkeypatch.setenv("GTMKIT_FUSED_FRONT", "1" if request.param == "fused-front" else "auto")
+    monkeypatch.setenv("GTMKIT_CUDA_STEP", request.param)
     return request.param
 
 
@@ -158,7 +156,7 @@ def test_large_steps_equal_cpu(tmp_path, scores, step_path):
     equal: the radix-select path), spread far below the best (the last bin), or exceed 0 (logits)."""
     idx, _, _ = _build(tmp_path, 72, "dynamic", {"target_fill": 0.4, "k_max": 3}, n_ads=20000, L=3, V=48)
     cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
-    assert gpu.cuda.fused == step_path.startswith("fused")
+    assert gpu.cuda.fused == (step_path == "fused")
     rng = np.random.default_rng(3)
     B = 5
     reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]

@@ -18,9 +18,8 @@ import numpy as np
 
 from ..errors import GtmkitError
 from .arrays import RequestBatch, TrieArrays
-from .kernel_params import (FRONT_BINS, FRONT_BLOCKS_PER_SM, FRONT_MIN_SLOTS, FRONT_RECORD, FRONT_THREADS,
-                            FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params,
-                            trie_params, uses_front)
+from .kernel_params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params,
+                            trie_params)
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
 KERNEL_FILE = KERNEL_DIR / "gtm_step.cu"
@@ -91,15 +90,8 @@ class CudaBackend:
             self.fused_threads = int(os.environ.get("GTMKIT_FUSED_THREADS", FUSED_THREADS))
             defines = (() if self.fused_cluster == FUSED_CLUSTER else (f"CL={self.fused_cluster}",)) + \
                 (() if self.fused_threads == FUSED_THREADS else (f"NT={self.fused_threads}",))
-            fmod = load_module(FUSED_FILE, defines)
-            self.k_fused = fmod.get_function("fused_step_kernel")
+            self.k_fused = load_module(FUSED_FILE, defines).get_function("fused_step_kernel")
             self.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
-            self.k_front = [fmod.get_function(n) for n in ("front_info_kernel", "front_hist_kernel",
-                                                           "front_collect_kernel")]
-            # GTMKIT_FUSED_FRONT: 1 / 0 forces the whole-GPU front (gtm_front.cuh) on / off; by default it
-            # runs for steps of at least FRONT_MIN_SLOTS rows x maximum out-degree
-            self.front_mode = os.environ.get("GTMKIT_FUSED_FRONT", "auto")
-            self.front_grid = FRONT_BLOCKS_PER_SM * cp.cuda.Device().attributes["MultiProcessorCount"]
         d = {name: cp.asarray(np.ascontiguousarray(getattr(t, name))) for name in t._fields if name != "jagged"}
         self.d = d
         self.vocab = index.vocab_size
@@ -208,26 +200,12 @@ class CudaBackend:
         grouped = self._buf("grouped", (cap,), cp.uint64, scratch)
         topsel = self._buf("topsel", (B, k), cp.uint64, scratch)
         parent, token, node, score, out_count = out
-        front = fhist = np.uint64(0)
-        if B and uses_front(self.front_mode, R, D):
-            front = self._buf("front", (B, FRONT_RECORD), cp.int64, scratch)
-            fhist = self._buf("front_hist", (B, FRONT_BINS), cp.uint32, scratch)
-            nid64 = np.int32(node_ids.dtype == cp.int64)
-            grid = (max(1, min(R, self.front_grid)),)
-            rows = (node_ids, nid64, logprobs, np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req,
-                    np.int64(R))
-            self.k_front[0]((B,), (self.fused_threads,), (self.params, node_ids, nid64, beam_scores, row_req,
-                                                         np.int64(R), front, fhist))
-            self.k_front[1](grid, (FRONT_THREADS,), (self.params, *rows, np.int32(k), np.int32(gtm),
-                                                      np.int32(count_all), front, fhist))
-            self.k_front[2](grid, (FRONT_THREADS,), (self.params, *rows, np.int32(D), front, cand, child))
         self.k_fused((B * self.fused_cluster,), (self.fused_threads,),
                      (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
                       np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,
                       parent, token, node, score, out_count,
-                      self.profile if self.profile is not None else np.uint64(0), front, fhist),
-                     shared_mem=FUSED_SMEM)
+                      self.profile if self.profile is not None else np.uint64(0)), shared_mem=FUSED_SMEM)
         return out
 
     def mask(self, node_ids, row_req, q: DeviceBatch, gtm: bool):

@@ -12,13 +12,6 @@ from .arrays import RequestBatch, TrieArrays
 FUSED_CLUSTER = 6              # blocks per request (CL in gtm_fused.cu)
 FUSED_THREADS = 1024           # threads per block (NT in gtm_fused.cu)
 FUSED_SMEM = 64 * 1024         # dynamic shared memory per block, >= sizeof(Smem) (static_assert there)
-FRONT_THREADS = 512            # threads per block of the front's grid kernels (FNT in gtm_front.cuh)
-FRONT_BLOCKS_PER_SM = 4        # their grid: this many blocks per SM
-FRONT_RECORD = 8               # int64 words of a request's front record (FR)
-FRONT_BINS = 2048              # score bins (FB in gtm_fused.cu)
-# The front runs for steps of at least this many rows x maximum out-degree (candidate slots): below it the
-# cluster kernel alone is as fast (three launches more cost a few microseconds).
-FRONT_MIN_SLOTS = 1 << 20
 
 
 def trie_params(t: TrieArrays, ptr) -> np.ndarray:
@@ -34,14 +27,6 @@ def request_params(q: RequestBatch, ptr) -> np.ndarray:
     """QP: load_req()'s order in gtm_common.cuh."""
     return np.array([ptr("bitmask"), q.bitmask.shape[1], ptr("sig_off"), ptr("sigs"), ptr("code_off"),
                      ptr("codes")], np.int64)
-
-
-def uses_front(mode: str, rows: int, max_degree: int) -> bool:
-    """Whether a fused step runs the whole-GPU front (kernels/gtm_front.cuh): mode "1" / "0" forces it,
-    anything else decides by size."""
-    if mode in ("0", "1"):
-        return mode == "1"
-    return rows * max_degree >= FRONT_MIN_SLOTS
 
 
 def fused_scratch_slots(R: int, B: int, D: int, cluster: int) -> int:

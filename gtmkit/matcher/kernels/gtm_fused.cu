@@ -138,8 +138,6 @@ __device__ __forceinline__ void warp_bin_add(u32* counts, int bn, int lane) {
     if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&counts[bn], (u32)__popc(same));
 }
 
-#include "gtm_front.cuh"  // request_rows, request_top, the stripes and the front kernels
-
 // Shared memory (dynamic; FB-sized arrays): FUSED_SMEM in kernel_params.py covers it.
 struct Smem {
     u32 cum[FB];       // candidate histogram -> cumulative counts; after the rounds: pass offsets per bin
@@ -158,7 +156,6 @@ struct Smem {
     u32 m_topn;        // block 0: fill counter of the radix-selected passers
     u32 n_cand, n_pass;  // this block's candidates and passers
     u32 n_work;        // this round's work list length
-    u32 m_ncol;        // block 0: candidates in the request's stripes (front mode)
     int s_T, s_done;
     u32 s_next;        // expand, warp per row: the next row of the batch to take
     u32 s_wtot;
@@ -174,7 +171,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                   u64* __restrict__ cand, int* __restrict__ cand_child, u64* __restrict__ passed,
                   u64* __restrict__ grouped, u64* __restrict__ topsel,
                   int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count,
-                  i64* prof, const i64* front, const u32* fhist) {
+                  i64* prof) {
 #ifdef GTMKIT_EMU
     unsigned char* smem_raw = emu_dyn_smem();
 #else
@@ -201,21 +198,47 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     }
 #endif
 
-    // rows of request b: [r0, r1), and the best live beam score, from the front when it ran
+    // rows of request b: [r0, r1), r0 = the first row with row_req >= b, r1 the first >= b + 1 (row_req is
+    // non-decreasing). All threads probe at once, NT rows a round (two rounds up to NT^2 rows): one
+    // thread's binary search was a chain of log2(R) dependent loads, ~7 us at R = 16384.
     i64* s_lo = S.r_lo;
     i64* s_hi = S.r_hi;
-    if (!front) request_rows(row_req, R, b, s_lo, s_hi);
-    else if (tid < 2) s_lo[tid] = front[(i64)b * FR + tid];  // FR_R0, FR_R1
+    if (tid < 2) { s_lo[tid] = 0; s_hi[tid] = R; }
+    __syncthreads();
+    for (;;) {
+        i64 lo[2] = {s_lo[0], s_lo[1]}, hi[2] = {s_hi[0], s_hi[1]}, st[2];
+        if (lo[0] == hi[0] && lo[1] == hi[1]) break;  // block-uniform
+        int c[2];
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+            st[w] = (hi[w] - lo[w] + NT - 1) / NT;
+            i64 pr = lo[w] + tid * st[w];
+            c[w] = __syncthreads_count(pr < hi[w] && row_req[pr] < b + w);  // probes below the answer
+        }
+        if (tid == 0) {
+#pragma unroll
+            for (int w = 0; w < 2; ++w) {
+                if (c[w] == 0) { s_hi[w] = lo[w]; continue; }  // row lo already reaches b + w
+                i64 nh = lo[w] + c[w] * st[w];
+                s_lo[w] = lo[w] + (c[w] - 1) * st[w] + 1;
+                s_hi[w] = nh < hi[w] ? nh : hi[w];
+            }
+        }
+        __syncthreads();
+    }
     for (int i = tid; i < FB; i += NT) { S.cum[i] = 0; S.pcnt[i] = 0; S.m_cand[i] = 0; S.m_pass[i] = 0; S.m_fill[i] = 0; }
     for (int i = tid; i < RAD_PASSES * 256; i += NT) (&S.m_rad[0][0])[i] = 0;
-    if (tid == 0) { S.m_topn = 0; S.n_cand = 0; S.n_pass = 0; S.m_ncol = front ? (u32)front[(i64)b * FR + FR_N] : 0u; }
+    if (tid == 0) { S.m_topn = 0; S.n_cand = 0; S.n_pass = 0; }
     if (tid < t.n_levels && tid < 16) S.lvl[tid] = t.level_offsets[tid];
     __syncthreads();
     cluster_arrive();  // "my shared arrays are zeroed"; waited for just before the first remote add
     const i64 r0 = s_lo[0], r1 = s_lo[1];
     const int nrows = (int)(r1 - r0);
-    i64 req_base, cap_blk;  // the request's scratch (gtm_front.cuh: request_region)
-    request_region(r0, r1, b, D, &req_base, &cap_blk);
+    // Scratch layout (backend_cuda.py sizes it): request b owns slots from (r0 + 2*CL*b) * D32 on,
+    // CL block regions of (ceil(nrows/CL) + 1) * D32 slots each (D32 = D rounded up to 32).
+    const i64 D32 = (i64)((D + 31) >> 5) * 32;
+    const i64 cap_blk = (i64)((nrows + CL - 1) / CL + 1) * D32;
+    const i64 req_base = (r0 + 2 * CL * (i64)b) * D32;
     const i64 blk_base = req_base + rank * cap_blk;
     u64* my_cand = cand + blk_base;            // this block's compacted candidates
     int* my_child = cand_child + blk_base;
@@ -223,12 +246,27 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     u64* grp = grouped + req_base;             // the request's passers grouped by bin (phase 4)
     u32* work = (u32*)(grouped + blk_base);    // this block's GTM work list (phase 3; same slots)
 
-    // ---- 1 score bins: below the best live beam score (request_top) ----------------------------
-    // (Scores above it, from inputs that are not log-probs, share bin 0: still exact, only less lazy.)
-    const float top = front ? __uint_as_float((u32)front[(i64)b * FR + FR_TOP])
-                            : request_top(t, node_ids, nid64, beam_scores, r0, r1, S.warp_max, &S.s_top);
+    // ---- 1 score bins: below the best live beam score ------------------------------------------
+    // Log-probs are <= 0, so no candidate beats its row's beam score: the best live beam score bounds
+    // the request's scores and the bins need no pass over the candidates first. (Scores above it,
+    // from inputs that are not log-probs, share bin 0: still exact, only less lazy.)
+    float mb = -__int_as_float(0x7f800000);
+    for (i64 r = r0 + tid; r < r1; r += NT) {
+        float v = beam_scores[r];  // loaded beside the node id, not after it
+        i64 n = node_at(node_ids, nid64, r);
+        if (n >= 0 && n < t.n_internal) mb = fmaxf(mb, v);
+    }
+    for (int o = 16; o > 0; o >>= 1) mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
+    if (lane == 0) S.warp_max[warp] = mb;
+    __syncthreads();
+    if (warp == 0) {
+        float v = lane < NT / 32 ? S.warp_max[lane] : -__int_as_float(0x7f800000);
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0) S.s_top = v;
+    }
+    __syncthreads();
+    const float top = S.s_top;
     STAMP(1);
-
 
     // ---- 2 expand: this block's rows, flattened over its threads ----------------------------------
     // Block `rank` takes every CL-th row (r0 + rank + CL * x, x < nmine): rows come best beam first, so
@@ -239,7 +277,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     const int nmine = nrows > (int)rank ? (nrows - (int)rank + CL - 1) / CL : 0;
     const float* lp32 = (const float*)logprobs;
     u32 nc = 0;
-    for (int x0 = 0; !front && x0 < nmine; x0 += NT) {  // (the front collected them: F2)
+    for (int x0 = 0; x0 < nmine; x0 += NT) {
         const i64 q0 = r0 + rank + (i64)CL * x0;  // row of batch entry x: q0 + CL * x
         i64 r = q0 + (i64)CL * tid;
         u32 deg = 0;
@@ -350,25 +388,15 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         nc += total;
         __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
     }
-    int win = FB - 1;  // every candidate of bins <= win is in the blocks' lists
-    if (front) {       // the front's stripes; its histogram is the merged one
-        nc = stripe_count((u32)front[(i64)b * FR + FR_N], rank);
-        win = (int)front[(i64)b * FR + FR_WIN];
-    }
     if (tid == 0) S.n_cand = nc;
     cluster_wait();  // every block's arrays are zeroed before anyone adds to them
-    if (!front) {
-        for (int i = tid; i < FB; i += NT) if (S.cum[i]) dsm_add(remote(&S.m_cand[i], OWNER(i)), S.cum[i]);
-        cluster_sync();
-    }
+    for (int i = tid; i < FB; i += NT) if (S.cum[i]) dsm_add(remote(&S.m_cand[i], OWNER(i)), S.cum[i]);
+    cluster_sync();
     {
         const int h0 = BPT * tid;  // this thread's bins
         u32 v[BPT], sum = 0;
 #pragma unroll
-        for (int x = 0; x < BPT; ++x) {
-            v[x] = front ? fhist[(i64)b * FB + h0 + x] : dsm_load(remote(&S.m_cand[h0 + x], OWNER(h0 + x)));
-            sum += v[x];
-        }
+        for (int x = 0; x < BPT; ++x) { v[x] = dsm_load(remote(&S.m_cand[h0 + x], OWNER(h0 + x))); sum += v[x]; }
         u32 acc = block_scan(sum, S.warp_tot) - sum;
 #pragma unroll
         for (int x = 0; x < BPT; ++x) { acc += v[x]; S.cum[h0 + x] = acc; }
@@ -387,33 +415,6 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     i64 passed_lo = 0;  // passers in bins <= lo
     int T = FB - 1;
     for (;;) {
-        if (hi > win) {
-            // The front collected too few (a pass rate below 1 / FRONT_WIN): each block expands its rows
-            // (every CL-th, as above) again for the candidates of the bins above win, appended to the
-            // request's stripes through block 0's counter. (hi and win are cluster-uniform.)
-            for (int x = warp; x < nmine; x += NT / 32) {
-                const i64 r = r0 + rank + (i64)CL * x;
-                const u32 id0 = (u32)(r - r0) * (u32)D;
-                FOR_ROW_CHILDREN(t, node_ids, nid64, logprobs, lp_dtype, V, beam_scores, r, j0, {
-                    const u64 key = candidate_key(score, id0 + c);
-                    const bool in = valid && bin_of<FB>(key, top) > win;
-                    const unsigned ballot = __ballot_sync(0xffffffffu, in);
-                    if (ballot) {
-                        u32 at = 0;
-                        if (lane == 0) at = dsm_fetch_add(remote(&S.m_ncol, 0), (u32)__popc(ballot));
-                        at = __shfl_sync(0xffffffffu, at, 0);
-                        if (in) {
-                            const i64 slot = stripe_slot(req_base, cap_blk, at + __popc(ballot & ((1u << lane) - 1u)));
-                            cand[slot] = key;
-                            cand_child[slot] = (int)(j0 + c + 1);
-                        }
-                    }
-                });
-            }
-            cluster_sync();  // every block's appends are in (read below through L2)
-            nc = stripe_count(dsm_load(remote(&S.m_ncol, 0)), rank);
-            win = FB - 1;
-        }
         // First list the window's candidates, then test them with every thread at once: testing in
         // the scan would leave one test's memory latency per scanned slice on the critical path.
         if (tid == 0) S.n_work = 0;
@@ -421,7 +422,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
             u64 cv[EU];
 #pragma unroll
-            for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? __ldcg(my_cand + base + u * NT + tid) : 0ull;
+            for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
 #pragma unroll
             for (int u = 0; u < EU; ++u) {
                 u32 i = base + u * NT + tid;
@@ -446,9 +447,9 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
             int bn = -1;
             if (w < nw) {
                 u32 i = work[w];
-                c = __ldcg(my_cand + i);  // (other blocks may have written it: the fallback above)
+                c = my_cand[i];
                 bn = bin_of<FB>(c, top);
-                i64 child = __ldcg(my_child + i);
+                i64 child = my_child[i];
                 pass = !gtm || node_passes_fast(t, q, b, child, t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, child) : depth_of(t, child));
             }
             unsigned ballot = __ballot_sync(0xffffffffu, pass);
