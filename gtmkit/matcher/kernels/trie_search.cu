@@ -47,6 +47,15 @@ typedef unsigned short u16;
 #ifndef NT
 #define NT 1024         // threads per block
 #endif
+// Diagnostics for benchmarks/trie_gpu_variants.py (same results, only slower or differently spread):
+// SORT2X sorts every prepared row twice (what the row sort costs on the critical path); SOLO0 runs step 0's
+// work items on block 0 alone (what spreading them over the cluster gains).
+#ifndef SORT2X
+#define SORT2X 0
+#endif
+#ifndef SOLO0
+#define SOLO0 0
+#endif
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
 #endif
@@ -633,8 +642,10 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
         sb[i] = key;
     }
     PROF_MARK(112);
-    if (n2 <= NT && 2 * n2 <= cap) block_sort_desc_reg(sb, n2);
-    else block_sort_desc(sb, n2);
+    for (int again = 0; again <= SORT2X; ++again) {
+        if (n2 <= NT && 2 * n2 <= cap) block_sort_desc_reg(sb, n2);
+        else block_sort_desc(sb, n2);
+    }
     PROF_MARK(113);
     u32 carry = 0;
     for (u32 base = 0; base < n2; base += NT) {
@@ -907,7 +918,9 @@ __device__ __forceinline__ void search_body(
         // round of items a thread, so B2 runs in the same round as the B1 that found the match (a
         // separate B2 over a compacted match list cost a barrier and two dependent reads a step). Loop
         // bounds are warp-uniform so every lane reaches the warp_append ballots.
-        for (u32 base = (rank + CL * (threadIdx.x >> 5)) * 32; base < W; base += NT * CL) {
+        const bool solo = SOLO0 && t == t0 && init;  // (diagnostic)
+        for (u32 base = solo ? (rank == 0 ? (threadIdx.x >> 5) * 32 : W) : (rank + CL * (threadIdx.x >> 5)) * 32;
+             base < W; base += solo ? NT : NT * CL) {
             u32 w = base + lane;
             bool hit = false;
             u32 slot = 0, p = 0, k = 0;
