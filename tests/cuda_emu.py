@@ -121,6 +121,11 @@ template <class T, class V> static inline T atomicMax(T* a, V v) {
     while (old < (T)v && !__atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
     return old;
 }
+template <class T, class V, class W> static inline T atomicCAS(T* a, V expected, W v) {
+    T old = (T)expected;
+    __atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return old;  // the value found (== expected when it swapped)
+}
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __ffs(int x) { return __builtin_ffs(x); }

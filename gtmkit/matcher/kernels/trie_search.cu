@@ -56,6 +56,13 @@ typedef unsigned short u16;
 #ifndef SOLO0
 #define SOLO0 0
 #endif
+// HASH0: a NAR search from the root prepares its first row through a shared hash table instead of the
+// sort (step 0 looks its proposals up in the root directory: it needs them deduplicated, not ordered), and
+// block 0 runs step 0 alone while the other blocks sort the later rows; the sort was ~8 us before step 0
+// (SORT2X), block 0 alone costs ~0.5 us (SOLO0; benchmarks/results/trie_gpu_variants_h200.md).
+#ifndef HASH0
+#define HASH0 1
+#endif
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
 #endif
@@ -665,6 +672,48 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
     PROF_MARK(114);
 }
 
+// prep_row's output for one row of K <= NT proposals, in proposal order instead of token order: a table of
+// SORT_CAP token slots (linear probing; load <= 1/2, the host checks 2 * pow2(K) <= SORT_CAP) and their best
+// log-prob bits in sb (16 KiB), 32-bit atomics only (64-bit shared atomics are CAS loops on sm_90). Of
+// repeated tokens with the same best log-prob one is kept, whichever claims the slot first: the kept
+// (token, log-prob) pairs are the same.
+__device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int K, float theta_tok, int* ptok,
+                                                float* plp, int* pcnt, u64* sb, u32* warp) {
+    u32* tab = (u32*)sb;
+    u32* best = tab + SORT_CAP;
+    const u32 EMPTY = 0xFFFFFFFFu;
+    for (u32 i = threadIdx.x; i < SORT_CAP; i += NT) { tab[i] = EMPTY; best[i] = 0u; }
+    const int* ti = rows_in + row * 2 * K;
+    int tok = -1;
+    float lp = 0.0f;
+    if ((int)threadIdx.x < K) {
+        tok = LDCV(ti + threadIdx.x);
+        lp = __int_as_float(LDCV(ti + K + threadIdx.x));
+    }
+    const bool valid = tok >= 0 && lp > theta_tok;  // (NaN fails; a valid key is never 0 below)
+    const u32 key = sortable_raw(lp);
+    __syncthreads();
+    u32 h = (u32)(((u64)(u32)tok * 0x9E3779B97F4A7C15ull) >> 40) & (SORT_CAP - 1u);
+    if (valid) {
+        for (;;) {
+            const u32 old = atomicCAS(&tab[h], EMPTY, (u32)tok);
+            if (old == EMPTY || old == (u32)tok) break;
+            h = (h + 1u) & (SORT_CAP - 1u);
+        }
+        atomicMax(&best[h], key);
+    }
+    __syncthreads();
+    const bool keep = valid && best[h] == key && atomicCAS(&best[h], key, 0u) == key;
+    u32 tot;
+    const u32 pos = block_scan(keep ? 1u : 0u, warp, &tot);
+    if (keep) {
+        ptok[row * K + pos] = tok;
+        plp[row * K + pos] = lp;
+    }
+    if (threadIdx.x == 0) pcnt[row] = (int)tot;
+    __syncthreads();  // sb is free again
+}
+
 extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
     const int* rows_in, int R, int K, float theta_tok, const int* live_count, int use_count,
     int* ptok, float* plp, int* pcnt, const double* fac_in, double* fac_out, int nf) {
@@ -764,11 +813,18 @@ __device__ __forceinline__ void search_body(
     // the launch's factors, read once (they may be in pinned host memory: one read over the bus, not one a
     // step); the first NT are stored after the rows are prepared, so the two reads over the bus overlap
     const bool fac_smem = t1 - t0 <= FAC_CAP;
+    // HASH0's conditions, the same in every block: step 0 from the root with the proposals among the root's
+    // children (its degree >= K), no fold possible (W <= K), one work item a thread
+    const bool hash0 = HASH0 && rows_in && nar && init && t0 == 0 && tr.rdeg >= (i64)K && fin_cap >= (i64)K &&
+                       K <= NT;
     const double fac0 = fac_smem && (int)threadIdx.x < t1 - t0 ? factors[t0 + 1 - fbase + threadIdx.x] : 0.0;
     if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
         // (no prep_kernel launch; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks)
-        for (int r = (int)rank; r < R; r += CL)
-            prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP, s.warp);
+        for (int r = (int)rank; r < R; r += CL) {
+            if (hash0 && r == 0) prep_row_hashed(q * R, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort,
+                                                 s.warp);
+            else prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP, s.warp);
+        }
     }
     PROF_MARK(9);  // prep rows (block 0's)
     if (fac_smem && (int)threadIdx.x < t1 - t0) s_fac[threadIdx.x] = fac0;
@@ -789,7 +845,8 @@ __device__ __forceinline__ void search_body(
     }
     if (rank == 0 && threadIdx.x < 4) cnt[threadIdx.x] = 0;
     u32 nl = 1, fc = 0;
-    cluster_sync();  // rows prepared, counters cleared
+    if (!hash0) cluster_sync();  // rows prepared, counters cleared
+    else __syncthreads();        // (block 0 runs step 0 alone: its own row and counters)
     if (!init) {
         nl = (u32)LDCG(live_count);
         fc = (u32)LDCG(fin_count);
@@ -817,7 +874,8 @@ __device__ __forceinline__ void search_body(
         u32 row_n = 0;
         int tok0 = 0;
         float lp0 = 0.0f;
-        if (row_smem) {
+        const bool idle0 = hash0 && t == t0 && rank != 0;  // HASH0: not this block's step (its row is not ready)
+        if (row_smem && !idle0) {
             row_n = (u32)LDCG(pcnt + nar_row);  // prepared by this launch's cluster: read past L1
             if (threadIdx.x < row_n) {
                 tok0 = LDCG(ptok + nar_row * K + threadIdx.x);
@@ -863,7 +921,7 @@ __device__ __forceinline__ void search_body(
             u32 p = base + threadIdx.x;
             u32 work = 0;
             if (p < nl) {
-                u32 n = (u32)LDCG(pcnt + q * R + (nar ? t : (int)p));  // prepared by any block
+                u32 n = idle0 ? 0u : (u32)LDCG(pcnt + q * R + (nar ? t : (int)p));  // prepared by any block
                 u32 deg;
                 if (from_cand) {
                     deg = beam_deg[p];
@@ -918,7 +976,7 @@ __device__ __forceinline__ void search_body(
         // round of items a thread, so B2 runs in the same round as the B1 that found the match (a
         // separate B2 over a compacted match list cost a barrier and two dependent reads a step). Loop
         // bounds are warp-uniform so every lane reaches the warp_append ballots.
-        const bool solo = SOLO0 && t == t0 && init;  // (diagnostic)
+        const bool solo = (SOLO0 || hash0) && t == t0 && init;  // (SOLO0: diagnostic)
         for (u32 base = solo ? (rank == 0 ? (threadIdx.x >> 5) * 32 : W) : (rank + CL * (threadIdx.x >> 5)) * 32;
              base < W; base += solo ? NT : NT * CL) {
             u32 w = base + lane;
