@@ -93,10 +93,6 @@ typedef unsigned short u16;
 #if !defined(GTMKIT_EMU) && CL == 1
 __device__ __forceinline__ u32 cluster_rank() { return 0; }
 __device__ __forceinline__ void cluster_sync() { __syncthreads(); }
-// block 0's shared memory is this block's own
-__device__ __forceinline__ u32* remote(u32* p, u32) { return p; }
-__device__ __forceinline__ u32 dsm_fetch_add(u32* p, u32 v) { return atomicAdd(p, v); }
-__device__ __forceinline__ u32 dsm_load(u32* p) { return *(volatile u32*)p; }
 #define LDCG(p) (*(p))
 #define PREFETCH_L2(p) asm volatile("prefetch.global.L2 [%0];" :: "l"(p))
 #elif !defined(GTMKIT_EMU)  // the CPU emulation (tests/cuda_emu.py) defines these for its threads
@@ -426,25 +422,20 @@ __device__ __forceinline__ u32 warp_append(bool pred, u32* counter) {
     return base + (u32)__popc(bal & ((1u << lane) - 1u));
 }
 
-// warp_append for two lists at once, whose counters are ctr[0] (a's) and ctr[1] (b's) in block 0's shared
-// memory (ctr: the pair's address in this block's; every block has the same layout). A shared-memory atomic
-// in the cluster is a shorter round trip than a global one in L2, and so is the read of the totals.
-__device__ __forceinline__ void warp_append2(bool a, bool b, u32* ctr, u32* pa, u32* pb) {
+// warp_append for two lists at once, whose counters are the two halves of *counters (a's the low word, b's
+// the high): one 64-bit atomicAdd a warp instead of two L2 round trips one after the other.
+__device__ __forceinline__ void warp_append2(bool a, bool b, u64* counters, u32* pa, u32* pb) {
     const u32 ba = __ballot_sync(FULL, a), bb = __ballot_sync(FULL, b);
     const u32 lane = threadIdx.x & 31u;
-    u32 base_a = 0, base_b = 0;
+    u64 base = 0;
     if (ba | bb) {  // warp-uniform
         const int leader = __ffs((int)(ba | bb)) - 1;
-        if ((int)lane == leader) {
-            if (ba) base_a = dsm_fetch_add(remote(ctr, 0), (u32)__popc(ba));
-            if (bb) base_b = dsm_fetch_add(remote(ctr + 1, 0), (u32)__popc(bb));
-        }
-        base_a = __shfl_sync(FULL, base_a, leader);
-        base_b = __shfl_sync(FULL, base_b, leader);
+        if ((int)lane == leader) base = atomicAdd(counters, ((u64)__popc(bb) << 32) | (u64)__popc(ba));
+        base = __shfl_sync(FULL, base, leader);
     }
     const u32 below = (1u << lane) - 1u;
-    *pa = base_a + (u32)__popc(ba & below);
-    *pb = base_b + (u32)__popc(bb & below);
+    *pa = (u32)base + (u32)__popc(ba & below);
+    *pb = (u32)(base >> 32) + (u32)__popc(bb & below);
 }
 
 // Bitonic sort of a[0, n2) descending, n2 a power of two; a in shared or global memory. A stage of
@@ -773,9 +764,7 @@ __device__ __forceinline__ void search_body(
     u32* s_hist = s_off + BEAM_CAP + 1;              // [256]
     u32* s_warp = s_hist + 256;                      // [33]
     u32* s_misc = s_warp + 33;                       // [8]
-    u32* s_cnt = s_misc + 8;                         // [8] block 0's: step t's live and finished counts at
-                                                     //   [2 * (t % 3)], [2 * (t % 3) + 1]
-    int* s_tok = (int*)(s_cnt + 8);                  // [TOK_CAP] NAR: this step's proposal row, tokens
+    int* s_tok = (int*)(s_misc + 8);                 // [TOK_CAP] NAR: this step's proposal row, tokens
     float* s_lp = (float*)(s_tok + TOK_CAP);         // [TOK_CAP]   and log-probs
     Smem s;
     s.sort = s_sort;
@@ -811,6 +800,7 @@ __device__ __forceinline__ void search_body(
     u32* cand_deg_base = (u32*)SP[SP_SLOT_DEG] + q * 2 * BW * K;
     i64* cand_node = (i64*)SP[SP_SLOT_NODE] + q * BW * K;
     u32* match_all = (u32*)SP[SP_MATCH] + q * BW;
+    u64* cnt = (u64*)SP[SP_CNT] + q * 4;  // [t % 3]: step t's live candidates (low word), finished keys (high)
     u32* cand_slot = (u32*)SP[SP_CAND_SLOT] + q * BW * K;
     u64* kept = (u64*)SP[SP_KEPT] + q * BW;
     const i64 fin_cap = SP[SP_FIN_CAP];
@@ -853,7 +843,7 @@ __device__ __forceinline__ void search_body(
             *fin_count = 0;
         }
     }
-    if (rank == 0 && threadIdx.x < 6) s_cnt[threadIdx.x] = 0;
+    if (rank == 0 && threadIdx.x < 4) cnt[threadIdx.x] = 0;
     u32 nl = 1, fc = 0;
     if (!hash0) cluster_sync();  // rows prepared, counters cleared
     else __syncthreads();        // (block 0 runs step 0 alone: its own row and counters)
@@ -872,7 +862,7 @@ __device__ __forceinline__ void search_body(
         u64* cand = cand_base + par * BW * K;
         i64* cand_first = cand_first_base + par * BW * K;
         u32* cand_deg = cand_deg_base + par * BW * K;
-        u32* counters = s_cnt + 2 * (t % 3);  // block 0 clears the pair of step t + 2 after this step's barrier
+        u64* counters = cnt + t % 3;  // block 0 clears the set of step t + 2 after this step's barrier
         const double factor = fac_smem ? s_fac[t - t0] : factors[t + 1 - fbase];
         PROF_STEP_BEGIN;
 
@@ -1084,11 +1074,12 @@ __device__ __forceinline__ void search_body(
             if (is_fin) fin[fc + pf] = fin_key;
         }
         cluster_sync();  // every block's candidates and finished keys are written
-        const u32 n_live = dsm_load(remote(counters, 0));
-        fc += dsm_load(remote(counters + 1, 0));
+        const u64 both = LDCG(counters);
+        const u32 n_live = (u32)both;
+        fc += (u32)(both >> 32);
         // step t + 2's counters: every block read them (as step t - 1's) before this barrier, and none adds
         // to them before the next step's barrier, which block 0 reaches after this store
-        if (rank == 0 && threadIdx.x < 2) s_cnt[2 * ((t + 2) % 3) + threadIdx.x] = 0;
+        if (rank == 0 && threadIdx.x == 0) cnt[(t + 2) % 3] = 0;
         PROF_MARK(3);  // phase B2
         PROF_ADD(11, n_live);
 
