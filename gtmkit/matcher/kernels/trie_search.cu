@@ -63,15 +63,6 @@ typedef unsigned short u16;
 #ifndef HASH0
 #define HASH0 1
 #endif
-// PF_CHILD: a live candidate also sends its children's zero sample and terminal word to L2 (the next step's
-// match of a child reads them: zero_pair, terminal rank). KIDX1: NAR phase A lists the kept candidates with
-// one block scan (each thread a run of them) instead of one per NT candidates.
-#ifndef PF_CHILD
-#define PF_CHILD 0
-#endif
-#ifndef KIDX1
-#define KIDX1 0
-#endif
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
 #endif
@@ -904,19 +895,7 @@ __device__ __forceinline__ void search_body(
             const bool cut = prev_n > BW;  // block_select ran: its shared copy holds the first SEL_CAP keys
             u32* kidx = beam_n;            // the kept candidates' indices (beam_n is written after)
             u32 kc = 0;
-#if KIDX1
-            if (cut) {
-                const u32 per = (prev_n + NT - 1) / NT, i0 = threadIdx.x * per;
-                const u32 i1 = i0 + per < prev_n ? i0 + per : prev_n;
-                u32 mine = 0;
-                for (u32 i = i0; i < i1; ++i) mine += (i < SEL_CAP ? s.sel[i] : LDCG(pc + i)) >= prev_tau ? 1u : 0u;
-                u32 tot;
-                u32 pos = block_scan(mine, s.warp, &tot);
-                for (u32 i = i0; i < i1 && mine; ++i)
-                    if ((i < SEL_CAP ? s.sel[i] : LDCG(pc + i)) >= prev_tau) { kidx[pos++] = i; --mine; }
-            }
-#endif
-            for (u32 base = 0; !KIDX1 && cut && base < prev_n; base += NT) {
+            for (u32 base = 0; cut && base < prev_n; base += NT) {
                 const u32 i = base + threadIdx.x;
                 const u64 x = i < prev_n ? (i < SEL_CAP ? s.sel[i] : LDCG(pc + i)) : 0ull;
                 const bool keep = i < prev_n && x >= prev_tau;
@@ -1084,10 +1063,6 @@ __device__ __forceinline__ void search_body(
                 // the labels the next step reads first if this candidate is kept, on their way to L2
                 PREFETCH_L2(tr.low + child_first - 1);
                 if (tr.hbits) PREFETCH_L2(tr.high + ((child_first - 1) * tr.hbits >> 6));
-                if (PF_CHILD) {
-                    PREFETCH_L2(tr.zpos + (child_first >> tr.zshift));
-                    PREFETCH_L2(tr.term + (child_first >> 6));
-                }
                 cand[pl] = live_key;
                 cand_first[pl] = child_first;
                 cand_deg[pl] = child_deg;
