@@ -25,10 +25,29 @@ __device__ __forceinline__ AdIndex load_ads(const i64* P) {
     return a;
 }
 
-__device__ __forceinline__ bool has(const int* codes, i64 lo, i64 hi, i64 c) {
-    i64 a = lo, z = hi;
-    while (a < z) { i64 m = (a + z) >> 1; if (codes[m] < c) a = m + 1; else z = m; }
-    return a < hi && codes[a] == c;
+// Whether any of the request's codes qc[c0, c1) (negative: none) is in the sorted list codes[lo, hi). Up to QL
+// codes are searched side by side: the list is the same, so the halvings run in lockstep and their loads
+// overlap (one search after another was the longest chain of the post-filter's dependent loads).
+#define QL 4
+__device__ bool any_in(const int* codes, i64 lo, i64 hi, const i64* qc, i64 c0, i64 c1) {
+    if (hi <= lo) return false;
+    for (i64 x0 = c0; x0 < c1; x0 += QL) {
+        i64 c[QL], base[QL];
+#pragma unroll
+        for (int i = 0; i < QL; ++i) { c[i] = x0 + i < c1 ? qc[x0 + i] : -1; base[i] = lo; }
+        for (i64 n = hi - lo; n > 1;) {  // invariant: a code's lower bound lies in [base, base + n]
+            const i64 half = n >> 1;
+#pragma unroll
+            for (int i = 0; i < QL; ++i) base[i] = codes[base[i] + half] < c[i] ? base[i] + half : base[i];
+            n -= half;
+        }
+#pragma unroll
+        for (int i = 0; i < QL; ++i) {
+            if (c[i] < 0) continue;
+            if (codes[base[i]] == c[i] || (base[i] + 1 < hi && codes[base[i] + 1] == c[i])) return true;
+        }
+    }
+    return false;
 }
 
 __device__ bool ad_eligible(const Trie& t, const Req& q, const AdIndex& ai, int b, i64 r) {
@@ -44,12 +63,10 @@ __device__ bool ad_eligible(const Trie& t, const Req& q, const AdIndex& ai, int 
         const int* ac = ai.allow_codes + k * ai.allow_stride;
         const i64* eo = ai.excl_off + k * (ai.n_ads + 1);
         const int* ec = ai.excl_codes + k * ai.excl_stride;
-        i64 c0 = q.code_off[b * (t.nb + 1) + k], c1 = q.code_off[b * (t.nb + 1) + k + 1];
-        bool ok = ao[r] == ao[r + 1];
-        for (i64 x = c0; x < c1 && !ok; ++x) ok = q.codes[x] >= 0 && has(ac, ao[r], ao[r + 1], q.codes[x]);
-        if (!ok) return false;
-        for (i64 x = c0; x < c1; ++x)
-            if (q.codes[x] >= 0 && has(ec, eo[r], eo[r + 1], q.codes[x])) return false;
+        const i64 c0 = q.code_off[b * (t.nb + 1) + k], c1 = q.code_off[b * (t.nb + 1) + k + 1];
+        const i64 a0 = ao[r], a1 = ao[r + 1], e0 = eo[r], e1 = eo[r + 1];  // (loaded side by side)
+        if (a0 != a1 && !any_in(ac, a0, a1, q.codes, c0, c1)) return false;  // an allow list the request misses
+        if (any_in(ec, e0, e1, q.codes, c0, c1)) return false;
     }
     return true;
 }

@@ -1,0 +1,76 @@
+"""The GPU post-filter (kernels/postfilter.cu) against another revision of it, side by side on one recorded search's
+leaves (GPU): both return the same ads; each is timed as a CUDA graph of its two launches, in interleaved rounds,
+and inside the whole graphed search with post-filter.
+
+    python benchmarks/postfilter_ab.py --index IDX --old scratch/old_postfilter.cu"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gtmkit  # noqa: E402
+import gtmkit.matcher.backend_cuda as bc  # noqa: E402
+from gtmkit.matcher.graph import GraphedBeamSearch  # noqa: E402
+from gtmkit.synth import synth_users  # noqa: E402
+from step_gpu import cuda_time, record_inputs  # noqa: E402
+
+
+def kernels(path: Path):
+    mod = bc.load_module(path)
+    return mod.get_function("post_count_kernel"), mod.get_function("post_fill_kernel")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--old", required=True)
+    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    idx = gtmkit.load_index(args.index, verify=False)
+    users = synth_users(idx.manifest["schema"], args.requests, seed=11)
+    m = gtmkit.Matcher(idx, "cuda")
+    sizes = (1, 512, 1024, 1024)
+    steps, res, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users, sizes)
+    recorded = [s["logprobs"] for s in steps]
+    be = m.cuda
+    leaves = cp.asarray(res.leaf_nodes, cp.int64)
+    variants = {"new": (be.k_post_count, be.k_post_fill), "old": kernels(Path(args.old))}
+    timed, outs = {}, {}
+    for name, (kc, kf) in variants.items():
+        be.k_post_count, be.k_post_fill = kc, kf
+        outs[name] = [cp.asnumpy(a) for a in be.postfilter_padded(leaves, q, True)]
+        stream, scratch = cp.cuda.Stream(non_blocking=True), {}
+        with stream:
+            out = be.postfilter_padded(leaves, q, True, scratch=scratch)
+            stream.synchronize()
+            stream.begin_capture()
+            be.postfilter_padded(leaves, q, True, out=out, scratch=scratch)
+            graph = stream.end_capture()
+        whole = GraphedBeamSearch(m, q, lambda step, prev, parents: recorded[step], sizes, gtm=True, postfilter=True)
+        timed[name] = (graph, stream, whole, [], [])
+    n_new, n_old = outs["new"][2], outs["old"][2]
+    same = np.array_equal(n_new, n_old) and all(
+        np.array_equal(a[b, :n], o[b, :n]) for a, o in zip(outs["new"][:2], outs["old"][:2])
+        for b, n in enumerate(n_new))
+    print(f"eligible ads per request: {n_new.tolist()}; outputs equal: {same}")
+    for _ in range(args.rounds):
+        for graph, stream, whole, alone, full in timed.values():
+            alone.append(cuda_time(lambda: graph.launch(stream), reps=20, stream=stream))
+            full.append(cuda_time(whole.launch, reps=20, stream=whole.stream))
+    print("variant | post-filter graph us | whole graphed search + post-filter us")
+    for name, (_, _, _, alone, full) in timed.items():
+        print(f"{name} | {1e3 * np.median(alone):.1f} | {1e3 * np.median(full):.1f}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
