@@ -2,7 +2,7 @@
 leaves (GPU): both return the same ads; each is timed as a CUDA graph of its two launches, in interleaved rounds,
 and inside the whole graphed search with post-filter.
 
-    python benchmarks/postfilter_ab.py --index IDX --old scratch/old_postfilter.cu"""
+    python benchmarks/postfilter_ab.py --index IDX --old scratch/old_postfilter.cu [--old ...]"""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def kernels(path: Path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", required=True)
-    ap.add_argument("--old", required=True)
+    ap.add_argument("--old", action="append", required=True, help="another postfilter.cu (repeatable)")
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
@@ -43,7 +43,9 @@ def main():
     recorded = [s["logprobs"] for s in steps]
     be = m.cuda
     leaves = cp.asarray(res.leaf_nodes, cp.int64)
-    variants = {"new": (be.k_post_count, be.k_post_fill), "old": kernels(Path(args.old))}
+    variants = {"new": (be.k_post_count, be.k_post_fill)}
+    for path in args.old:
+        variants[Path(path).stem] = kernels(Path(path))
     timed, outs = {}, {}
     for name, (kc, kf) in variants.items():
         be.k_post_count, be.k_post_fill = kc, kf
@@ -57,10 +59,10 @@ def main():
             graph = stream.end_capture()
         whole = GraphedBeamSearch(m, q, lambda step, prev, parents: recorded[step], sizes, gtm=True, postfilter=True)
         timed[name] = (graph, stream, whole, [], [])
-    n_new, n_old = outs["new"][2], outs["old"][2]
-    same = np.array_equal(n_new, n_old) and all(
-        np.array_equal(a[b, :n], o[b, :n]) for a, o in zip(outs["new"][:2], outs["old"][:2])
-        for b, n in enumerate(n_new))
+    n_new = outs["new"][2]
+    same = all(np.array_equal(n_new, o[2]) and all(
+        np.array_equal(a[b, :n], c[b, :n]) for a, c in zip(outs["new"][:2], o[:2]) for b, n in enumerate(n_new))
+        for o in outs.values())
     print(f"eligible ads per request: {n_new.tolist()}; outputs equal: {same}")
     for _ in range(args.rounds):
         for graph, stream, whole, alone, full in timed.values():
