@@ -51,12 +51,6 @@ __device__ bool any_in(const int* codes, i64 lo, i64 hi, const i64* qc, i64 c0, 
 }
 
 __device__ bool ad_eligible(const Trie& t, const Req& q, const AdIndex& ai, int b, i64 r) {
-    // the first Bloom attribute's list bounds are requested with the bitmask row, not after its test
-    i64 pre[4] = {0, 0, 0, 0};
-    if (t.nb > 0) {
-        pre[0] = ai.allow_off[r]; pre[1] = ai.allow_off[r + 1];
-        pre[2] = ai.excl_off[r]; pre[3] = ai.excl_off[r + 1];
-    }
     const u64* row = t.bitmask_table + (i64)ai.ad_bitmask[r] * t.W;
     const u64* rq = q.bitmask + (i64)b * q.A * t.W;
     for (int a = 0; a < q.A; ++a) {
@@ -70,8 +64,7 @@ __device__ bool ad_eligible(const Trie& t, const Req& q, const AdIndex& ai, int 
         const i64* eo = ai.excl_off + k * (ai.n_ads + 1);
         const int* ec = ai.excl_codes + k * ai.excl_stride;
         const i64 c0 = q.code_off[b * (t.nb + 1) + k], c1 = q.code_off[b * (t.nb + 1) + k + 1];
-        const i64 a0 = k ? ao[r] : pre[0], a1 = k ? ao[r + 1] : pre[1], e0 = k ? eo[r] : pre[2],
-                  e1 = k ? eo[r + 1] : pre[3];
+        const i64 a0 = ao[r], a1 = ao[r + 1], e0 = eo[r], e1 = eo[r + 1];  // (loaded side by side)
         if (a0 != a1 && !any_in(ac, a0, a1, q.codes, c0, c1)) return false;  // an allow list the request misses
         if (any_in(ec, e0, e1, q.codes, c0, c1)) return false;
     }
@@ -126,18 +119,11 @@ extern "C" __global__ void __launch_bounds__(1024) post_fill_kernel(const i64* T
         int m = m0 + threadIdx.x;
         i64 x = (i64)b * M + m;
         u32 cnt = m < M ? (u32)counts[x] : 0u;
-        // the SID's ad range and verdicts are requested before the scan, so they arrive during its barriers
-        i64 a0 = 0, a1 = 0;
-        u64 bits = 0;
-        if (cnt) {
-            const i64 s = leaves[x] - first_leaf;
-            a0 = ai.sid_ad_offsets[s];
-            a1 = ai.sid_ad_offsets[s + 1];
-            bits = flags[x];
-        }
         u32 incl = block_scan(cnt, warp_tot);
         i64 pos = (i64)carry + incl - cnt;
         if (cnt) {
+            i64 s = leaves[x] - first_leaf, a0 = ai.sid_ad_offsets[s], a1 = ai.sid_ad_offsets[s + 1];
+            u64 bits = flags[x];
             for (i64 r = a0; r < a1; ++r) {
                 bool ok = r - a0 < FLAG_ADS ? ((bits >> (r - a0)) & 1ull) != 0 : (!exact || ad_eligible(t, q, ai, b, r));
                 if (!ok) continue;
