@@ -136,8 +136,8 @@ class CudaBackend:
             out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
                    cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
         if self.fused:
-            return self._step_fused(node_ids, logprobs, lp_dtype, beam_scores, row_req, q, k, gtm, count_all,
-                                    int(max_children), cap, out, scratch)
+            return self._step_fused(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm,
+                                    count_all, int(max_children), cap, out, scratch)
         if node_ids.dtype != cp.int64:
             node_ids = node_ids.astype(cp.int64)
         if req_rows is None:
@@ -185,9 +185,10 @@ class CudaBackend:
                                                        np.int32(B), np.int32(k), parent, token, node, score))
         return out
 
-    def _step_fused(self, node_ids, logprobs, lp_dtype, beam_scores, row_req, q, k, gtm, count_all, D, cap, out,
-                    scratch):
-        """The step as one cluster launch (kernels/gtm_fused.cu); node_ids int32 or int64."""
+    def _step_fused(self, node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm, count_all, D, cap,
+                    out, scratch):
+        """The step as one cluster launch (kernels/gtm_fused.cu); node_ids int32 or int64; req_rows (int64 [B + 1],
+        each request's first row) may be None (the kernel then finds them in row_req)."""
         R, B = int(node_ids.shape[0]), q.size
         if R * D >= 2**32:
             raise GtmkitError(f"{R} rows x {D} children per row exceed the GPU step's 32-bit candidate numbering")
@@ -205,7 +206,8 @@ class CudaBackend:
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
                       np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,
                       parent, token, node, score, out_count,
-                      self.profile if self.profile is not None else np.uint64(0)), shared_mem=FUSED_SMEM)
+                      self.profile if self.profile is not None else np.uint64(0),
+                      req_rows if req_rows is not None else np.uint64(0)), shared_mem=FUSED_SMEM)
         return out
 
     def mask(self, node_ids, row_req, q: DeviceBatch, gtm: bool):

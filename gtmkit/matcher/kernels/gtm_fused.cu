@@ -58,6 +58,9 @@
 #ifndef WEXP_MIN_ROWS
 #define WEXP_MIN_ROWS (NT / 32)  // ... and holds a row for every warp (one wide row: all threads on it)
 #endif
+#ifndef USE_REQ_ROWS
+#define USE_REQ_ROWS 1  // take a request's rows from the caller's req_rows when given (0: always search row_req)
+#endif
 #ifndef FIRST_WIN
 #define FIRST_WIN 3     // first GTM window, in multiples of k
 #endif
@@ -171,7 +174,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                   u64* __restrict__ cand, int* __restrict__ cand_child, u64* __restrict__ passed,
                   u64* __restrict__ grouped, u64* __restrict__ topsel,
                   int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count,
-                  i64* prof) {
+                  i64* prof, const i64* req_rows) {
 #ifdef GTMKIT_EMU
     unsigned char* smem_raw = emu_dyn_smem();
 #else
@@ -198,33 +201,38 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     }
 #endif
 
-    // rows of request b: [r0, r1), r0 = the first row with row_req >= b, r1 the first >= b + 1 (row_req is
+    // rows of request b: [r0, r1), from req_rows [B + 1] when the caller has them (a fixed beam schedule:
+    // one load), else r0 = the first row with row_req >= b, r1 the first >= b + 1 (row_req is
     // non-decreasing). All threads probe at once, NT rows a round (two rounds up to NT^2 rows): one
     // thread's binary search was a chain of log2(R) dependent loads, ~7 us at R = 16384.
     i64* s_lo = S.r_lo;
     i64* s_hi = S.r_hi;
-    if (tid < 2) { s_lo[tid] = 0; s_hi[tid] = R; }
-    __syncthreads();
-    for (;;) {
-        i64 lo[2] = {s_lo[0], s_lo[1]}, hi[2] = {s_hi[0], s_hi[1]}, st[2];
-        if (lo[0] == hi[0] && lo[1] == hi[1]) break;  // block-uniform
-        int c[2];
-#pragma unroll
-        for (int w = 0; w < 2; ++w) {
-            st[w] = (hi[w] - lo[w] + NT - 1) / NT;
-            i64 pr = lo[w] + tid * st[w];
-            c[w] = __syncthreads_count(pr < hi[w] && row_req[pr] < b + w);  // probes below the answer
-        }
-        if (tid == 0) {
+    if (USE_REQ_ROWS && req_rows) {
+        if (tid < 2) s_lo[tid] = req_rows[b + tid];
+    } else {
+        if (tid < 2) { s_lo[tid] = 0; s_hi[tid] = R; }
+        __syncthreads();
+        for (;;) {
+            i64 lo[2] = {s_lo[0], s_lo[1]}, hi[2] = {s_hi[0], s_hi[1]}, st[2];
+            if (lo[0] == hi[0] && lo[1] == hi[1]) break;  // block-uniform
+            int c[2];
 #pragma unroll
             for (int w = 0; w < 2; ++w) {
-                if (c[w] == 0) { s_hi[w] = lo[w]; continue; }  // row lo already reaches b + w
-                i64 nh = lo[w] + c[w] * st[w];
-                s_lo[w] = lo[w] + (c[w] - 1) * st[w] + 1;
-                s_hi[w] = nh < hi[w] ? nh : hi[w];
+                st[w] = (hi[w] - lo[w] + NT - 1) / NT;
+                i64 pr = lo[w] + tid * st[w];
+                c[w] = __syncthreads_count(pr < hi[w] && row_req[pr] < b + w);  // probes below the answer
             }
+            if (tid == 0) {
+#pragma unroll
+                for (int w = 0; w < 2; ++w) {
+                    if (c[w] == 0) { s_hi[w] = lo[w]; continue; }  // row lo already reaches b + w
+                    i64 nh = lo[w] + c[w] * st[w];
+                    s_lo[w] = lo[w] + (c[w] - 1) * st[w] + 1;
+                    s_hi[w] = nh < hi[w] ? nh : hi[w];
+                }
+            }
+            __syncthreads();
         }
-        __syncthreads();
     }
     for (int i = tid; i < FB; i += NT) { S.cum[i] = 0; S.pcnt[i] = 0; S.m_cand[i] = 0; S.m_pass[i] = 0; S.m_fill[i] = 0; }
     for (int i = tid; i < RAD_PASSES * 256; i += NT) (&S.m_rad[0][0])[i] = 0;
