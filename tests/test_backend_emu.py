@@ -50,3 +50,22 @@ def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw, path):
         for exact in (True, False):
             for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs, exact), gpu.postfilter(leaves, reqs, exact)):
                 assert np.array_equal(a1, np.asarray(a2)) and np.array_equal(r1, np.asarray(r2))
+
+
+def test_postfilter_requests_with_many_codes(tmp_path, monkeypatch):
+    """Requests whose Bloom attribute holds more codes than the GPU searches side by side (4): the post-filter
+    goes through its code list in several rounds, with unknown codes among them; ads as on the CPU."""
+    from catalogs import LOCATIONS
+    idx, _, _ = _build(tmp_path, 73, "static", {"k": [2, 3, 2]}, n_ads=400, L=3, V=9)
+    with installed(monkeypatch):
+        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+        rng = np.random.default_rng(4)
+        reqs = []
+        for n in (5, 7, 10):
+            u = random_user(rng)
+            u["location"] = [str(x) for x in rng.choice(LOCATIONS + ["XX:1", "ZZ"], size=n, replace=False)]
+            reqs.append(idx.encode_request(u))
+        leaves = rng.integers(idx.first_leaf - 2, idx.num_nodes, size=(len(reqs), 40))
+        for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs, True), gpu.postfilter(leaves, reqs, True)):
+            assert np.array_equal(a1, np.asarray(a2)) and np.array_equal(r1, np.asarray(r2))
+        assert sum(len(a) for a, _ in cpu.postfilter(leaves, reqs, True)) > 0  # the test sees eligible ads
