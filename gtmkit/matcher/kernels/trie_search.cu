@@ -63,6 +63,11 @@ typedef unsigned short u16;
 #ifndef HASH0
 #define HASH0 1
 #endif
+// RAW0 (with HASH0): the first row stays in proposal slots in shared memory (a dropped or repeated one marked
+// -1), step 0 taking one slot a thread: no compaction, no copy to global memory and back.
+#ifndef RAW0
+#define RAW0 1
+#endif
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
 #endif
@@ -678,7 +683,7 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
 // repeated tokens with the same best log-prob one is kept, whichever claims the slot first: the kept
 // (token, log-prob) pairs are the same.
 __device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int K, float theta_tok, int* ptok,
-                                                float* plp, int* pcnt, u64* sb, u32* warp) {
+                                                float* plp, int* pcnt, u64* sb, u32* warp, int* raw_tok, float* raw_lp) {
     u32* tab = (u32*)sb;
     u32* best = tab + SORT_CAP;
     const u32 EMPTY = 0xFFFFFFFFu;
@@ -704,6 +709,14 @@ __device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int
     }
     __syncthreads();
     const bool keep = valid && best[h] == key && atomicCAS(&best[h], key, 0u) == key;
+    if (raw_tok) {  // (RAW0) slot i keeps proposal i, or -1
+        if ((int)threadIdx.x < K) {
+            raw_tok[threadIdx.x] = keep ? tok : -1;
+            raw_lp[threadIdx.x] = lp;
+        }
+        __syncthreads();
+        return;
+    }
     u32 tot;
     const u32 pos = block_scan(keep ? 1u : 0u, warp, &tot);
     if (keep) {
@@ -817,12 +830,13 @@ __device__ __forceinline__ void search_body(
     // children (its degree >= K), no fold possible (W <= K), one work item a thread
     const bool hash0 = HASH0 && rows_in && nar && init && t0 == 0 && tr.rdeg >= (i64)K && fin_cap >= (i64)K &&
                        K <= NT;
+    const bool raw0 = RAW0 && hash0 && K <= TOK_CAP;  // step 0 reads the row's slots in shared memory
     const double fac0 = fac_smem && (int)threadIdx.x < t1 - t0 ? factors[t0 + 1 - fbase + threadIdx.x] : 0.0;
     if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
         // (no prep_kernel launch; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks)
         for (int r = (int)rank; r < R; r += CL) {
             if (hash0 && r == 0) prep_row_hashed(q * R, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort,
-                                                 s.warp);
+                                                 s.warp, raw0 ? s_tok : nullptr, s_lp);
             else prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP, s.warp);
         }
     }
@@ -875,7 +889,8 @@ __device__ __forceinline__ void search_body(
         int tok0 = 0;
         float lp0 = 0.0f;
         const bool idle0 = hash0 && t == t0 && rank != 0;  // HASH0: not this block's step (its row is not ready)
-        if (row_smem && !idle0) {
+        const bool raw = raw0 && t == t0;  // RAW0: the row is in s_tok / s_lp already, K slots
+        if (row_smem && !idle0 && !raw) {
             row_n = (u32)LDCG(pcnt + nar_row);  // prepared by this launch's cluster: read past L1
             if (threadIdx.x < row_n) {
                 tok0 = LDCG(ptok + nar_row * K + threadIdx.x);
@@ -921,7 +936,7 @@ __device__ __forceinline__ void search_body(
             u32 p = base + threadIdx.x;
             u32 work = 0;
             if (p < nl) {
-                u32 n = idle0 ? 0u : (u32)LDCG(pcnt + q * R + (nar ? t : (int)p));  // prepared by any block
+                u32 n = idle0 ? 0u : raw ? (u32)K : (u32)LDCG(pcnt + q * R + (nar ? t : (int)p));  // prepared by any block
                 u32 deg;
                 if (from_cand) {
                     deg = beam_deg[p];
@@ -1006,7 +1021,7 @@ __device__ __forceinline__ void search_body(
                     k = i;                                            // one read of the root directory
                     const i64 tok = toks[k];
                     match = false;
-                    if (tok < tr.rnbits) {
+                    if (tok >= 0 && tok < tr.rnbits) {  // (RAW0: -1 marks a dropped slot)
                         const u64 word = tr.rbits[tok >> 6];
                         const int bit = (int)(tok & 63);
                         match = (word >> bit) & 1ull;
