@@ -16,11 +16,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gtmkit  # noqa: E402
 import gtmkit.matcher.backend_cuda as bc  # noqa: E402
 from gtmkit.matcher.graph import GraphedBeamSearch  # noqa: E402
-from gtmkit.synth import synth_users  # noqa: E402
-from step_gpu import cuda_time, record_inputs  # noqa: E402
+from step_gpu import cuda_time, recorded_search  # noqa: E402
 
 
 def kernels(path: Path):
@@ -35,12 +33,8 @@ def main():
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    idx = gtmkit.load_index(args.index, verify=False)
-    users = synth_users(idx.manifest["schema"], args.requests, seed=11)
-    m = gtmkit.Matcher(idx, "cuda")
-    sizes = (1, 512, 1024, 1024)
-    steps, res, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users, sizes)
-    recorded = [s["logprobs"] for s in steps]
+    r = recorded_search(args.index, args.requests)
+    m, res, q, sizes, recorded = r["m"], r["res"], r["q"], r["sizes"], r["recorded"]
     be = m.cuda
     leaves = cp.asarray(res.leaf_nodes, cp.int64)
     variants = {"new": (be.k_post_count, be.k_post_fill)}

@@ -76,6 +76,17 @@ def record_inputs(m, reqs, users, sizes):
     return steps, res, q, B
 
 
+def recorded_search(index_path, requests: int, sizes=(1, 512, 1024, 1024)) -> dict:
+    """The variant scripts' common start: the index on the GPU, `requests` synthetic users (seed 11) and one
+    recorded eager search over the beam schedule -> dict(m, steps, res, q, B, sizes, recorded logits)."""
+    from gtmkit.synth import synth_users
+    idx = gtmkit.load_index(index_path, verify=False)
+    users = synth_users(idx.manifest["schema"], requests, seed=11)
+    m = gtmkit.Matcher(idx, "cuda")
+    steps, res, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users, sizes)
+    return dict(m=m, steps=steps, res=res, q=q, B=B, sizes=sizes, recorded=[s["logprobs"] for s in steps])
+
+
 class TorchStep:
     """The CD+GTM step in plain PyTorch over a padded CSR (what one writes without custom kernels)."""
 

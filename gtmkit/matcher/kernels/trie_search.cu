@@ -57,16 +57,12 @@ typedef unsigned short u16;
 #define SOLO0 0
 #endif
 // HASH0: a NAR search from the root prepares its first row through a shared hash table instead of the
-// sort (step 0 looks its proposals up in the root directory: it needs them deduplicated, not ordered), and
-// block 0 runs step 0 alone while the other blocks sort the later rows; the sort was ~8 us before step 0
-// (SORT2X), block 0 alone costs ~0.5 us (SOLO0; benchmarks/results/trie_gpu_variants_h200.md).
+// sort (step 0 looks its proposals up in the root directory: it needs them deduplicated, not ordered); the
+// row stays in its proposal slots in shared memory (-1 for a dropped or repeated proposal), and block 0 runs
+// step 0 alone, a slot a thread, while the other blocks sort the later rows. The sort was ~8 us before
+// step 0 (SORT2X), block 0 alone costs ~0.5 us (SOLO0; benchmarks/results/trie_gpu_variants_h200.md).
 #ifndef HASH0
 #define HASH0 1
-#endif
-// RAW0 (with HASH0): the first row stays in proposal slots in shared memory (a dropped or repeated one marked
-// -1), step 0 taking one slot a thread: no compaction, no copy to global memory and back.
-#ifndef RAW0
-#define RAW0 1
 #endif
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
@@ -677,13 +673,14 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
     PROF_MARK(114);
 }
 
-// prep_row's output for one row of K <= NT proposals, in proposal order instead of token order: a table of
-// SORT_CAP token slots (linear probing; load <= 1/2, the host checks 2 * pow2(K) <= SORT_CAP) and their best
-// log-prob bits in sb (16 KiB), 32-bit atomics only (64-bit shared atomics are CAS loops on sm_90). Of
-// repeated tokens with the same best log-prob one is kept, whichever claims the slot first: the kept
-// (token, log-prob) pairs are the same.
-__device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int K, float theta_tok, int* ptok,
-                                                float* plp, int* pcnt, u64* sb, u32* warp, int* raw_tok, float* raw_lp) {
+// prep_row's proposals for one row of K <= NT, left in their slots: raw_tok[i] = proposal i's token if it is
+// kept, else -1, raw_lp[i] its log-prob. Duplicates go through a table of SORT_CAP token slots (linear
+// probing; load <= 1/2, the host checks 2 * pow2(K) <= SORT_CAP) and their best log-prob bits in sb
+// (16 KiB), 32-bit atomics only (64-bit shared atomics are CAS loops on sm_90). Of repeated tokens with the
+// same best log-prob one is kept, whichever claims the slot first: the kept (token, log-prob) pairs are the
+// same.
+__device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int K, float theta_tok, u64* sb,
+                                                int* raw_tok, float* raw_lp) {
     u32* tab = (u32*)sb;
     u32* best = tab + SORT_CAP;
     const u32 EMPTY = 0xFFFFFFFFu;
@@ -709,22 +706,11 @@ __device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int
     }
     __syncthreads();
     const bool keep = valid && best[h] == key && atomicCAS(&best[h], key, 0u) == key;
-    if (raw_tok) {  // (RAW0) slot i keeps proposal i, or -1
-        if ((int)threadIdx.x < K) {
-            raw_tok[threadIdx.x] = keep ? tok : -1;
-            raw_lp[threadIdx.x] = lp;
-        }
-        __syncthreads();
-        return;
+    if ((int)threadIdx.x < K) {
+        raw_tok[threadIdx.x] = keep ? tok : -1;
+        raw_lp[threadIdx.x] = lp;
     }
-    u32 tot;
-    const u32 pos = block_scan(keep ? 1u : 0u, warp, &tot);
-    if (keep) {
-        ptok[row * K + pos] = tok;
-        plp[row * K + pos] = lp;
-    }
-    if (threadIdx.x == 0) pcnt[row] = (int)tot;
-    __syncthreads();  // sb is free again
+    __syncthreads();  // sb is free again, the slots are complete
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
@@ -827,16 +813,14 @@ __device__ __forceinline__ void search_body(
     // step); the first NT are stored after the rows are prepared, so the two reads over the bus overlap
     const bool fac_smem = t1 - t0 <= FAC_CAP;
     // HASH0's conditions, the same in every block: step 0 from the root with the proposals among the root's
-    // children (its degree >= K), no fold possible (W <= K), one work item a thread
+    // children (its degree >= K), no fold possible (W <= K), one work item a thread, the slots in s_tok
     const bool hash0 = HASH0 && rows_in && nar && init && t0 == 0 && tr.rdeg >= (i64)K && fin_cap >= (i64)K &&
-                       K <= NT;
-    const bool raw0 = RAW0 && hash0 && K <= TOK_CAP;  // step 0 reads the row's slots in shared memory
+                       K <= NT && K <= TOK_CAP;
     const double fac0 = fac_smem && (int)threadIdx.x < t1 - t0 ? factors[t0 + 1 - fbase + threadIdx.x] : 0.0;
     if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
         // (no prep_kernel launch; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks)
         for (int r = (int)rank; r < R; r += CL) {
-            if (hash0 && r == 0) prep_row_hashed(q * R, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort,
-                                                 s.warp, raw0 ? s_tok : nullptr, s_lp);
+            if (hash0 && r == 0) prep_row_hashed(q * R, rows_in, K, theta_tok, s.sort, s_tok, s_lp);
             else prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP, s.warp);
         }
     }
@@ -889,7 +873,7 @@ __device__ __forceinline__ void search_body(
         int tok0 = 0;
         float lp0 = 0.0f;
         const bool idle0 = hash0 && t == t0 && rank != 0;  // HASH0: not this block's step (its row is not ready)
-        const bool raw = raw0 && t == t0;  // RAW0: the row is in s_tok / s_lp already, K slots
+        const bool raw = hash0 && t == t0;  // HASH0: the row is in s_tok / s_lp already, K slots
         if (row_smem && !idle0 && !raw) {
             row_n = (u32)LDCG(pcnt + nar_row);  // prepared by this launch's cluster: read past L1
             if (threadIdx.x < row_n) {
@@ -1021,7 +1005,7 @@ __device__ __forceinline__ void search_body(
                     k = i;                                            // one read of the root directory
                     const i64 tok = toks[k];
                     match = false;
-                    if (tok >= 0 && tok < tr.rnbits) {  // (RAW0: -1 marks a dropped slot)
+                    if (tok >= 0 && tok < tr.rnbits) {  // (HASH0: -1 marks a dropped slot)
                         const u64 word = tr.rbits[tok >> 6];
                         const int bit = (int)(tok & 63);
                         match = (word >> bit) & 1ull;
