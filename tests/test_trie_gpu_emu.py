@@ -125,15 +125,22 @@ def assert_equal(got, want):
     assert np.array_equal(np.isneginf(got[1]), np.isneginf(want[1]))
 
 
-def test_navigation_equals_numba(emu):
+@pytest.mark.parametrize("share", [8, 10**9])
+def test_navigation_equals_numba(emu, share, monkeypatch):
     """select0, run ends (children), labels and key ids of the kernels at every node of a synthetic trie;
-    zero_pair (sampled zero positions) gives the same child ranges."""
+    zero_pair (sampled zero positions) gives the same child ranges, with every wide group listed (share 8)
+    and with none listed (the general path)."""
     from gtmkit.indexer import succinct_bits as bits, succinct_nav as nav
+    from gtmkit.matcher import trie_gpu_aux as aux
     from gtmkit.matcher.trie_search_cuda import _trie_params
     from gtmkit.synth_trie import synth_keys
+    monkeypatch.setattr(aux, "WIDE_SHARE", share)
     trie = SuccinctTrie.build(synth_keys(20000, seed=7, vocab=3_000_000))
     a, n = trie.arrays, trie.num_nodes
     tp = _trie_params(emu, trie, "test")
+    samples, wide = aux.zero_samples(a.louds, 2 * n + 1, aux.ZERO_SHIFT, 10**9)
+    listed = int((trie._cuda_trie[emu.key][0]["zpos"] < 0).sum())
+    assert listed == (len(wide) if share == 8 else 0) and len(wide) >= 3
     z, label, key, nz, pz, pnz = (np.empty(n, np.int64) for _ in range(6))
     p = [ctypes.c_void_p(x.ctypes.data) for x in (tp, z, label, key, nz, pz, pnz)]
     emu.lib.emu_nav(p[0], ctypes.c_longlong(n), *p[1:])
@@ -151,7 +158,7 @@ def test_navigation_equals_numba(emu):
 
 def test_root_directory_and_zero_samples():
     from gtmkit.indexer import succinct_bits as bits
-    from gtmkit.matcher.trie_gpu_aux import root_directory, zero_positions
+    from gtmkit.matcher.trie_gpu_aux import root_directory, zero_positions, zero_samples
     from gtmkit.synth_trie import synth_keys
     trie = SuccinctTrie.build(synth_keys(5000, seed=3, vocab=100_000))
     a = trie.arrays
@@ -167,6 +174,22 @@ def test_root_directory_and_zero_samples():
     n_zeros = trie.num_nodes + 1
     zp = zero_positions(a.louds, 2 * trie.num_nodes + 1, 3)
     assert zp.tolist() == [bits.select0(a.louds, a.louds_rank, a.louds_select0, 8 * j) for j in range((n_zeros + 7) // 8)]
+    # wide groups (2 here): their samples point at lists of their 9 zeros (nbits past the last), at most max_wide
+    for max_wide in (10**9, 1):
+        samples, wide = zero_samples(a.louds, 2 * trie.num_nodes + 1, 3, max_wide)
+        marked = np.flatnonzero(samples < 0)
+        assert len(marked) == len(wide) and (max_wide == 1) == (len(wide) == 1) and len(wide) >= 1
+        assert np.array_equal(samples[samples >= 0], zp[samples >= 0])
+        assert np.array_equal(-1 - samples[marked], np.arange(len(marked)))
+        for j, row in zip(marked, wide):
+            want = [bits.select0(a.louds, a.louds_rank, a.louds_select0, 8 * j + c) if 8 * j + c < n_zeros
+                    else 2 * trie.num_nodes + 1 for c in range(9)]
+            assert row.tolist() == want
+    # the groups not listed are exactly those whose 9 zeros lie in the four words from the sample
+    samples, _ = zero_samples(a.louds, 2 * trie.num_nodes + 1, 3, 10**9)
+    for j in np.flatnonzero(samples >= 0):
+        last = bits.select0(a.louds, a.louds_rank, a.louds_select0, min(8 * j + 8, n_zeros - 1))
+        assert last < 64 * ((zp[j] >> 6) + 4)
 
 
 def test_signatures_parsed():

@@ -169,13 +169,16 @@ def _trie_params(dev, trie, what: str):
                   if name not in ("high_bits", "louds")}
         arrays["louds"] = dev.asarray(aux.louds_padded(a.louds))
         nbits = 2 * trie.num_nodes + 1
-        arrays["zpos"] = dev.asarray(aux.zero_positions(a.louds, nbits, aux.ZERO_SHIFT))
+        # (a device object with zwide False lists no wide group: benchmarks/trie_gpu_variants.py's A/B)
+        max_wide = aux.max_wide_groups(trie.nbytes, aux.ZERO_SHIFT) if getattr(dev, "zwide", True) else 0
+        zpos, zwide = aux.zero_samples(a.louds, nbits, aux.ZERO_SHIFT, max_wide)
+        arrays["zpos"], arrays["zwide"] = dev.asarray(zpos), dev.asarray(zwide if zwide.size else np.zeros(1, np.int64))
         bits, before, root_nbits = aux.root_directory(a)
         arrays["root_bits"], arrays["root_rank"] = dev.asarray(bits), dev.asarray(before)
         root_first, root_end = (int(x) for x in trie.child_range(0))
         table = [int(a.high_bits) if name == "high_bits" else dev.ptr(arrays[name]) for name in TRIE_FIELDS]
         table += [dev.ptr(arrays["zpos"]), aux.ZERO_SHIFT, dev.ptr(arrays["root_bits"]), dev.ptr(arrays["root_rank"]),
-                  root_nbits, root_first, root_end - root_first]
+                  root_nbits, root_first, root_end - root_first, dev.ptr(arrays["zwide"])]
         cache[dev.key] = (arrays, dev.asarray(np.array(table, np.int64)))
     return cache[dev.key][1]
 

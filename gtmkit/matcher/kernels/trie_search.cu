@@ -164,13 +164,15 @@ __device__ __forceinline__ u64 gtimer() {
 #define TP_HIGH_BITS 5
 #define TP_TERMINAL 6
 #define TP_TERMINAL_RANK 7
-#define TP_ZPOS 8           // i64 [ceil(zeros / 2^zshift)] position of every 2^zshift-th zero (trie_gpu_aux.py)
+#define TP_ZPOS 8           // i64 [ceil(zeros / 2^zshift)] position of every 2^zshift-th zero, or -1 - i: a wide
+                            // group, whose zeros are row i of TP_ZWIDE (trie_gpu_aux.py)
 #define TP_ZSHIFT 9
 #define TP_ROOT_BITS 10     // u64: bit v set where the root has a child labelled v (v < root_nbits)
 #define TP_ROOT_RANK 11     // u32: ones before each word of it
 #define TP_ROOT_NBITS 12    // 0: no root directory (the root's children are binary-searched)
 #define TP_ROOT_FIRST 13    // the root's first child
 #define TP_ROOT_DEG 14      // and its number of children
+#define TP_ZWIDE 15         // i64 [wide groups, 2^zshift + 1] the zeros of a wide group and the one after it
 
 // Search state table: per-query buffers [b, ...] allocated once per shape, kept between launches.
 #define SP_LIVE_NODE 0      // i64 [b, BW]   live beams, best first: node
@@ -210,6 +212,7 @@ struct Trie {
     const u64* term;
     const u64* term_rank;
     const i64* zpos;      // louds is followed by 4 words of ones on the device (no zero), see zero_pair
+    const i64* zwide;
     int zshift;
     const u64* rbits;
     const u32* rrank;
@@ -322,11 +325,18 @@ __device__ __forceinline__ i64 nth_in4(const u64* x, i64 w, int r) {
 // The k-th zero (node k's, z) and the next one (*z1): node k's children are nodes z - k .. *z1 - k - 2.
 // From the sampled position of zero (k >> zshift) << zshift, both are found in the four words loaded
 // at once from there (one dependent read after the sample instead of select0's walk of the rank
-// directory and run_end's); zeros further away (long runs of ones: the root's) take the general path.
+// directory and run_end's). A wide group's sample (where a long run of ones puts its zeros past the four
+// words) points at the list of its zeros instead: one read of two neighbours. Zeros further away in a
+// group that is not listed (past the host's budget) take the general path.
 __device__ __forceinline__ i64 zero_pair(const Trie& t, i64 k, i64* z1) {
     const i64 j = k >> t.zshift;
     const i64 p = t.zpos[j];
     const int r = (int)(k - (j << t.zshift));  // zeros after p's (which is zero 0 here)
+    if (p < 0) {
+        const i64* e = t.zwide + (-1 - p) * ((1ll << t.zshift) + 1) + r;
+        *z1 = e[1];
+        return e[0];
+    }
     const i64 w = p >> 6;
     u64 x[4];
 #pragma unroll
@@ -615,6 +625,7 @@ __device__ __forceinline__ Trie load_trie(const i64* TP) {
     t.term = (const u64*)TP[TP_TERMINAL];
     t.term_rank = (const u64*)TP[TP_TERMINAL_RANK];
     t.zpos = (const i64*)TP[TP_ZPOS];
+    t.zwide = (const i64*)TP[TP_ZWIDE];
     t.zshift = (int)TP[TP_ZSHIFT];
     t.rbits = (const u64*)TP[TP_ROOT_BITS];
     t.rrank = (const u32*)TP[TP_ROOT_RANK];
