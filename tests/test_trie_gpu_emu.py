@@ -262,6 +262,25 @@ def test_nar_rows_longer_than_a_block(emu):
         assert (want[0] >= 0).sum() >= 6
 
 
+def test_nar_tail_steps_grow_past_a_block(emu):
+    """A narrow step after the first (block 0 runs the rest alone: TAIL), then steps of more work items than a
+    block has threads (several rounds on block 0), with finished keys at every depth."""
+    rng = np.random.default_rng(17)
+    wide = 65536 + np.arange(150)
+    keys = {(a, b, int(c)) for a in range(3) for b in range(3) for c in wide}
+    keys |= {(a, b, int(c), int(d)) for a in range(3) for b in range(3) for c in wide[:40] for d in range(5)}
+    keys |= {(a,) for a in range(3)} | {(a, b) for a in range(3) for b in range(2)}
+    trie = SuccinctTrie.build([list(k) for k in sorted(keys)])
+    K = 150
+    rows = [np.arange(K), np.arange(K), rng.permutation(wide), np.arange(K)]
+    tokens = np.stack([np.stack(rows)] * 2).astype(np.int64)
+    logp = random_logp(rng, tokens.shape, ties=False)
+    for bw in (400, 5):
+        want = trie_beam_search(trie, tokens, logp, bw, alpha=0.5)
+        assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, alpha=0.5, device=emu), want)
+        assert (want[0] >= 0).sum() >= 2 * min(bw, 300)
+
+
 def test_nar_rows_with_repeated_tokens(emu):
     """Rows of 33 to NT proposals with many repeated tokens, repeated (token, log-prob) pairs and tied log-probs:
     the row sort and its deduplication (the best log-prob of a token, once)."""

@@ -64,6 +64,20 @@ typedef unsigned short u16;
 #ifndef HASH0
 #define HASH0 1
 #endif
+// ROWN1: a NAR step reads its row's proposal count once, with the row itself (no second L2 round trip
+// for each beam's count after the previous step's candidates are in). TAIL: from the first NAR step after
+// the launch's first whose work items fit one block's threads (W <= NT), block 0 runs the remaining steps
+// alone, with counters in shared memory and block barriers, while the other blocks wait for the finalize:
+// the small late steps were ~7-8 us each, mostly cluster barriers, global atomics and their reads.
+#ifndef ROWN1
+#define ROWN1 1
+#endif
+#ifndef TAIL
+#define TAIL 1
+#endif
+#ifndef TAIL_W
+#define TAIL_W NT       // TAIL's bound on the work items of the step it starts at
+#endif
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
 #endif
@@ -865,6 +879,7 @@ __device__ __forceinline__ void search_body(
 
     u32 prev_n = 0;     // NAR: the previous step's live candidates
     u64 prev_tau = 0;   //   and the composite threshold of the BW best of them
+    bool tail = false;  // TAIL: block 0 runs the rest alone (the other blocks have left the loop)
     for (int t = t0; t < t1 && nl > 0; ++t) {
         const bool last = t == last_step;
         const u32 par = (u32)(t & 1);
@@ -880,14 +895,16 @@ __device__ __forceinline__ void search_body(
         // are loaded here and stored after phase A, so the two phases' reads overlap.
         const bool row_smem = nar && K <= TOK_CAP;
         const i64 nar_row = q * R + t;
-        u32 row_n = 0;
+        u32 row_n = 0, nar_n = 0;
         int tok0 = 0;
         float lp0 = 0.0f;
         const bool idle0 = hash0 && t == t0 && rank != 0;  // HASH0: not this block's step (its row is not ready)
         const bool raw = hash0 && t == t0;  // HASH0: the row is in s_tok / s_lp already, K slots
-        if (row_smem && !idle0 && !raw) {
-            row_n = (u32)LDCG(pcnt + nar_row);  // prepared by this launch's cluster: read past L1
-            if (threadIdx.x < row_n) {
+        if (nar && !idle0 && !raw) {
+            nar_n = (u32)LDCG(pcnt + nar_row);  // prepared by this launch's cluster: read past L1
+            row_n = row_smem ? nar_n : 0u;
+            // (ROWN1: the row's first NT slots, kept or not, loaded with its count instead of after it)
+            if (row_smem && threadIdx.x < (ROWN1 ? (u32)K : row_n)) {
                 tok0 = LDCG(ptok + nar_row * K + threadIdx.x);
                 lp0 = LDCG(plp + nar_row * K + threadIdx.x);
             }
@@ -931,7 +948,8 @@ __device__ __forceinline__ void search_body(
             u32 p = base + threadIdx.x;
             u32 work = 0;
             if (p < nl) {
-                u32 n = idle0 ? 0u : raw ? (u32)K : (u32)LDCG(pcnt + q * R + (nar ? t : (int)p));  // prepared by any block
+                u32 n = idle0 ? 0u : raw ? (u32)K : (ROWN1 && nar) ? nar_n
+                      : (u32)LDCG(pcnt + q * R + (nar ? t : (int)p));  // prepared by any block
                 u32 deg;
                 if (from_cand) {
                     deg = beam_deg[p];
@@ -955,6 +973,9 @@ __device__ __forceinline__ void search_body(
             carry += tot;
         }
         const u32 W = carry;
+        // TAIL (cluster-uniform: every block computed the same W): block 0 goes on alone
+        if (TAIL && from_cand && !tail && W <= TAIL_W) tail = true;
+        if (tail && rank != 0) break;
         if (threadIdx.x < row_n) {
             s_tok[threadIdx.x] = tok0;
             s_lp[threadIdx.x] = lp0;
@@ -969,12 +990,16 @@ __device__ __forceinline__ void search_body(
         if ((i64)fc + (i64)W > fin_cap) {
             if (rank == 0) fold_finished(fin, fc, BW, gbuf, s);
             fc = fc < BW ? fc : BW;
-            cluster_sync();
+            if (tail) __syncthreads();
+            else cluster_sync();
         }
         PROF_MARK(1);  // fold
         PROF_ADD(10, W);
         PROF_ADD(12, 1);
-        if (threadIdx.x == 0) off[nl] = W;
+        if (threadIdx.x == 0) {
+            off[nl] = W;
+            s.misc[4] = s.misc[5] = 0;  // (TAIL: the step's counters)
+        }
         __syncthreads();
 
         // Phase B: the cluster's blocks take the work items in warp-sized chunks dealt in turn (chunk c to
@@ -986,7 +1011,7 @@ __device__ __forceinline__ void search_body(
         // round of items a thread, so B2 runs in the same round as the B1 that found the match (a
         // separate B2 over a compacted match list cost a barrier and two dependent reads a step). Loop
         // bounds are warp-uniform so every lane reaches the warp_append ballots.
-        const bool solo = (SOLO0 || hash0) && t == t0 && init;  // (SOLO0: diagnostic)
+        const bool solo = ((SOLO0 || hash0) && t == t0 && init) || tail;  // (SOLO0: diagnostic)
         for (u32 base = solo ? (rank == 0 ? (threadIdx.x >> 5) * 32 : W) : (rank + CL * (threadIdx.x >> 5)) * 32;
              base < W; base += solo ? NT : NT * CL) {
             u32 w = base + lane;
@@ -1068,7 +1093,12 @@ __device__ __forceinline__ void search_body(
                 }
             }
             u32 pl, pf;  // positions in the query's lists, over the whole cluster
-            warp_append2(is_live, is_fin, counters, &pl, &pf);
+            if (tail) {
+                pl = warp_append(is_live, &s.misc[4]);
+                pf = warp_append(is_fin, &s.misc[5]);
+            } else {
+                warp_append2(is_live, is_fin, counters, &pl, &pf);
+            }
             if (is_live) {
                 // the labels the next step reads first if this candidate is kept, on their way to L2
                 PREFETCH_L2(tr.low + child_first - 1);
@@ -1083,10 +1113,17 @@ __device__ __forceinline__ void search_body(
             }
             if (is_fin) fin[fc + pf] = fin_key;
         }
-        cluster_sync();  // every block's candidates and finished keys are written
-        const u64 both = LDCG(counters);
-        const u32 n_live = (u32)both;
-        fc += (u32)(both >> 32);
+        u32 n_live;
+        if (tail) {  // block 0 alone
+            __syncthreads();
+            n_live = s.misc[4];
+            fc += s.misc[5];
+        } else {
+            cluster_sync();  // every block's candidates and finished keys are written
+            const u64 both = LDCG(counters);
+            n_live = (u32)both;
+            fc += (u32)(both >> 32);
+        }
         // step t + 2's counters: every block read them (as step t - 1's) before this barrier, and none adds
         // to them before the next step's barrier, which block 0 reaches after this store
         if (rank == 0 && threadIdx.x == 0) cnt[(t + 2) % 3] = 0;
@@ -1149,6 +1186,11 @@ __device__ __forceinline__ void search_body(
         nl = m;
         PROF_MARK(4);  // new live list
         PROF_STEP_END(t, W);
+    }
+    if (tail) {  // the other blocks wait here for block 0's last step, then take its count of finished keys
+        if (rank == 0 && threadIdx.x == 0) cnt[3] = fc;
+        cluster_sync();
+        fc = (u32)LDCG(cnt + 3);
     }
 
     if (finalize && BW <= SORT_CAP) {
