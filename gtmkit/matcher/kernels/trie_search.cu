@@ -64,19 +64,11 @@ typedef unsigned short u16;
 #ifndef HASH0
 #define HASH0 1
 #endif
-// ROWN1: a NAR step reads its row's proposal count once, with the row itself (no second L2 round trip
-// for each beam's count after the previous step's candidates are in). TAIL: from the first NAR step after
-// the launch's first whose work items fit one block's threads (W <= NT), block 0 runs the remaining steps
-// alone, with counters in shared memory and block barriers, while the other blocks wait for the finalize:
-// the small late steps were ~7-8 us each, mostly cluster barriers, global atomics and their reads.
+// ROWN1: a NAR step reads its row's proposal count once, with the row itself, rather than again for each
+// beam after the previous step's candidates are in (a second L2 round trip in phase A's chain; 1.017x,
+// trie_gpu_variants_h200.md session 10).
 #ifndef ROWN1
 #define ROWN1 1
-#endif
-#ifndef TAIL
-#define TAIL 1
-#endif
-#ifndef TAIL_W
-#define TAIL_W NT       // TAIL's bound on the work items of the step it starts at
 #endif
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
@@ -879,7 +871,6 @@ __device__ __forceinline__ void search_body(
 
     u32 prev_n = 0;     // NAR: the previous step's live candidates
     u64 prev_tau = 0;   //   and the composite threshold of the BW best of them
-    bool tail = false;  // TAIL: block 0 runs the rest alone (the other blocks have left the loop)
     for (int t = t0; t < t1 && nl > 0; ++t) {
         const bool last = t == last_step;
         const u32 par = (u32)(t & 1);
@@ -973,9 +964,6 @@ __device__ __forceinline__ void search_body(
             carry += tot;
         }
         const u32 W = carry;
-        // TAIL (cluster-uniform: every block computed the same W): block 0 goes on alone
-        if (TAIL && from_cand && !tail && W <= TAIL_W) tail = true;
-        if (tail && rank != 0) break;
         if (threadIdx.x < row_n) {
             s_tok[threadIdx.x] = tok0;
             s_lp[threadIdx.x] = lp0;
@@ -990,16 +978,12 @@ __device__ __forceinline__ void search_body(
         if ((i64)fc + (i64)W > fin_cap) {
             if (rank == 0) fold_finished(fin, fc, BW, gbuf, s);
             fc = fc < BW ? fc : BW;
-            if (tail) __syncthreads();
-            else cluster_sync();
+            cluster_sync();
         }
         PROF_MARK(1);  // fold
         PROF_ADD(10, W);
         PROF_ADD(12, 1);
-        if (threadIdx.x == 0) {
-            off[nl] = W;
-            s.misc[4] = s.misc[5] = 0;  // (TAIL: the step's counters)
-        }
+        if (threadIdx.x == 0) off[nl] = W;
         __syncthreads();
 
         // Phase B: the cluster's blocks take the work items in warp-sized chunks dealt in turn (chunk c to
@@ -1011,7 +995,7 @@ __device__ __forceinline__ void search_body(
         // round of items a thread, so B2 runs in the same round as the B1 that found the match (a
         // separate B2 over a compacted match list cost a barrier and two dependent reads a step). Loop
         // bounds are warp-uniform so every lane reaches the warp_append ballots.
-        const bool solo = ((SOLO0 || hash0) && t == t0 && init) || tail;  // (SOLO0: diagnostic)
+        const bool solo = (SOLO0 || hash0) && t == t0 && init;  // (SOLO0: diagnostic)
         for (u32 base = solo ? (rank == 0 ? (threadIdx.x >> 5) * 32 : W) : (rank + CL * (threadIdx.x >> 5)) * 32;
              base < W; base += solo ? NT : NT * CL) {
             u32 w = base + lane;
@@ -1093,12 +1077,7 @@ __device__ __forceinline__ void search_body(
                 }
             }
             u32 pl, pf;  // positions in the query's lists, over the whole cluster
-            if (tail) {
-                pl = warp_append(is_live, &s.misc[4]);
-                pf = warp_append(is_fin, &s.misc[5]);
-            } else {
-                warp_append2(is_live, is_fin, counters, &pl, &pf);
-            }
+            warp_append2(is_live, is_fin, counters, &pl, &pf);
             if (is_live) {
                 // the labels the next step reads first if this candidate is kept, on their way to L2
                 PREFETCH_L2(tr.low + child_first - 1);
@@ -1113,17 +1092,10 @@ __device__ __forceinline__ void search_body(
             }
             if (is_fin) fin[fc + pf] = fin_key;
         }
-        u32 n_live;
-        if (tail) {  // block 0 alone
-            __syncthreads();
-            n_live = s.misc[4];
-            fc += s.misc[5];
-        } else {
-            cluster_sync();  // every block's candidates and finished keys are written
-            const u64 both = LDCG(counters);
-            n_live = (u32)both;
-            fc += (u32)(both >> 32);
-        }
+        cluster_sync();  // every block's candidates and finished keys are written
+        const u64 both = LDCG(counters);
+        const u32 n_live = (u32)both;
+        fc += (u32)(both >> 32);
         // step t + 2's counters: every block read them (as step t - 1's) before this barrier, and none adds
         // to them before the next step's barrier, which block 0 reaches after this store
         if (rank == 0 && threadIdx.x == 0) cnt[(t + 2) % 3] = 0;
@@ -1186,11 +1158,6 @@ __device__ __forceinline__ void search_body(
         nl = m;
         PROF_MARK(4);  // new live list
         PROF_STEP_END(t, W);
-    }
-    if (tail) {  // the other blocks wait here for block 0's last step, then take its count of finished keys
-        if (rank == 0 && threadIdx.x == 0) cnt[3] = fc;
-        cluster_sync();
-        fc = (u32)LDCG(cnt + 3);
     }
 
     if (finalize && BW <= SORT_CAP) {
