@@ -70,13 +70,6 @@ typedef unsigned short u16;
 #ifndef ROWN1
 #define ROWN1 1
 #endif
-// HROW: the rows a NAR launch prepares itself (K <= NT, SEL_CAP) are deduplicated through the hash table as
-// HASH0's row is, compacted unsorted, and each step's row goes into a shared hash table of its tokens that
-// phase B probes (one or two reads) instead of binary-searching a sorted row: the other blocks' row sorts
-// were on step 0's critical path (SORT2X: a second sort costs 8.3 us a query, session 10).
-#ifndef HROW
-#define HROW 1
-#endif
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
 #endif
@@ -703,10 +696,6 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
 // (16 KiB), 32-bit atomics only (64-bit shared atomics are CAS loops on sm_90). Of repeated tokens with the
 // same best log-prob one is kept, whichever claims the slot first: the kept (token, log-prob) pairs are the
 // same.
-__device__ __forceinline__ u32 token_slot(u32 tok) {  // home slot of a token in a table of SORT_CAP slots
-    return (u32)(((u64)tok * 0x9E3779B97F4A7C15ull) >> 40) & (SORT_CAP - 1u);
-}
-
 __device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int K, float theta_tok, u64* sb,
                                                 int* raw_tok, float* raw_lp) {
     u32* tab = (u32*)sb;
@@ -723,7 +712,7 @@ __device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int
     const bool valid = tok >= 0 && lp > theta_tok;  // (NaN fails; a valid key is never 0 below)
     const u32 key = sortable_raw(lp);
     __syncthreads();
-    u32 h = token_slot((u32)tok);
+    u32 h = (u32)(((u64)(u32)tok * 0x9E3779B97F4A7C15ull) >> 40) & (SORT_CAP - 1u);
     if (valid) {
         for (;;) {
             const u32 old = atomicCAS(&tab[h], EMPTY, (u32)tok);
@@ -739,24 +728,6 @@ __device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int
         raw_lp[threadIdx.x] = lp;
     }
     __syncthreads();  // sb is free again, the slots are complete
-}
-
-// HROW: proposal row `row` (K <= NT, SEL_CAP) deduplicated by prep_row_hashed into scratch slots in sel, then
-// compacted in slot order (not sorted) into ptok / plp, its count into pcnt.
-__device__ __forceinline__ void prep_row_compact(i64 row, const int* rows_in, int K, float theta_tok, int* ptok,
-                                                 float* plp, int* pcnt, Smem& s) {
-    int* raw_tok = (int*)s.sel;
-    float* raw_lp = (float*)s.sel + SEL_CAP;
-    prep_row_hashed(row, rows_in, K, theta_tok, s.sort, raw_tok, raw_lp);
-    const bool kept = (int)threadIdx.x < K && raw_tok[threadIdx.x] >= 0;
-    u32 tot;
-    const u32 pos = block_scan(kept ? 1u : 0u, s.warp, &tot);
-    if (kept) {
-        ptok[row * K + pos] = raw_tok[threadIdx.x];
-        plp[row * K + pos] = raw_lp[threadIdx.x];
-    }
-    if (threadIdx.x == 0) pcnt[row] = (int)tot;
-    __syncthreads();  // the scratch is free again
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
@@ -862,14 +833,11 @@ __device__ __forceinline__ void search_body(
     // children (its degree >= K), no fold possible (W <= K), one work item a thread, the slots in s_tok
     const bool hash0 = HASH0 && rows_in && nar && init && t0 == 0 && tr.rdeg >= (i64)K && fin_cap >= (i64)K &&
                        K <= NT && K <= TOK_CAP;
-    // HROW's conditions (launch-uniform): this launch prepares its rows, each fits a block and the scratch
-    const bool hrow = HROW && rows_in && nar && K <= NT && K <= SEL_CAP && K <= TOK_CAP;
     const double fac0 = fac_smem && (int)threadIdx.x < t1 - t0 ? factors[t0 + 1 - fbase + threadIdx.x] : 0.0;
     if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
         // (no prep_kernel launch; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks)
         for (int r = (int)rank; r < R; r += CL) {
             if (hash0 && r == 0) prep_row_hashed(q * R, rows_in, K, theta_tok, s.sort, s_tok, s_lp);
-            else if (hrow) prep_row_compact(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s);
             else prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP, s.warp);
         }
     }
@@ -1015,20 +983,6 @@ __device__ __forceinline__ void search_body(
         PROF_MARK(1);  // fold
         PROF_ADD(10, W);
         PROF_ADD(12, 1);
-        // HROW: the step's row (unsorted) into a table of its tokens, slot -> proposal index, in s.sort (free
-        // after the fold); tokens are distinct, so a thread claims an empty slot for its own proposal
-        const bool hashed = hrow && !raw;
-        u32* htab = (u32*)s.sort;
-        u32* hidx = htab + SORT_CAP;
-        if (hashed) {
-            for (u32 i = threadIdx.x; i < SORT_CAP; i += NT) htab[i] = 0xFFFFFFFFu;
-            __syncthreads();
-            if (threadIdx.x < row_n) {
-                u32 h = token_slot((u32)tok0);
-                while (atomicCAS(&htab[h], 0xFFFFFFFFu, (u32)tok0) != 0xFFFFFFFFu) h = (h + 1u) & (SORT_CAP - 1u);
-                hidx[h] = threadIdx.x;
-            }
-        }
         if (threadIdx.x == 0) off[nl] = W;
         __syncthreads();
 
@@ -1065,15 +1019,8 @@ __device__ __forceinline__ void search_body(
                 if (deg < n) {  // child i: its label among the proposals
                     c = first + i;
                     i64 lab = label_of(tr, c);
-                    if (hashed) {  // (labels are < 2^31: never the empty mark)
-                        u32 h = token_slot((u32)lab), x;
-                        while ((x = htab[h]) != (u32)lab && x != 0xFFFFFFFFu) h = (h + 1u) & (SORT_CAP - 1u);
-                        match = x == (u32)lab;
-                        k = match ? hidx[h] : 0u;
-                    } else {
-                        k = tokens_lower_bound(toks, n, lab);
-                        match = k < n && (i64)toks[k] == lab;
-                    }
+                    k = tokens_lower_bound(toks, n, lab);
+                    match = k < n && (i64)toks[k] == lab;
                 } else if (first == tr.rfirst && tr.rnbits > 0) {  // proposal i among the root's children:
                     k = i;                                            // one read of the root directory
                     const i64 tok = toks[k];
