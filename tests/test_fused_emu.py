@@ -24,9 +24,9 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 CONFIGS = {
     "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0),  # expand: every candidate's row by binary search
     "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4),
-    # expand a warp per row for any batch (the device does so for wide rows only), 3 rows a warp at a time
-    # (batches that are not a multiple of it); a cluster size that does not divide the bin count
-    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1, WR=3),
+    # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
+    # not divide the bin count
+    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),
 }
 
 

@@ -52,9 +52,6 @@
 #ifndef WEXP
 #define WEXP 1          // expand wide rows a warp per row (0: always one candidate a thread, rows by binary search)
 #endif
-#ifndef WR
-#define WR 2            // wide rows a warp takes at a time (their loads overlap)
-#endif
 #ifndef WEXP_MIN_DEG
 #define WEXP_MIN_DEG 16 // a batch of rows is wide from this mean out-degree on (a warp's lanes mostly busy)
 #endif
@@ -310,70 +307,43 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
             // lanes on consecutive children, so no candidate searches for its row (below: about a quarter
             // of the expand's instructions, ncu) and the row's values are loaded once per warp. Measured
             // on the H200: ~4% off the whole search (benchmarks/results/step_gpu_profile.md).
-            // A warp takes WR rows at a time and issues the token loads of all of them, then their log-prob
-            // gathers: WR rows' chains of two dependent loads overlap instead of following each other.
             for (;;) {
                 int x = 0;
-                if (lane == 0) x = (int)atomicAdd(&S.s_next, (u32)WR);
+                if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
                 x = __shfl_sync(0xffffffffu, x, 0);
                 if (x >= nr) break;  // warp-uniform
-                u32 dg[WR];
-                i64 j0s[WR], lp0[WR];
-                float bs[WR];
-                u32 id0[WR], offs[WR];
-                u32 dmax = 0;
+                const u32 off = S.row_off[x];
+                const u32 deg = (x + 1 < nr ? S.row_off[x + 1] : total) - off;
+                const i64 j0 = S.row_j0[x];
+                const i64 row = q0 + (i64)CL * x;
+                const float bs = beam_scores[row];
+                const u32 id0 = (u32)(row - r0) * (u32)D;
+                const i64 lp0 = row * (i64)V;
+                u64* oc = my_cand + nc + off;
+                int* och = my_child + nc + off;
+                const int* ct = t.child_tokens + j0;
+                for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (match_any below)
+                    int tk[EU];
+                    float sv[EU];
 #pragma unroll
-                for (int w = 0; w < WR; ++w) {
-                    const int xw = x + w;
-                    dg[w] = 0;
-                    j0s[w] = 0;
-                    lp0[w] = 0;
-                    bs[w] = 0.0f;
-                    id0[w] = 0;
-                    offs[w] = 0;
-                    if (xw < nr) {
-                        offs[w] = S.row_off[xw];
-                        dg[w] = (xw + 1 < nr ? S.row_off[xw + 1] : total) - offs[w];
-                        j0s[w] = S.row_j0[xw];
-                        const i64 row = q0 + (i64)CL * xw;
-                        bs[w] = beam_scores[row];
-                        id0[w] = (u32)(row - r0) * (u32)D;
-                        lp0[w] = row * (i64)V;
+                    for (int u = 0; u < EU; ++u) { u32 c = c0 + u * 32 + lane; tk[u] = c < deg ? ct[c] : 0; }
+#pragma unroll
+                    for (int u = 0; u < EU; ++u) {
+                        u32 c = c0 + u * 32 + lane;
+                        sv[u] = c < deg ? bs + (lp_dtype == 0 ? lp32[lp0 + tk[u]] : load_lp(logprobs, lp_dtype, lp0 + tk[u])) : 0.0f;
                     }
-                    dmax = dg[w] > dmax ? dg[w] : dmax;
-                }
-                for (u32 c0 = 0; c0 < dmax; c0 += EU * 32) {  // warp-uniform bounds (match_any below)
-                    int tk[WR][EU];
-                    float sv[WR][EU];
 #pragma unroll
-                    for (int w = 0; w < WR; ++w)
-#pragma unroll
-                        for (int u = 0; u < EU; ++u) {
-                            u32 c = c0 + u * 32 + lane;
-                            tk[w][u] = c < dg[w] ? t.child_tokens[j0s[w] + c] : 0;
+                    for (int u = 0; u < EU; ++u) {
+                        u32 c = c0 + u * 32 + lane;
+                        int bn = -1;
+                        if (c < deg) {
+                            u64 cc = candidate_key(sv[u], id0 + c);
+                            oc[c] = cc;
+                            och[c] = (int)(j0 + c + 1);
+                            bn = bin_of<FB>(cc, top);
                         }
-#pragma unroll
-                    for (int w = 0; w < WR; ++w)
-#pragma unroll
-                        for (int u = 0; u < EU; ++u) {
-                            u32 c = c0 + u * 32 + lane;
-                            sv[w][u] = c < dg[w] ? bs[w] + (lp_dtype == 0 ? lp32[lp0[w] + tk[w][u]]
-                                                              : load_lp(logprobs, lp_dtype, lp0[w] + tk[w][u])) : 0.0f;
-                        }
-#pragma unroll
-                    for (int w = 0; w < WR; ++w)
-#pragma unroll
-                        for (int u = 0; u < EU; ++u) {
-                            u32 c = c0 + u * 32 + lane;
-                            int bn = -1;
-                            if (c < dg[w]) {
-                                u64 cc = candidate_key(sv[w][u], id0[w] + c);
-                                my_cand[nc + offs[w] + c] = cc;
-                                my_child[nc + offs[w] + c] = (int)(j0s[w] + c + 1);
-                                bn = bin_of<FB>(cc, top);
-                            }
-                            warp_bin_add(S.cum, bn, lane);
-                        }
+                        warp_bin_add(S.cum, bn, lane);
+                    }
                 }
             }
             nc += total;
