@@ -4,8 +4,8 @@
         --variant new --variant nopf:NO_PREFETCH2=1 --variant old@scratch/old_trie_search.cu
 
 A variant is NAME[@FILE][:DEF=V,DEF=V]: kernels/trie_search.cu (or FILE, e.g. an older revision's copy)
-compiled with -DDEF=V (ZWIDE=0: the trie uploaded without wide-group lists), run through the same host path
-(trie_beam_search_cuda with its own device object).
+compiled with -DDEF=V (ZWIDE=0: the trie uploaded without wide-group lists; NOGRAPH=1: the launch submitted
+each call, no CUDA graph), run through the same host path (trie_beam_search_cuda with its own device object).
 Variants take turns in blocks of --block queries, in a rotating order, for --rounds rounds; every query's
 results must equal the first variant's. Prints mean / p50 / p90 wall time per query (host call +
 synchronize) and each variant's mean relative to the first (ratio > 1: faster). Exit status 1 on any
@@ -42,6 +42,8 @@ def make_device(src: Path, defines: tuple) -> "tsc.CupyDevice":
         if d == "ZWIDE=0":  # the trie's tables without wide-group lists (its own upload of the trie)
             dev.zwide = False
             dev.key = dev.key + ("nowide",)
+        if d == "NOGRAPH=1":  # the launch submitted each call instead of a replayed graph
+            dev.replay = lambda graphs, key, submit: submit()
     return dev
 
 
