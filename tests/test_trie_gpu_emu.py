@@ -281,33 +281,6 @@ def test_nar_tail_steps_grow_past_a_block(emu):
         assert (want[0] >= 0).sum() >= 2 * min(bw, 300)
 
 
-def _home_slot(tok: int, cap: int) -> int:  # trie_search.cu's token_slot
-    return (((tok * 0x9E3779B97F4A7C15) & (2**64 - 1)) >> 40) & (cap - 1)
-
-
-def test_nar_hashed_rows_with_colliding_tokens(emu):
-    """Rows the kernel prepares and probes through its token table (HROW): tokens that share a home slot, so
-    that finding a child's label takes linear probing past other tokens, with misses among them."""
-    rng = np.random.default_rng(23)
-    k = min(emu.nt, emu.sel_cap, emu.tok_cap, 16)
-    by_slot = {}
-    for tok in range(70000, 70000 + 200 * emu.sort_cap):
-        by_slot.setdefault(_home_slot(tok, emu.sort_cap), []).append(tok)
-    groups = [v[:4] for v in by_slot.values() if len(v) >= 4][:k // 4]
-    colliding = [t for g in groups for t in g]
-    assert len(colliding) == k
-    # each first-level node has half of the colliding tokens as children (misses probe past the others)
-    keys = [[a] for a in range(3)] + [[a, t] for a in range(3) for i, t in enumerate(colliding) if (i + a) % 2]
-    trie = SuccinctTrie.build(keys)
-    rows = np.stack([np.arange(k), rng.permutation(colliding)])
-    tokens = np.stack([rows] * 2).astype(np.int64)
-    logp = random_logp(rng, tokens.shape, ties=False)
-    for bw in (3, 20):
-        want = trie_beam_search(trie, tokens, logp, bw)
-        assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, device=emu), want)
-        assert (want[0] >= 0).sum() >= 2 * min(bw, 3 + 3 * k // 2) - 2
-
-
 def test_nar_rows_with_repeated_tokens(emu):
     """Rows of 33 to NT proposals with many repeated tokens, repeated (token, log-prob) pairs and tied log-probs:
     the row sort and its deduplication (the best log-prob of a token, once)."""

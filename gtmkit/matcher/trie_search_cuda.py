@@ -197,8 +197,7 @@ class _Buffers:
     """Device buffers of one search shape (kernels/trie_search.cu, SP_* table), the staging buffers, and
     the live list / finished keys, which `keep` (an AR stepper's previous set) hands over."""
 
-    def __init__(self, dev, b: int, bw: int, rows: int, k: int, nf: int, keep: "_Buffers" = None,
-                 nar: bool = False):
+    def __init__(self, dev, b: int, bw: int, rows: int, k: int, nf: int, keep: "_Buffers" = None):
         e = dev.empty
         self.b, self.bw, self.rows, self.k, self.nf = b, bw, rows, k, nf
         if keep is None:
@@ -236,8 +235,6 @@ class _Buffers:
         cells = max(b * rows * k, 1)
         self.ptok, self.plp = e((cells,), np.int32), e((cells,), np.float32)
         self.pcnt = e((max(b * rows, 1),), np.int32)
-        # NAR: each row's token table (SORT_CAP token slots and proposal indices) where the kernel prepares rows
-        self.ptab = e((max(b * rows, 1) * 2 * dev.sort_cap if nar else 1,), np.uint32)
         # staging: nf float64 factors, then per row K token ids and K log-prob bits (or, for rows prepared on
         # the host, ptok, plp and pcnt)
         nbytes = 8 * nf + 8 * cells + 4 * max(b * rows, 1) + 8
@@ -251,7 +248,7 @@ class _Buffers:
                                   self.fin_count, self.scratch)]
             + [bw, self.fin_cap, stride, dev.ptr(self.match), dev.ptr(self.cand_slot), dev.ptr(self.kept),
                dev.ptr(self.cnt), dev.ptr(self.beam_first), dev.ptr(self.beam_deg),
-               dev.ptr(self.beam_score), dev.ptr(self.ptab)], np.int64))
+               dev.ptr(self.beam_score)], np.int64))
         self.dummy_ids, self.dummy_scores = e((1,), np.int64), e((1,), np.float32)
         # NAR results as a captured graph writes them (host proposals: in pinned memory)
         self.host_out = dev.pinned(12 * b * bw)
@@ -273,7 +270,7 @@ def _nar_buffers(dev, shape: tuple) -> _Buffers:
     else:
         if len(bufs) >= KEPT_SHAPES:
             bufs.pop(next(iter(bufs))).release()
-        bufs[shape] = _Buffers(dev, *shape, nar=True)
+        bufs[shape] = _Buffers(dev, *shape)
     return bufs[shape]
 
 

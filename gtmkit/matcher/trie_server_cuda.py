@@ -45,7 +45,7 @@ class TrieSearchServer:
         self._timeout = float(timeout)
         self._tp = _trie_params(dev, trie, what)
         nf = self.steps + 1
-        self._buf = buf = _Buffers(dev, 1, self.beam_width, self.steps, self.k, nf, nar=True)  # its own: kept
+        self._buf = buf = _Buffers(dev, 1, self.beam_width, self.steps, self.k, nf)  # its own: the kernel keeps them
         buf.host[:8 * nf].view(np.float64)[:] = length_factors(_float(alpha, "alpha"), self.steps)
         self._ctl = dev.pinned(16).view(np.uint32)  # [0] request number (host), [1] last done (kernel)
         self._ctl[:] = 0

@@ -70,15 +70,6 @@ typedef unsigned short u16;
 #ifndef ROWN1
 #define ROWN1 1
 #endif
-// HROW: the rows a NAR launch prepares itself (K <= NT, SEL_CAP) are deduplicated through the hash table as
-// HASH0's row is and compacted unsorted, and the preparing block stores a table of the row's tokens (slot ->
-// proposal index) beside it, which each step loads into shared memory with the row and phase B probes (one
-// or two reads) instead of binary-searching a sorted row: the other blocks' row sorts were on step 0's
-// critical path (SORT2X: a second sort costs 8.3 us a query, session 10; building the table every step
-// instead cost more than it saved).
-#ifndef HROW
-#define HROW 1
-#endif
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
 #endif
@@ -216,7 +207,6 @@ __device__ __forceinline__ u64 gtimer() {
 #define SP_BEAM_FIRST 23    // i64 [b, CL, BW] } a block's copies of the live beams when BW > BEAM_CAP
 #define SP_BEAM_DEG 24      // u32 [b, CL, BW] } (SP_BEAM_N and SP_BEAM_OFF are [b, CL, BW (+1)] too)
 #define SP_BEAM_SCORE 25    // f32 [b, CL, BW] }
-#define SP_PTAB 26          // u32 [b, R, 2, SORT_CAP] HROW: each prepared row's token table (tokens, then indices)
 
 struct Trie {
     const u64* louds;
@@ -706,10 +696,6 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
 // (16 KiB), 32-bit atomics only (64-bit shared atomics are CAS loops on sm_90). Of repeated tokens with the
 // same best log-prob one is kept, whichever claims the slot first: the kept (token, log-prob) pairs are the
 // same.
-__device__ __forceinline__ u32 token_slot(u32 tok) {  // home slot of a token in a table of SORT_CAP slots
-    return (u32)(((u64)tok * 0x9E3779B97F4A7C15ull) >> 40) & (SORT_CAP - 1u);
-}
-
 __device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int K, float theta_tok, u64* sb,
                                                 int* raw_tok, float* raw_lp) {
     u32* tab = (u32*)sb;
@@ -726,7 +712,7 @@ __device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int
     const bool valid = tok >= 0 && lp > theta_tok;  // (NaN fails; a valid key is never 0 below)
     const u32 key = sortable_raw(lp);
     __syncthreads();
-    u32 h = token_slot((u32)tok);
+    u32 h = (u32)(((u64)(u32)tok * 0x9E3779B97F4A7C15ull) >> 40) & (SORT_CAP - 1u);
     if (valid) {
         for (;;) {
             const u32 old = atomicCAS(&tab[h], EMPTY, (u32)tok);
@@ -742,34 +728,6 @@ __device__ __forceinline__ void prep_row_hashed(i64 row, const int* rows_in, int
         raw_lp[threadIdx.x] = lp;
     }
     __syncthreads();  // sb is free again, the slots are complete
-}
-
-// HROW: proposal row `row` (K <= NT, SEL_CAP) deduplicated by prep_row_hashed into scratch slots in sel, then
-// compacted in slot order (not sorted) into ptok / plp, its count into pcnt, and its token table (SORT_CAP
-// token slots, then SORT_CAP proposal indices) into tab.
-__device__ __forceinline__ void prep_row_compact(i64 row, const int* rows_in, int K, float theta_tok, int* ptok,
-                                                 float* plp, int* pcnt, u32* tab, Smem& s) {
-    int* raw_tok = (int*)s.sel;
-    float* raw_lp = (float*)s.sel + SEL_CAP;
-    prep_row_hashed(row, rows_in, K, theta_tok, s.sort, raw_tok, raw_lp);
-    u32* htab = (u32*)s.sort;
-    u32* hidx = htab + SORT_CAP;
-    for (u32 i = threadIdx.x; i < SORT_CAP; i += NT) htab[i] = 0xFFFFFFFFu;
-    const bool kept = (int)threadIdx.x < K && raw_tok[threadIdx.x] >= 0;
-    u32 tot;
-    const u32 pos = block_scan(kept ? 1u : 0u, s.warp, &tot);  // (its barriers order the clearing above)
-    if (kept) {
-        const int tok = raw_tok[threadIdx.x];
-        ptok[row * K + pos] = tok;
-        plp[row * K + pos] = raw_lp[threadIdx.x];
-        u32 h = token_slot((u32)tok);
-        while (atomicCAS(&htab[h], 0xFFFFFFFFu, (u32)tok) != 0xFFFFFFFFu) h = (h + 1u) & (SORT_CAP - 1u);
-        hidx[h] = pos;
-    }
-    if (threadIdx.x == 0) pcnt[row] = (int)tot;
-    __syncthreads();
-    for (u32 i = threadIdx.x; i < 2 * SORT_CAP; i += NT) tab[row * 2 * SORT_CAP + i] = htab[i];
-    __syncthreads();  // the scratch is free again
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1) prep_kernel(
@@ -875,15 +833,11 @@ __device__ __forceinline__ void search_body(
     // children (its degree >= K), no fold possible (W <= K), one work item a thread, the slots in s_tok
     const bool hash0 = HASH0 && rows_in && nar && init && t0 == 0 && tr.rdeg >= (i64)K && fin_cap >= (i64)K &&
                        K <= NT && K <= TOK_CAP;
-    // HROW's conditions (launch-uniform): this launch prepares its rows, each fits a block and the scratch
-    const bool hrow = HROW && rows_in && nar && K <= NT && K <= SEL_CAP && K <= TOK_CAP;
-    u32* ptab = (u32*)SP[SP_PTAB];
     const double fac0 = fac_smem && (int)threadIdx.x < t1 - t0 ? factors[t0 + 1 - fbase + threadIdx.x] : 0.0;
     if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
         // (no prep_kernel launch; K <= NT and 2 * pow2(K) <= SORT_CAP, the host checks)
         for (int r = (int)rank; r < R; r += CL) {
             if (hash0 && r == 0) prep_row_hashed(q * R, rows_in, K, theta_tok, s.sort, s_tok, s_lp);
-            else if (hrow) prep_row_compact(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, ptab, s);
             else prep_row(q * R + r, rows_in, K, theta_tok, (int*)ptok, (float*)plp, (int*)pcnt, s.sort, SORT_CAP, s.warp);
         }
     }
@@ -945,15 +899,6 @@ __device__ __forceinline__ void search_body(
                 tok0 = LDCG(ptok + nar_row * K + threadIdx.x);
                 lp0 = LDCG(plp + nar_row * K + threadIdx.x);
             }
-        }
-        // HROW: the row's token table, loaded with it and stored after the fold (which uses s.sort)
-        const bool hashed = hrow && !raw && !idle0;
-        u64 tab2[(2 * SORT_CAP / 2 + NT - 1) / NT];
-        const u64* gtab = (const u64*)(ptab + nar_row * 2 * SORT_CAP);
-#pragma unroll
-        for (int u = 0; u < (2 * SORT_CAP / 2 + NT - 1) / NT; ++u) {
-            const u32 i = threadIdx.x + u * NT;
-            tab2[u] = hashed && i < SORT_CAP ? LDCG(gtab + i) : 0ull;
         }
 
         // Phase A: the live beams into this block's beam arrays. From the live list at the launch's first
@@ -1038,16 +983,6 @@ __device__ __forceinline__ void search_body(
         PROF_MARK(1);  // fold
         PROF_ADD(10, W);
         PROF_ADD(12, 1);
-        // HROW: the step's row's token table (slot -> proposal index) into s.sort, free after the fold
-        u32* htab = (u32*)s.sort;
-        u32* hidx = htab + SORT_CAP;
-        if (hashed) {
-#pragma unroll
-            for (int u = 0; u < (2 * SORT_CAP / 2 + NT - 1) / NT; ++u) {
-                const u32 i = threadIdx.x + u * NT;
-                if (i < SORT_CAP) ((u64*)s.sort)[i] = tab2[u];
-            }
-        }
         if (threadIdx.x == 0) off[nl] = W;
         __syncthreads();
 
@@ -1084,15 +1019,8 @@ __device__ __forceinline__ void search_body(
                 if (deg < n) {  // child i: its label among the proposals
                     c = first + i;
                     i64 lab = label_of(tr, c);
-                    if (hashed) {  // (labels are < 2^31: never the empty mark)
-                        u32 h = token_slot((u32)lab), x;
-                        while ((x = htab[h]) != (u32)lab && x != 0xFFFFFFFFu) h = (h + 1u) & (SORT_CAP - 1u);
-                        match = x == (u32)lab;
-                        k = match ? hidx[h] : 0u;
-                    } else {
-                        k = tokens_lower_bound(toks, n, lab);
-                        match = k < n && (i64)toks[k] == lab;
-                    }
+                    k = tokens_lower_bound(toks, n, lab);
+                    match = k < n && (i64)toks[k] == lab;
                 } else if (first == tr.rfirst && tr.rnbits > 0) {  // proposal i among the root's children:
                     k = i;                                            // one read of the root directory
                     const i64 tok = toks[k];
