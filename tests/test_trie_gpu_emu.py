@@ -262,9 +262,9 @@ def test_nar_rows_longer_than_a_block(emu):
         assert (want[0] >= 0).sum() >= 6
 
 
-def test_nar_tail_steps_grow_past_a_block(emu):
-    """A narrow step after the first (block 0 runs the rest alone: TAIL), then steps of more work items than a
-    block has threads (several rounds on block 0), with finished keys at every depth."""
+def test_nar_steps_narrow_then_wide(emu):
+    """A narrow step after the first (a few work items), then steps of more work items than the cluster has
+    threads (several rounds a block), with finished keys at every depth."""
     rng = np.random.default_rng(17)
     wide = 65536 + np.arange(150)
     keys = {(a, b, int(c)) for a in range(3) for b in range(3) for c in wide}
