@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from ..indexer import succinct_nav as nav
 
@@ -41,29 +42,31 @@ def _zero_bits(words, nbits, i):
     return x
 
 
-@njit(cache=True)
-def zero_positions(words, nbits, shift):
-    """int64 [ceil(zeros / 2^shift)]: position of zero number j << shift, for the zeros in bits [0, nbits)."""
+@njit(cache=True, inline="always")
+def _count_zeros(words, nbits):
     zeros = 0
     for i in range(words.shape[0]):
         x = _zero_bits(words, nbits, i)
         while x:
             zeros += 1
             x &= x - np.uint64(1)
+    return zeros
+
+
+@njit(cache=True)
+def zero_positions(words, nbits, shift):
+    """int64 [ceil(zeros / 2^shift)]: position of zero number j << shift, for the zeros in bits [0, nbits)."""
+    zeros = _count_zeros(words, nbits)
     step = 1 << shift
     out = np.empty((zeros + step - 1) // step, np.int64)
     k = 0
     for i in range(words.shape[0]):
         x = _zero_bits(words, nbits, i)
         while x:
-            low = x & (~x + np.uint64(1))
             if (k & (step - 1)) == 0:
-                b = 0
-                while (low >> np.uint64(b)) != np.uint64(1):
-                    b += 1
-                out[k >> shift] = 64 * i + b
+                out[k >> shift] = 64 * i + np.int64(trailing_zeros(x))
             k += 1
-            x ^= low
+            x &= x - np.uint64(1)
     return out
 
 
@@ -84,12 +87,7 @@ def _window_zeros(words, nbits, p):
 
 @njit(cache=True)
 def _wide_groups(words, nbits, zpos, shift, max_wide):
-    n_zeros = 0
-    for i in range(words.shape[0]):
-        x = _zero_bits(words, nbits, i)
-        while x:
-            n_zeros += 1
-            x &= x - np.uint64(1)
+    n_zeros = _count_zeros(words, nbits)
     g = 1 << shift
     marked = np.zeros(zpos.shape[0], np.bool_)
     count = 0
@@ -111,13 +109,9 @@ def _wide_groups(words, nbits, zpos, shift, max_wide):
                 x = _zero_bits(words, nbits, i)
             if x == 0:
                 break
-            low = x & (~x + np.uint64(1))
-            b = 0
-            while (low >> np.uint64(b)) != np.uint64(1):
-                b += 1
-            wide[row, c] = 64 * i + b
+            wide[row, c] = 64 * i + np.int64(trailing_zeros(x))
             c += 1
-            x ^= low
+            x &= x - np.uint64(1)
         samples[j] = -1 - row
         row += 1
     return samples, wide

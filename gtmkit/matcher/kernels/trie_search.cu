@@ -65,8 +65,8 @@ typedef unsigned short u16;
 #define HASH0 1
 #endif
 // ROWN1: a NAR step reads its row's proposal count once, with the row itself, rather than again for each
-// beam after the previous step's candidates are in (a second L2 round trip in phase A's chain; 1.017x,
-// trie_gpu_variants_h200.md session 10).
+// beam after the previous step's candidates are in (a second L2 round trip in phase A's chain; within noise
+// alone, 1.017x in a run with another change: trie_gpu_variants_h200.md session 10, run 2).
 #ifndef ROWN1
 #define ROWN1 1
 #endif
