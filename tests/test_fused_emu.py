@@ -11,7 +11,6 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.child_bits import dense_child_bits
 from gtmkit.matcher.kernel_params import FUSED_SMEM, fused_scratch_slots, request_params, trie_params
 from gtmkit.matcher.matcher import Matcher
 
@@ -47,12 +46,7 @@ class FusedEmu:
         t, q = m.arrays, m.batch(requests)
         tarr = {n: np.ascontiguousarray(getattr(t, n)) for n in t._fields if n != "jagged"}
         qarr = {n: np.ascontiguousarray(getattr(q, n)) for n in q._fields}
-        # dense child bitmaps for every internal node, none, or the root's level only, launch by launch (the
-        # device uploads them for its dense upper levels): rows on both sides of n_dense in one batch
-        self.n_launch = getattr(self, "n_launch", 0) + 1
-        n_dense = [len(t.node_offsets) - 1, 0, int(m.index.level_offsets[1])][self.n_launch % 3]
-        tarr["child_bits"] = dense_child_bits(t.node_offsets, t.child_tokens, n_dense, m.vocab_size)
-        tp = trie_params(t, lambda n: tarr[n].ctypes.data, tarr["child_bits"])
+        tp = trie_params(t, lambda n: tarr[n].ctypes.data)
         qp = request_params(q, lambda n: qarr[n].ctypes.data)
         R, B = len(node_ids), q.size
         D = int(max(m.index.max_degree))
@@ -63,6 +57,7 @@ class FusedEmu:
                                                                       self._garbage(B, np.int64)]
         nid64 = node_ids.dtype == np.int64
         # each request's first row, as a fixed beam schedule passes them; every other launch finds them itself
+        self.n_launch = getattr(self, "n_launch", 0) + 1
         req_rows = np.searchsorted(np.asarray(row_request), np.arange(B + 1)).astype(np.int64) \
             if self.n_launch % 2 else None
         launch(self.lib, self.sigs, "fused_step_kernel", B * self.cl, self.nt,
@@ -126,20 +121,3 @@ def test_int32_nodes_half_precision_and_uneven_requests(tmp_path, emu):
         want = m.step(nodes, lp, bs, rr, reqs, 7, count_candidates=True)
         got = emu.step(m, nodes.astype(np.int32), bits.view(np.uint16), bs, rr, reqs, 7, True, True, lp_dtype)
         _same(got, want)
-
-
-@pytest.mark.parametrize("V", [40, 1100])
-def test_dense_rows_over_several_bitmap_words(tmp_path, emu, V):
-    """Vocabularies of 2 and 35 bitmap words (the dense expand's word loop and its 32-word passes); rows
-    on the root and on level 1, dense or not by launch."""
-    if emu.name != "warp3":
-        pytest.skip("only the warp-per-row configuration expands every batch a warp per row")
-    idx, _, _ = _build(tmp_path, 72, "static", {"k": [2, 2]}, n_ads=400, L=2, V=V)
-    m = Matcher(idx, "cpu")
-    rng = np.random.default_rng(3)
-    reqs = [idx.encode_request(random_user(rng)) for _ in range(2)]
-    for launch_no in range(3):
-        for depth in range(idx.sid_length):
-            nodes, rr, lp, bs = step_case(idx, rng, 2, 5, depth, "wide")
-            want = m.step(nodes, lp, bs, rr, reqs, 30, count_candidates=True)
-            _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, 30, True, True), want)

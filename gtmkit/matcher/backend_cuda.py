@@ -18,7 +18,6 @@ import numpy as np
 
 from ..errors import GtmkitError
 from .arrays import RequestBatch, TrieArrays
-from .child_bits import DENSE_SHARE, dense_child_bits, dense_levels_end
 from .kernel_params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params,
                             trie_params)
 
@@ -99,16 +98,7 @@ class CudaBackend:
         self.first_leaf = index.first_leaf
         self.max_degree = [int(x) for x in index.max_degree]
         self.max_ads_per_sid = int(np.diff(np.asarray(index.sid_ad_offsets)).max())
-        # dense child bitmaps of the upper levels (child_bits.py), for the fused step's expand;
-        # GTMKIT_DENSE_BITS=0 uploads none (the CSR walk everywhere), for A/B runs
-        bits = None
-        if self.fused and os.environ.get("GTMKIT_DENSE_BITS", "1") != "0":
-            index_bytes = sum(a.nbytes for a in d.values())
-            end = dense_levels_end(t.node_offsets, t.level_offsets, self.vocab, index_bytes // DENSE_SHARE)
-            bits = dense_child_bits(t.node_offsets, t.child_tokens, end, self.vocab)
-            if end:
-                d["child_bits"] = cp.asarray(bits)
-        self.params = cp.asarray(trie_params(t, lambda name: _ptr(d[name]), bits))
+        self.params = cp.asarray(trie_params(t, lambda name: _ptr(d[name])))
         self.ad_params = cp.asarray(np.array([
             _ptr(d["sid_ad_offsets"]), _ptr(d["sid_ad_ids"]), _ptr(d["ad_bitmask"]), _ptr(d["allow_off"]),
             _ptr(d["allow_codes"]), t.allow_codes.shape[1], _ptr(d["excl_off"]), _ptr(d["excl_codes"]),

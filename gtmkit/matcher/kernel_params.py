@@ -11,19 +11,16 @@ from .arrays import RequestBatch, TrieArrays
 
 FUSED_CLUSTER = 6              # blocks per request (CL in gtm_fused.cu)
 FUSED_THREADS = 1024           # threads per block (NT in gtm_fused.cu)
-FUSED_SMEM = 72 * 1024         # dynamic shared memory per block, >= sizeof(Smem) (static_assert there)
+FUSED_SMEM = 64 * 1024         # dynamic shared memory per block, >= sizeof(Smem) (static_assert there)
 
 
-def trie_params(t: TrieArrays, ptr, bits: np.ndarray | None = None) -> np.ndarray:
-    """TP: load_trie()'s order in gtm_common.cuh. `bits`: the dense child bitmaps of the first
-    len(bits) nodes (child_bits.py), found by ptr("child_bits"); None or empty: none."""
-    n_dense = 0 if bits is None else len(bits)
+def trie_params(t: TrieArrays, ptr) -> np.ndarray:
+    """TP: load_trie()'s order in gtm_common.cuh."""
     return np.array([
         ptr("node_offsets"), ptr("child_tokens"), ptr("level_offsets"), len(t.level_offsets), int(t.jagged),
         ptr("level_base"), ptr("level_width"), ptr("part_offsets"), ptr("part_bitmask"), ptr("part_bloom"),
         t.part_bloom.shape[1], ptr("bitmask_table"), t.bitmask_table.shape[1], ptr("bloom_table"),
-        t.bloom_table.shape[1], ptr("bloom_base"), len(t.node_offsets) - 1,
-        ptr("child_bits") if n_dense else 0, n_dense, bits.shape[1] if n_dense else 0], np.int64)
+        t.bloom_table.shape[1], ptr("bloom_base"), len(t.node_offsets) - 1], np.int64)
 
 
 def request_params(q: RequestBatch, ptr) -> np.ndarray:

@@ -14,7 +14,6 @@ struct Trie {
     const int* part_bitmask; const int* part_bloom; int nb;
     const u64* bitmask_table; int W; const u64* bloom_table; int Wb; const i64* bloom_base;
     i64 n_internal;
-    const u32* child_bits; i64 n_dense; int bw;  // dense child bitmaps of nodes < n_dense, bw words a node
 };
 
 struct Req {
@@ -32,7 +31,6 @@ __device__ __forceinline__ Trie load_trie(const i64* P) {
     t.part_offsets = (const i64*)P[7]; t.part_bitmask = (const int*)P[8]; t.part_bloom = (const int*)P[9];
     t.nb = (int)P[10]; t.bitmask_table = (const u64*)P[11]; t.W = (int)P[12]; t.bloom_table = (const u64*)P[13];
     t.Wb = (int)P[14]; t.bloom_base = (const i64*)P[15]; t.n_internal = P[16];
-    t.child_bits = (const u32*)P[17]; t.n_dense = P[18]; t.bw = (int)P[19];
     return t;
 }
 

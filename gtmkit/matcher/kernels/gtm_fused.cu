@@ -58,12 +58,6 @@
 #ifndef WEXP_MIN_ROWS
 #define WEXP_MIN_ROWS (NT / 32)  // ... and holds a row for every warp (one wide row: all threads on it)
 #endif
-#ifndef DENSE
-#define DENSE 1         // expand rows on nodes with a dense child bitmap (Trie.child_bits) in one coalesced pass
-#endif
-#ifndef DW
-#define DW 16           // dense expand: 32-token iterations whose log-prob loads are in flight at once
-#endif
 #ifndef USE_REQ_ROWS
 #define USE_REQ_ROWS 1  // take a request's rows from the caller's req_rows when given (0: always search row_req)
 #endif
@@ -160,7 +154,6 @@ struct Smem {
     i64 lvl[16];       // level offsets of the trie (depth of a node without global loads)
     u32 row_off[NT];   // expand: first child number of each row of the current batch
     i64 row_j0[NT];    // expand: first CSR child index of each row
-    int row_n[NT];     // expand: node of each row (-1: dead)
     float warp_max[32];
     float s_top;
     u32 m_topn;        // block 0: fill counter of the radix-selected passers
@@ -172,7 +165,7 @@ struct Smem {
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
 };
 
-static_assert(sizeof(Smem) <= 72 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
+static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, MINB)
@@ -296,15 +289,14 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         const i64 q0 = r0 + rank + (i64)CL * x0;  // row of batch entry x: q0 + CL * x
         i64 r = q0 + (i64)CL * tid;
         u32 deg = 0;
-        i64 j0 = 0, n = -1;
+        i64 j0 = 0;
         if (x0 + tid < nmine) {
-            n = node_at(node_ids, nid64, r);
+            i64 n = node_at(node_ids, nid64, r);
             if (n >= 0 && n < t.n_internal) { j0 = t.node_offsets[n]; deg = (u32)(t.node_offsets[n + 1] - j0); }
         }
         u32 incl = block_scan(deg, S.warp_tot);
         S.row_off[tid] = incl - deg;
         S.row_j0[tid] = j0;
-        S.row_n[tid] = deg ? (int)n : -1;
         if (tid == NT - 1) S.s_wtot = incl;
         if (tid == 0) S.s_next = 0;
         __syncthreads();
@@ -329,46 +321,6 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                 const i64 lp0 = row * (i64)V;
                 u64* oc = my_cand + nc + off;
                 int* och = my_child + nc + off;
-#if DENSE
-                const int nd = S.row_n[x];
-                if (nd >= 0 && nd < t.n_dense) {  // warp-uniform
-                    // The row's V log-probs in one coalesced pass (32 tokens an iteration, DW iterations in
-                    // flight), independent of the node, beside its bitmap words (one lane a word, then
-                    // shuffled); a lane holds token w * 32 + lane, a child iff bit `lane` of word w is set,
-                    // and that child's CSR position is the count of set bits below it.
-                    const u32* bw = t.child_bits + (i64)nd * t.bw;
-                    const u32 below = (1u << lane) - 1u;
-                    u32 c = 0;  // children with tokens below this pass
-                    for (int w0 = 0; w0 < t.bw; w0 += 32) {  // warp-uniform
-                        const u32 mine = w0 + lane < t.bw ? bw[w0 + lane] : 0u;
-                        const int nw = t.bw - w0 < 32 ? t.bw - w0 : 32;
-                        for (int u0 = 0; u0 < nw; u0 += DW) {
-                            float lv[DW];
-#pragma unroll
-                            for (int u = 0; u < DW; ++u) {
-                                const int tok = (w0 + u0 + u) * 32 + lane;
-                                lv[u] = u0 + u < nw && tok < V ? (lp_dtype == 0 ? lp32[lp0 + tok] : load_lp(logprobs, lp_dtype, lp0 + tok)) : 0.0f;
-                            }
-#pragma unroll
-                            for (int u = 0; u < DW; ++u) {
-                                const u32 wv = __shfl_sync(0xffffffffu, mine, (u0 + u) & 31);
-                                if (u0 + u >= nw || wv == 0u) continue;  // warp-uniform
-                                int bn = -1;
-                                if ((wv >> lane) & 1u) {
-                                    const u32 cc = c + __popc(wv & below);
-                                    const u64 key = candidate_key(bs + lv[u], id0 + cc);
-                                    oc[cc] = key;
-                                    och[cc] = (int)(j0 + cc + 1);
-                                    bn = bin_of<FB>(key, top);
-                                }
-                                warp_bin_add(S.cum, bn, lane);
-                                c += __popc(wv);
-                            }
-                        }
-                    }
-                    continue;
-                }
-#endif
                 const int* ct = t.child_tokens + j0;
                 for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (match_any below)
                     int tk[EU];
