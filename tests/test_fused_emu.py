@@ -56,15 +56,22 @@ class FusedEmu:
         out = [self._garbage((B, k), np.int32) for _ in range(3)] + [self._garbage((B, k), np.float32),
                                                                       self._garbage(B, np.int64)]
         nid64 = node_ids.dtype == np.int64
-        # each request's first row, as a fixed beam schedule passes them; every other launch finds them itself
         self.n_launch = getattr(self, "n_launch", 0) + 1
+        # the graphed search's token history, written by the step on every other launch (t = 2 earlier tokens)
+        hist = (self.rng.integers(-1, 50, size=(R, 2)).astype(np.int32), np.int32(2),
+                self._garbage((B * k, 3), np.int32)) if self.n_launch // 2 % 2 else (None, np.int32(0), None)
+        # each request's first row, as a fixed beam schedule passes them; every other launch finds them itself
         req_rows = np.searchsorted(np.asarray(row_request), np.arange(B + 1)).astype(np.int64) \
             if self.n_launch % 2 else None
         launch(self.lib, self.sigs, "fused_step_kernel", B * self.cl, self.nt,
                (tp, qp, np.ascontiguousarray(node_ids), np.int32(nid64), np.ascontiguousarray(logprobs),
                 np.int32(lp_dtype), np.int32(m.vocab_size), np.ascontiguousarray(beam_scores, np.float32),
                 np.ascontiguousarray(row_request, np.int64), np.int64(R), np.int32(D), np.int32(k), np.int32(gtm),
-                np.int32(count), *scratch, *out, None, req_rows), cluster=self.cl, smem=FUSED_SMEM)
+                np.int32(count), *scratch, *out, None, req_rows, *hist), cluster=self.cl, smem=FUSED_SMEM)
+        if hist[2] is not None:  # each output row: its parent's history row (-1s for padding), then its token
+            parent, token = out[0].reshape(-1), out[1].reshape(-1)
+            want = np.where(parent[:, None] >= 0, hist[0][np.maximum(parent, 0)], -1)
+            assert np.array_equal(hist[2], np.column_stack([want, token])), "token history"
         return out
 
 

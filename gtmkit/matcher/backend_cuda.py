@@ -124,9 +124,11 @@ class CudaBackend:
 
     # --- step -----------------------------------------------------------------------------
     def step(self, node_ids, logprobs, lp_dtype: int, beam_scores, row_req, req_rows, q: DeviceBatch, k: int,
-             gtm: bool, count_all: bool, max_children: int, out=None, scratch=None):
+             gtm: bool, count_all: bool, max_children: int, out=None, scratch=None, history=None):
         """-> (parent, token, node, score, count); `out` (same tuple, preallocated) makes the step
-        allocation-free, as graph capture needs."""
+        allocation-free, as graph capture needs. `history` = (hist_in int32 [R, t], t, hist_out int32
+        [B * k, t + 1]): the fused step also writes each output row's token history (its parent's row of
+        hist_in, then its token; -1s for padding rows); only when self.fused."""
         if not 1 <= k <= MAX_K:
             raise GtmkitError(f"k must be in [1, {MAX_K}] on the GPU, got {k}")
         R = int(node_ids.shape[0])
@@ -137,7 +139,9 @@ class CudaBackend:
                    cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
         if self.fused:
             return self._step_fused(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm,
-                                    count_all, int(max_children), cap, out, scratch)
+                                    count_all, int(max_children), cap, out, scratch, history)
+        if history is not None:
+            raise GtmkitError("the multi-kernel GPU step does not write token histories")
         if node_ids.dtype != cp.int64:
             node_ids = node_ids.astype(cp.int64)
         if req_rows is None:
@@ -186,7 +190,7 @@ class CudaBackend:
         return out
 
     def _step_fused(self, node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm, count_all, D, cap,
-                    out, scratch):
+                    out, scratch, history=None):
         """The step as one cluster launch (kernels/gtm_fused.cu); node_ids int32 or int64; req_rows (int64 [B + 1],
         each request's first row) may be None (the kernel then finds them in row_req)."""
         R, B = int(node_ids.shape[0]), q.size
@@ -201,13 +205,15 @@ class CudaBackend:
         grouped = self._buf("grouped", (cap,), cp.uint64, scratch)
         topsel = self._buf("topsel", (B, k), cp.uint64, scratch)
         parent, token, node, score, out_count = out
+        h_in, h_t, h_out = history if history is not None else (None, 0, np.uint64(0))
         self.k_fused((B * self.fused_cluster,), (self.fused_threads,),
                      (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
                       np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,
                       parent, token, node, score, out_count,
                       self.profile if self.profile is not None else np.uint64(0),
-                      req_rows if req_rows is not None else np.uint64(0)), shared_mem=FUSED_SMEM)
+                      req_rows if req_rows is not None else np.uint64(0),
+                      h_in if h_in is not None else np.uint64(0), np.int32(h_t), h_out), shared_mem=FUSED_SMEM)
         return out
 
     def mask(self, node_ids, row_req, q: DeviceBatch, gtm: bool):

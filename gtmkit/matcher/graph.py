@@ -80,7 +80,7 @@ class GraphedBeamSearch:
     """Capture beam search (per-step beam sizes, CD+GTM, reordering, post-filter) once; replay it."""
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
-                 postfilter: bool = True):
+                 postfilter: bool = True, fuse_history: bool = True):
         if matcher.cuda is None:
             raise GtmkitError("GraphedBeamSearch needs a Matcher on device 'cuda'")
         index = matcher.index
@@ -90,6 +90,7 @@ class GraphedBeamSearch:
             raise GtmkitError(f"beam_sizes must hold {L} sizes starting with 1, got {tuple(beam_sizes)}")
         self.matcher, self.decoder, self.gtm, self.postfilter = matcher, decoder, bool(gtm), bool(postfilter)
         self.q = matcher.batch(requests)
+        self.fuse_history = fuse_history
         self.k_reorder = beam_module().get_function("reorder_history")
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.scratch = {}
@@ -134,12 +135,15 @@ class GraphedBeamSearch:
             k = self.sizes[t + 1] if t + 1 < L else self.sizes[-1]
             lp = self.decoder(t, prev, parent)
             lp_dtype = 1 if lp.dtype == cp.float16 else 0
+            # the fused step writes the token history itself (one launch a step fewer in the graph)
+            history = (hist, t, self.hist[t]) if be.fused and self.fuse_history else None
             out = be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, self.gtm, False,
-                          int(index.max_degree[t]), out=self.outs[t], scratch=self.scratch)
+                          int(index.max_degree[t]), out=self.outs[t], scratch=self.scratch, history=history)
             p, tok, node, sc, _ = out
             R = p.size
-            self.k_reorder(((R + 255) // 256,), (256,),
-                           (hist if hist is not None else self.hist[t], np.int32(t), p, tok, np.int64(R), self.hist[t]))
+            if history is None:
+                self.k_reorder(((R + 255) // 256,), (256,), (hist if hist is not None else self.hist[t], np.int32(t),
+                                                             p, tok, np.int64(R), self.hist[t]))
             hist = self.hist[t]
             if be.fused:  # the fused step reads int32 node ids as they come out of the last step
                 nodes = node.reshape(-1)

@@ -141,6 +141,15 @@ __device__ __forceinline__ void warp_bin_add(u32* counts, int bn, int lane) {
     if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&counts[bn], (u32)__popc(same));
 }
 
+// The graphed beam search's token history (graph.py): output row `o` gets its parent's hist_t tokens
+// (-1 for a padding row) and its own token, what beam.cu's reorder_history would do in a launch of its own.
+__device__ __forceinline__ void write_history(const int* hist_in, int hist_t, int* hist_out, i64 o, i64 parent,
+                                              int token) {
+    int* h = hist_out + o * (hist_t + 1);
+    for (int c = 0; c < hist_t; ++c) h[c] = parent >= 0 ? hist_in[parent * hist_t + c] : -1;
+    h[hist_t] = token;
+}
+
 // Shared memory (dynamic; FB-sized arrays): FUSED_SMEM in kernel_params.py covers it.
 struct Smem {
     u32 cum[FB];       // candidate histogram -> cumulative counts; after the rounds: pass offsets per bin
@@ -174,7 +183,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                   u64* __restrict__ cand, int* __restrict__ cand_child, u64* __restrict__ passed,
                   u64* __restrict__ grouped, u64* __restrict__ topsel,
                   int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count,
-                  i64* prof, const i64* req_rows) {
+                  i64* prof, const i64* req_rows, const int* hist_in, int hist_t, int* hist_out) {
 #ifdef GTMKIT_EMU
     unsigned char* smem_raw = emu_dyn_smem();
 #else
@@ -551,10 +560,12 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
             u32 idx_ = 0xFFFFFFFFu - (u32)((c) & 0xFFFFFFFFull);                                      \
             i64 row_ = r0 + idx_ / (u32)D;                                                            \
             i64 j_ = t.node_offsets[node_at(node_ids, nid64, row_)] + idx_ % (u32)D;                  \
+            const int tok_ = t.child_tokens[j_];                                                      \
             out_parent[ob + (pos)] = (int)row_;                                                       \
-            out_token[ob + (pos)] = t.child_tokens[j_];                                               \
+            out_token[ob + (pos)] = tok_;                                                             \
             out_node[ob + (pos)] = (int)(j_ + 1);                                                     \
             out_score[ob + (pos)] = unsortable((u32)((c) >> 32));                                     \
+            if (hist_out) write_history(hist_in, hist_t, hist_out, ob + (pos), row_, tok_);           \
         } while (0)
     const u32 ranked = crowded ? c_lt : total;  // grouped entries ranked directly
     for (u32 s = gtid; s < ranked; s += gstride) {
@@ -624,6 +635,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     for (u32 s = n_out + gtid; s < (u32)k; s += gstride) {
         out_parent[ob + s] = -1; out_token[ob + s] = -1; out_node[ob + s] = -1;
         out_score[ob + s] = -__int_as_float(0x7f800000);
+        if (hist_out) write_history(hist_in, hist_t, hist_out, ob + s, -1, -1);
     }
     if (rank == 0 && tid == 0) out_count[b] = !gtm ? C : (count_all ? passed_lo : -1);  // count_all tests every bin
     STAMP(12);
