@@ -63,7 +63,6 @@ class Variant:
 
     def use(self, be):
         be.k_fused, be.fused_cluster, be.fused_threads = self.fn, self.cl, self.nt
-        be.fused_defines = tuple(self.defines)  # the last step's post-filter module is built with them too
 
 
 def main():

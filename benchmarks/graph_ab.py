@@ -5,7 +5,7 @@ they are timed in interleaved rounds (CUDA events on each graph's stream), with 
     python benchmarks/graph_ab.py --index IDX --variant fused: --variant reorder:fuse_history=0
 
 A variant is NAME:OPTIONS, options comma-separated KEY=0|1 for GraphedBeamSearch's keyword arguments
-(fuse_history, fuse_postfilter, postfilter), or post_inline=1: the fused post-filter phase inlined (POST_INLINE)."""
+(fuse_history, postfilter)."""
 
 from __future__ import annotations
 
@@ -25,14 +25,11 @@ from step_gpu import cuda_time, recorded_search  # noqa: E402
 
 def parse(spec: str):
     name, _, opts = spec.partition(":")
-    kw, post_defines = dict(gtm=True, postfilter=True), ("POST=1",)
+    kw = dict(gtm=True, postfilter=True)
     for tok in filter(None, opts.split(",")):
         key, _, value = tok.partition("=")
-        if key == "post_inline":
-            post_defines = ("POST=1", f"POST_INLINE={int(value)}")
-            continue
         kw[key] = bool(int(value))
-    return name, kw, post_defines
+    return name, kw
 
 
 def main():
@@ -50,8 +47,8 @@ def main():
 
     graphs, first = [], None
     for spec in args.variant:
-        name, kw, r["m"].cuda.post_defines = parse(spec)
-        g = GraphedBeamSearch(r["m"], r["q"], replayed, r["sizes"], **kw)  # captured: the defines are now fixed
+        name, kw = parse(spec)
+        g = GraphedBeamSearch(r["m"], r["q"], replayed, r["sizes"], **kw)
         res = g.replay()
         got = [cp.asnumpy(x) for x in res]
         if first is None:

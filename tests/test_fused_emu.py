@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.kernel_params import FUSED_SMEM, ad_params, fused_scratch_slots, request_params, trie_params
+from gtmkit.matcher.kernel_params import FUSED_SMEM, fused_scratch_slots, request_params, trie_params
 from gtmkit.matcher.matcher import Matcher
 
 from catalogs import random_user
@@ -22,11 +22,11 @@ from test_build import MODES, _build
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
 CONFIGS = {
-    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, POST=1),  # expand: every candidate's row by binary search
+    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0),  # expand: every candidate's row by binary search
     "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count
-    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1, POST=1, POST_INLINE=1),
+    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),
 }
 
 
@@ -42,9 +42,7 @@ class FusedEmu:
         return garbage(shape, dtype, self.rng)
 
     def step(self, m: Matcher, node_ids, logprobs, beam_scores, row_request, requests, k, gtm=True, count=False,
-             lp_dtype=0, post=False):
-        """-> the Step arrays; with post=True also the step's post-filter phase: (ads, sid_rank, counts) of its
-        output nodes, padded as postfilter_padded's."""
+             lp_dtype=0):
         t, q = m.arrays, m.batch(requests)
         tarr = {n: np.ascontiguousarray(getattr(t, n)) for n in t._fields if n != "jagged"}
         qarr = {n: np.ascontiguousarray(getattr(q, n)) for n in q._fields}
@@ -62,13 +60,6 @@ class FusedEmu:
         # the graphed search's token history, written by the step on every other launch (t = 2 earlier tokens)
         hist = (self.rng.integers(-1, 50, size=(R, 2)).astype(np.int32), np.int32(2),
                 self._garbage((B * k, 3), np.int32)) if self.n_launch // 2 % 2 else (None, np.int32(0), None)
-        post_args, post_out = (None, np.int64(0), np.int32(0), None, None, np.int64(0), None, None, None), None
-        if post:
-            ap = ad_params(t, lambda n: tarr[n].ctypes.data, m.index.num_ads)
-            cap = k * int(np.diff(np.asarray(m.index.sid_ad_offsets)).max())
-            post_out = (self._garbage((B, cap), np.int64), self._garbage((B, cap), np.int32), self._garbage(B, np.int64))
-            post_args = (ap, np.int64(m.first_leaf), np.int32(1), self._garbage((B, k), np.int32),
-                         self._garbage((B, k), np.uint64), np.int64(cap), *post_out)
         # each request's first row, as a fixed beam schedule passes them; every other launch finds them itself
         req_rows = np.searchsorted(np.asarray(row_request), np.arange(B + 1)).astype(np.int64) \
             if self.n_launch % 2 else None
@@ -76,12 +67,12 @@ class FusedEmu:
                (tp, qp, np.ascontiguousarray(node_ids), np.int32(nid64), np.ascontiguousarray(logprobs),
                 np.int32(lp_dtype), np.int32(m.vocab_size), np.ascontiguousarray(beam_scores, np.float32),
                 np.ascontiguousarray(row_request, np.int64), np.int64(R), np.int32(D), np.int32(k), np.int32(gtm),
-                np.int32(count), *scratch, *out, None, req_rows, *hist, *post_args), cluster=self.cl, smem=FUSED_SMEM)
+                np.int32(count), *scratch, *out, None, req_rows, *hist), cluster=self.cl, smem=FUSED_SMEM)
         if hist[2] is not None:  # each output row: its parent's history row (-1s for padding), then its token
             parent, token = out[0].reshape(-1), out[1].reshape(-1)
             want = np.where(parent[:, None] >= 0, hist[0][np.maximum(parent, 0)], -1)
             assert np.array_equal(hist[2], np.column_stack([want, token])), "token history"
-        return (out, post_out) if post else out
+        return out
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
@@ -137,23 +128,3 @@ def test_int32_nodes_half_precision_and_uneven_requests(tmp_path, emu):
         want = m.step(nodes, lp, bs, rr, reqs, 7, count_candidates=True)
         got = emu.step(m, nodes.astype(np.int32), bits.view(np.uint16), bs, rr, reqs, 7, True, True, lp_dtype)
         _same(got, want)
-
-
-def test_last_step_postfilter_equals_cpu(tmp_path, emu):
-    """The post-filter phase of a last step (POST): each request's eligible ads of its output leaves, in SID
-    rank order, as the CPU matcher's postfilter gives them (dead rows, padding past the candidates)."""
-    if emu.name == "crowded":
-        pytest.skip("the crowded configuration is built without the post-filter phase")
-    for mode, kw in MODES[:2]:
-        idx, _, _ = _build(tmp_path, 73, mode, kw, n_ads=300, L=3, V=9)
-        m = Matcher(idx, "cpu")
-        rng = np.random.default_rng(4)
-        reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
-        for per_req, k, kind in [(6, 20, "normal"), (9, 60, "ties")]:
-            nodes, rr, lp, bs = step_case(idx, rng, 3, per_req, idx.sid_length - 1, kind)
-            want = m.step(nodes, lp, bs, rr, reqs, k)
-            got, (ads, rank, n) = emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, post=True)
-            _same(got, want)
-            for b, (w_ads, w_rank) in enumerate(m.postfilter(want.nodes.astype(np.int64), reqs)):
-                assert n[b] == len(w_ads), (b, n[b], len(w_ads))
-                assert np.array_equal(ads[b, :n[b]], w_ads) and np.array_equal(rank[b, :n[b]], w_rank), b

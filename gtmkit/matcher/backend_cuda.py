@@ -18,8 +18,8 @@ import numpy as np
 
 from ..errors import GtmkitError
 from .arrays import RequestBatch, TrieArrays
-from .kernel_params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, ad_params, fused_scratch_slots,
-                            request_params, trie_params)
+from .kernel_params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params,
+                            trie_params)
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
 KERNEL_FILE = KERNEL_DIR / "gtm_step.cu"
@@ -90,11 +90,8 @@ class CudaBackend:
             self.fused_threads = int(os.environ.get("GTMKIT_FUSED_THREADS", FUSED_THREADS))
             defines = (() if self.fused_cluster == FUSED_CLUSTER else (f"CL={self.fused_cluster}",)) + \
                 (() if self.fused_threads == FUSED_THREADS else (f"NT={self.fused_threads}",))
-            self.fused_defines = defines
-            self.k_fused = self._fused_kernel(defines)
-            # the last step of a graphed search with its post-filter phase (gtm_fused.cu, POST); benchmarks
-            # may change these defines before capturing
-            self.post_defines = ("POST=1",)
+            self.k_fused = load_module(FUSED_FILE, defines).get_function("fused_step_kernel")
+            self.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
         d = {name: cp.asarray(np.ascontiguousarray(getattr(t, name))) for name in t._fields if name != "jagged"}
         self.d = d
         self.vocab = index.vocab_size
@@ -102,19 +99,14 @@ class CudaBackend:
         self.max_degree = [int(x) for x in index.max_degree]
         self.max_ads_per_sid = int(np.diff(np.asarray(index.sid_ad_offsets)).max())
         self.params = cp.asarray(trie_params(t, lambda name: _ptr(d[name])))
-        self.ad_params = cp.asarray(ad_params(t, lambda name: _ptr(d[name]), index.num_ads))
+        self.ad_params = cp.asarray(np.array([
+            _ptr(d["sid_ad_offsets"]), _ptr(d["sid_ad_ids"]), _ptr(d["ad_bitmask"]), _ptr(d["allow_off"]),
+            _ptr(d["allow_codes"]), t.allow_codes.shape[1], _ptr(d["excl_off"]), _ptr(d["excl_codes"]),
+            t.excl_codes.shape[1], index.num_ads], np.int64))
         self.nbytes = int(sum(a.nbytes for a in d.values()))
         self._buffers = {}
         # set to a CuPy int64 [B, 32] array to record the fused step's phase timestamps (profiling)
         self.profile = None
-
-    def _fused_kernel(self, defines):
-        cache = self.__dict__.setdefault("_fused_kernels", {})
-        k = cache.get(tuple(defines))
-        if k is None:
-            k = cache[tuple(defines)] = load_module(FUSED_FILE, tuple(defines)).get_function("fused_step_kernel")
-            k.max_dynamic_shared_size_bytes = FUSED_SMEM
-        return k
 
     def batch(self, q: RequestBatch) -> DeviceBatch:
         return q if isinstance(q, DeviceBatch) else DeviceBatch(q)
@@ -132,13 +124,11 @@ class CudaBackend:
 
     # --- step -----------------------------------------------------------------------------
     def step(self, node_ids, logprobs, lp_dtype: int, beam_scores, row_req, req_rows, q: DeviceBatch, k: int,
-             gtm: bool, count_all: bool, max_children: int, out=None, scratch=None, history=None, post=None):
+             gtm: bool, count_all: bool, max_children: int, out=None, scratch=None, history=None):
         """-> (parent, token, node, score, count); `out` (same tuple, preallocated) makes the step
         allocation-free, as graph capture needs. `history` = (hist_in int32 [R, t], t, hist_out int32
         [B * k, t + 1]): the fused step also writes each output row's token history (its parent's row of
-        hist_in, then its token; -1s for padding rows); `post` = (ads, sid_rank, counts, exact) as
-        postfilter_padded's `out` and `exact`: the fused step also post-filters its output nodes (the
-        leaves of a last step) into them. Both only when self.fused."""
+        hist_in, then its token; -1s for padding rows); only when self.fused."""
         if not 1 <= k <= MAX_K:
             raise GtmkitError(f"k must be in [1, {MAX_K}] on the GPU, got {k}")
         R = int(node_ids.shape[0])
@@ -149,9 +139,9 @@ class CudaBackend:
                    cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
         if self.fused:
             return self._step_fused(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm,
-                                    count_all, int(max_children), cap, out, scratch, history, post)
-        if history is not None or post is not None:
-            raise GtmkitError("the multi-kernel GPU step writes no token histories and runs no post-filter")
+                                    count_all, int(max_children), cap, out, scratch, history)
+        if history is not None:
+            raise GtmkitError("the multi-kernel GPU step does not write token histories")
         if node_ids.dtype != cp.int64:
             node_ids = node_ids.astype(cp.int64)
         if req_rows is None:
@@ -200,7 +190,7 @@ class CudaBackend:
         return out
 
     def _step_fused(self, node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm, count_all, D, cap,
-                    out, scratch, history=None, post=None):
+                    out, scratch, history=None):
         """The step as one cluster launch (kernels/gtm_fused.cu); node_ids int32 or int64; req_rows (int64 [B + 1],
         each request's first row) may be None (the kernel then finds them in row_req)."""
         R, B = int(node_ids.shape[0]), q.size
@@ -216,24 +206,14 @@ class CudaBackend:
         topsel = self._buf("topsel", (B, k), cp.uint64, scratch)
         parent, token, node, score, out_count = out
         h_in, h_t, h_out = history if history is not None else (None, 0, np.uint64(0))
-        null = np.uint64(0)
-        if post is not None:
-            p_ads, p_rank, p_n, exact = post
-            p_args = (self.ad_params, np.int64(self.first_leaf), np.int32(bool(exact)),
-                      self._buf("post_counts", (B, k), cp.int32, scratch), self._buf("post_flags", (B, k), cp.uint64, scratch),
-                      np.int64(p_ads.shape[1]), p_ads, p_rank, p_n)
-            kernel = self._fused_kernel(self.fused_defines + tuple(self.post_defines))
-        else:
-            p_args = (null, np.int64(0), np.int32(0), null, null, np.int64(0), null, null, null)
-            kernel = self.k_fused
-        kernel((B * self.fused_cluster,), (self.fused_threads,),
+        self.k_fused((B * self.fused_cluster,), (self.fused_threads,),
                      (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
                       np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,
                       parent, token, node, score, out_count,
                       self.profile if self.profile is not None else np.uint64(0),
                       req_rows if req_rows is not None else np.uint64(0),
-                      h_in if h_in is not None else null, np.int32(h_t), h_out, *p_args), shared_mem=FUSED_SMEM)
+                      h_in if h_in is not None else np.uint64(0), np.int32(h_t), h_out), shared_mem=FUSED_SMEM)
         return out
 
     def mask(self, node_ids, row_req, q: DeviceBatch, gtm: bool):

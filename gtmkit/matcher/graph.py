@@ -80,7 +80,7 @@ class GraphedBeamSearch:
     """Capture beam search (per-step beam sizes, CD+GTM, reordering, post-filter) once; replay it."""
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
-                 postfilter: bool = True, fuse_history: bool = True, fuse_postfilter: bool = True):
+                 postfilter: bool = True, fuse_history: bool = True):
         if matcher.cuda is None:
             raise GtmkitError("GraphedBeamSearch needs a Matcher on device 'cuda'")
         index = matcher.index
@@ -90,9 +90,7 @@ class GraphedBeamSearch:
             raise GtmkitError(f"beam_sizes must hold {L} sizes starting with 1, got {tuple(beam_sizes)}")
         self.matcher, self.decoder, self.gtm, self.postfilter = matcher, decoder, bool(gtm), bool(postfilter)
         self.q = matcher.batch(requests)
-        # on the fused (Hopper) step: the step kernel writes the token history, and the last one runs the
-        # post-filter as its tail (False: separate launches, as on the multi-kernel path; for A/B runs)
-        self.fuse_history, self.fuse_postfilter = fuse_history, fuse_postfilter
+        self.fuse_history = fuse_history
         self.k_reorder = beam_module().get_function("reorder_history")
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.scratch = {}
@@ -139,10 +137,8 @@ class GraphedBeamSearch:
             lp_dtype = 1 if lp.dtype == cp.float16 else 0
             # the fused step writes the token history itself (one launch a step fewer in the graph)
             history = (hist, t, self.hist[t]) if be.fused and self.fuse_history else None
-            post = (*self.post, True) if t == L - 1 and self.postfilter and be.fused and self.fuse_postfilter else None
             out = be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, self.gtm, False,
-                          int(index.max_degree[t]), out=self.outs[t], scratch=self.scratch, history=history,
-                          post=post)
+                          int(index.max_degree[t]), out=self.outs[t], scratch=self.scratch, history=history)
             p, tok, node, sc, _ = out
             R = p.size
             if history is None:
@@ -155,8 +151,8 @@ class GraphedBeamSearch:
                 self.nodes64[t][...] = node.reshape(-1)
                 nodes = self.nodes64[t]
             scores, prev, parent = sc.reshape(-1), tok.reshape(-1), p.reshape(-1)
-        if self.postfilter and post is None:
-            self.leaves64[...] = nodes.reshape(self.leaves64.shape)
+        self.leaves64[...] = nodes.reshape(self.leaves64.shape)
+        if self.postfilter:
             be.postfilter_padded(self.leaves64, q, True, out=self.post, scratch=self.scratch)
         B, M = self.leaves64.shape
         self.result = GraphResult(hist.reshape(B, M, L), scores.reshape(B, M), self.outs[-1][2], *self.post)

@@ -29,13 +29,6 @@ def request_params(q: RequestBatch, ptr) -> np.ndarray:
                      ptr("codes")], np.int64)
 
 
-def ad_params(t: TrieArrays, ptr, num_ads: int) -> np.ndarray:
-    """AP: load_ads()'s order in kernels/postfilter.cuh."""
-    return np.array([ptr("sid_ad_offsets"), ptr("sid_ad_ids"), ptr("ad_bitmask"), ptr("allow_off"), ptr("allow_codes"),
-                     t.allow_codes.shape[1], ptr("excl_off"), ptr("excl_codes"), t.excl_codes.shape[1], num_ads],
-                    np.int64)
-
-
 def fused_scratch_slots(R: int, B: int, D: int, cluster: int) -> int:
     """Slots of each fused-step scratch array: request b's start at (first row + 2 * CL * b) * D rounded
     up to 32 (gtm_fused.cu's scratch layout), so every block region fits."""

@@ -28,7 +28,6 @@
 //    everything below best - SPAN) is cut to exactly the needed count by a radix select first.
 
 #include "gtm_common.cuh"
-#include "postfilter.cuh"
 
 // CL, NT, EU and GT_CAP may be overridden at compile time (the CPU emulation, tests/test_fused_emu.py,
 // shrinks them so that small inputs reach every path); backend_cuda.py's FUSED_* match the defaults.
@@ -151,80 +150,6 @@ __device__ __forceinline__ void write_history(const int* hist_in, int hist_t, in
     h[hist_t] = token;
 }
 
-// ---- 5 (last step of a graphed search) the exact post-filter of this request's M = k leaves -------
-// What postfilter.cu's two launches do, as the kernel's tail: no launch, and the leaves are read right after
-// the cluster wrote them. PAL threads a leaf count its eligible ads (round robin) and keep their verdicts as
-// bits; then every block scans the counts in rank order and block `rank` writes the ads of leaves m with
-// m % CL == rank at their offsets. Outputs: ads [cap] (-1 never written past the count), SID ranks, count.
-#define PAL 4
-#ifndef POST
-#define POST 0  // compiled in only for the last step's module (backend_cuda.py): its code costs the other steps spills
-#endif
-#ifndef POST_INLINE
-#define POST_INLINE 0
-#endif
-#if POST
-// (Not inlined, and handed the pointer tables rather than the kernel's structs: inlined, it tripled the
-// kernel's register spills.)
-#if POST_INLINE
-__device__ __forceinline__
-#else
-__device__ __noinline__
-#endif
-void post_filter(const i64* TP, const i64* QP, const i64* AP, int b, int M, const int* leaves,
-                                         i64 first_leaf, int exact, int* counts, u64* flags, i64 cap, i64* out_ads,
-                                         int* out_rank, i64* out_n, u32* warp_tot, u32* s_tot, u32 rank, int tid) {
-    const Trie t = load_trie(TP);
-    const Req q = load_req(QP);
-    const AdIndex ai = load_ads(AP);
-    cluster_sync();  // every block's leaves (out_node) are written
-    const u32 gtid = rank * NT + tid, gstride = CL * NT, total = (u32)M * PAL;
-    for (u32 g0 = 0; g0 < total; g0 += gstride) {  // whole warps iterate together (shuffles)
-        const u32 g = g0 + gtid, x = g / PAL, l = g % PAL;
-        const bool live = g < total;
-        const i64 n = live ? (i64)leaves[x] : -1;
-        int cnt = 0;
-        u64 bits = 0;
-        if (n >= first_leaf) {
-            const i64 sid = n - first_leaf, a0 = ai.sid_ad_offsets[sid], a1 = ai.sid_ad_offsets[sid + 1];
-            for (i64 r = a0 + l; r < a1; r += PAL) {
-                const bool ok = !exact || ad_eligible(t, q, ai, b, r);
-                cnt += ok;
-                if (ok && r - a0 < FLAG_ADS) bits |= 1ull << (r - a0);
-            }
-        }
-        for (int o = 1; o < PAL; o <<= 1) {
-            cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
-            bits |= __shfl_xor_sync(0xffffffffu, bits, o);
-        }
-        if (live && l == 0) { counts[x] = cnt; flags[x] = bits; }
-    }
-    cluster_sync();  // every leaf's count is written
-    u32 carry = 0;
-    for (int m0 = 0; m0 < M; m0 += NT) {
-        const int m = m0 + tid;
-        const u32 cnt = m < M ? (u32)counts[m] : 0u;
-        const u32 incl = block_scan(cnt, warp_tot);
-        i64 pos = (i64)carry + incl - cnt;
-        if (cnt && (u32)m % CL == rank) {
-            const i64 sid = leaves[m] - first_leaf, a0 = ai.sid_ad_offsets[sid], a1 = ai.sid_ad_offsets[sid + 1];
-            const u64 bits = flags[m];
-            for (i64 r = a0; r < a1; ++r) {
-                const bool ok = r - a0 < FLAG_ADS ? ((bits >> (r - a0)) & 1ull) != 0 : (!exact || ad_eligible(t, q, ai, b, r));
-                if (!ok) continue;
-                if (pos < cap) { out_ads[pos] = ai.sid_ad_ids[r]; out_rank[pos] = m; }
-                ++pos;
-            }
-        }
-        if (tid == NT - 1) *s_tot = incl;
-        __syncthreads();
-        carry += *s_tot;
-        __syncthreads();
-    }
-    if (rank == 0 && tid == 0) *out_n = carry;
-}
-#endif
-
 // Shared memory (dynamic; FB-sized arrays): FUSED_SMEM in kernel_params.py covers it.
 struct Smem {
     u32 cum[FB];       // candidate histogram -> cumulative counts; after the rounds: pass offsets per bin
@@ -258,9 +183,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                   u64* __restrict__ cand, int* __restrict__ cand_child, u64* __restrict__ passed,
                   u64* __restrict__ grouped, u64* __restrict__ topsel,
                   int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count,
-                  i64* prof, const i64* req_rows, const int* hist_in, int hist_t, int* hist_out,
-                  const i64* AP, i64 first_leaf, int post_exact, int* post_counts, u64* post_flags, i64 post_cap,
-                  i64* post_ads, int* post_rank, i64* post_n) {
+                  i64* prof, const i64* req_rows, const int* hist_in, int hist_t, int* hist_out) {
 #ifdef GTMKIT_EMU
     unsigned char* smem_raw = emu_dyn_smem();
 #else
@@ -715,11 +638,6 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
         if (hist_out) write_history(hist_in, hist_t, hist_out, ob + s, -1, -1);
     }
     if (rank == 0 && tid == 0) out_count[b] = !gtm ? C : (count_all ? passed_lo : -1);  // count_all tests every bin
-#if POST
-    if (post_n) post_filter(TP, QP, AP, b, k, out_node + ob, first_leaf, post_exact, post_counts + ob,
-                            post_flags + ob, post_cap, post_ads + (i64)b * post_cap, post_rank + (i64)b * post_cap,
-                            post_n + b, S.warp_tot, &S.s_wtot, rank, tid);
-#endif
     STAMP(12);
     if (prof && rank == 0 && tid == 0) { prof[b * 32 + 13] = n_rounds; prof[b * 32 + 14] = crowded; prof[b * 32 + 15] = C; }
     cluster_sync();  // a block's shared memory must outlive every remote access to it
