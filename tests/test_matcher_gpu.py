@@ -112,7 +112,9 @@ def test_beam_search_equals_cpu(synth_index):
             assert np.array_equal(x1, cp.asnumpy(x2)) and np.array_equal(r1, cp.asnumpy(r2))
 
 
-def test_graph_replay_equals_eager(synth_index):
+@pytest.mark.parametrize("fused", [True, False])
+def test_graph_replay_equals_eager(synth_index, fused):
+    """fused: the step kernels write the token history (on Hopper); else the reorder launches."""
     from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch
 
     idx = synth_index
@@ -121,7 +123,7 @@ def test_graph_replay_equals_eager(synth_index):
     m = Matcher(idx, "cuda")
     sizes = (1, 32, 64, 64)
     eager = gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
-    g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
+    g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, fuse_history=fused)
     for _ in range(2):
         r = g.replay()
         assert np.array_equal(cp.asnumpy(r.sids), cp.asnumpy(eager.sids))
@@ -129,7 +131,9 @@ def test_graph_replay_equals_eager(synth_index):
         assert np.array_equal(cp.asnumpy(r.leaf_nodes), cp.asnumpy(eager.leaf_nodes))
         counts = cp.asnumpy(r.ad_counts)
         for b, (ads, rank) in enumerate(eager.ads):
+            assert counts[b] == len(ads)
             assert np.array_equal(cp.asnumpy(r.ads[b, :counts[b]]), cp.asnumpy(ads))
+            assert np.array_equal(cp.asnumpy(r.sid_rank[b, :counts[b]]), cp.asnumpy(rank))
 
 
 def test_eval_and_match_on_gpu_equal_cpu(synth_index):
