@@ -2,7 +2,10 @@
 leaves (GPU): both return the same ads; each is timed as a CUDA graph of its two launches, in interleaved rounds,
 and inside the whole graphed search with post-filter.
 
-    python benchmarks/postfilter_ab.py --index IDX --old scratch/old_postfilter.cu [--old ...]"""
+    python benchmarks/postfilter_ab.py --index IDX --old scratch/old_postfilter.cu [--old ...]
+
+The other revisions must take the kernels' current arguments (since session 11 the leaves' dtype flag,
+leaves64, follows the leaves)."""
 
 from __future__ import annotations
 

@@ -47,8 +47,9 @@ def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw, path):
                     assert np.array_equal(x, np.asarray(y)), (depth, kind, name)
             assert np.array_equal(cpu.mask(nodes, rr, reqs, gtm), np.asarray(gpu.mask(nodes, rr, reqs, gtm)))
         leaves = rng.integers(idx.first_leaf - 2, idx.num_nodes, size=(B, 12))
-        for exact in (True, False):
-            for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs, exact), gpu.postfilter(leaves, reqs, exact)):
+        for exact, dtype in ((True, np.int64), (False, np.int64), (True, np.int32)):  # int32: the fused step's nodes
+            got = gpu.postfilter(leaves.astype(dtype), reqs, exact)
+            for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs, exact), got):
                 assert np.array_equal(a1, np.asarray(a2)) and np.array_equal(r1, np.asarray(r2))
 
 

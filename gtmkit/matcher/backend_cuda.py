@@ -227,7 +227,10 @@ class CudaBackend:
 
     def postfilter_padded(self, leaves, q: DeviceBatch, exact: bool, out=None, scratch=None):
         """(ads int64 [B, cap], sid_rank int32 [B, cap], counts int64 [B]) with cap = M * max ads per SID;
-        entries past counts[b] are unspecified."""
+        entries past counts[b] are unspecified. leaves: int32 or int64 [B, M], contiguous."""
+        if leaves.dtype not in (cp.int32, cp.int64):
+            leaves = leaves.astype(cp.int64)
+        leaves64 = np.int32(leaves.dtype == cp.int64)
         B, M = leaves.shape
         cap = max(M * self.max_ads_per_sid, 1)
         if out is None:
@@ -238,9 +241,9 @@ class CudaBackend:
         n_thr = B * M * 4  # AL lanes per SID (kernels/postfilter.cu)
         if n_thr:
             self.k_post_count(((n_thr + 127) // 128,), (128,),
-                              (self.params, q.params, self.ad_params, leaves, np.int32(B), np.int32(M),
+                              (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(B), np.int32(M),
                                np.int64(self.first_leaf), np.int32(exact), counts, flags))
-        self.k_post_fill((B,), (1024,), (self.params, q.params, self.ad_params, leaves, np.int32(M),
+        self.k_post_fill((B,), (1024,), (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(M),
                                          np.int64(self.first_leaf), np.int32(exact), counts, flags, np.int64(cap),
                                          ads, rank, n))
         return ads, rank, n

@@ -123,7 +123,6 @@ class GraphedBeamSearch:
         M = self.sizes[-1]
         cap = max(M * be.max_ads_per_sid, 1)
         self.post = (cp.empty((B, cap), cp.int64), cp.empty((B, cap), cp.int32), cp.zeros(B, cp.int64))
-        self.leaves64 = cp.empty((B, M), cp.int64)
 
     def _run(self):
         index, be, q = self.matcher.index, self.matcher.cuda, self.q
@@ -151,10 +150,9 @@ class GraphedBeamSearch:
                 self.nodes64[t][...] = node.reshape(-1)
                 nodes = self.nodes64[t]
             scores, prev, parent = sc.reshape(-1), tok.reshape(-1), p.reshape(-1)
-        self.leaves64[...] = nodes.reshape(self.leaves64.shape)
-        if self.postfilter:
-            be.postfilter_padded(self.leaves64, q, True, out=self.post, scratch=self.scratch)
-        B, M = self.leaves64.shape
+        B, M = self.q.size, self.sizes[-1]
+        if self.postfilter:  # the last step's int32 nodes as they are (no int64 copy)
+            be.postfilter_padded(nodes.reshape(B, M), q, True, out=self.post, scratch=self.scratch)
         self.result = GraphResult(hist.reshape(B, M, L), scores.reshape(B, M), self.outs[-1][2], *self.post)
 
     def launch(self) -> None:

@@ -167,7 +167,7 @@ class Matcher:
             raise GtmkitError("postfilter_padded is the GPU form; use postfilter on the CPU")
         q = self.batch(requests)
         with _stream_of(leaf_nodes):
-            return self.cuda.postfilter_padded(_dev(leaf_nodes, "int64"), q, bool(exact))
+            return self.cuda.postfilter_padded(_dev_index(leaf_nodes), q, bool(exact))
 
     def _step_cuda(self, node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates, max_children):
         with _stream_of(logprobs):

@@ -75,8 +75,14 @@ __device__ bool ad_eligible(const Trie& t, const Req& q, const AdIndex& ai, int 
 // non-leaf entry) and their verdicts, bit i for the SID's i-th ad (first FLAG_ADS ads). The lanes
 // take the SID's ads round robin, so a SID's ads are tested side by side rather than one after another.
 #define AL 4
-extern "C" __global__ void post_count_kernel(const i64* TP, const i64* QP, const i64* AP, const i64* leaves, int B, int M,
-                                             i64 first_leaf, int exact, int* counts, u64* flags) {
+// Leaves come as int64, or as int32 (leaves64 = 0) straight from the fused step's output nodes.
+__device__ __forceinline__ i64 leaf_at(const void* leaves, int leaves64, i64 x) {
+    return leaves64 ? ((const i64*)leaves)[x] : (i64)((const int*)leaves)[x];
+}
+
+extern "C" __global__ void post_count_kernel(const i64* TP, const i64* QP, const i64* AP, const void* leaves,
+                                             int leaves64, int B, int M, i64 first_leaf, int exact, int* counts,
+                                             u64* flags) {
     Trie t = load_trie(TP);
     Req q = load_req(QP);
     AdIndex ai = load_ads(AP);
@@ -85,7 +91,7 @@ extern "C" __global__ void post_count_kernel(const i64* TP, const i64* QP, const
     int l = (int)(g % AL);
     bool live = x < (i64)B * M;  // whole groups of AL lanes share a warp (blockDim is a multiple of 32)
     int b = live ? (int)(x / M) : 0;
-    i64 n = live ? leaves[x] : -1;
+    i64 n = live ? leaf_at(leaves, leaves64, x) : -1;
     int cnt = 0;
     u64 bits = 0;
     if (n >= first_leaf) {
@@ -105,8 +111,8 @@ extern "C" __global__ void post_count_kernel(const i64* TP, const i64* QP, const
 
 // Block b: exclusive scan of the per-SID counts (rank order), then each SID writes its eligible ads at
 // its offset. Output is padded per request ([B, cap_ads]); out_n[b] = number of eligible ads.
-extern "C" __global__ void __launch_bounds__(1024) post_fill_kernel(const i64* TP, const i64* QP, const i64* AP, const i64* leaves,
-                                                                    int M, i64 first_leaf, int exact, const int* counts,
+extern "C" __global__ void __launch_bounds__(1024) post_fill_kernel(const i64* TP, const i64* QP, const i64* AP, const void* leaves,
+                                                                    int leaves64, int M, i64 first_leaf, int exact, const int* counts,
                                                                     const u64* flags, i64 cap_ads, i64* out_ads, int* out_rank,
                                                                     i64* out_n) {
     __shared__ u32 warp_tot[32];
@@ -122,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(1024) post_fill_kernel(const i64* T
         u32 incl = block_scan(cnt, warp_tot);
         i64 pos = (i64)carry + incl - cnt;
         if (cnt) {
-            i64 s = leaves[x] - first_leaf, a0 = ai.sid_ad_offsets[s], a1 = ai.sid_ad_offsets[s + 1];
+            i64 s = leaf_at(leaves, leaves64, x) - first_leaf, a0 = ai.sid_ad_offsets[s], a1 = ai.sid_ad_offsets[s + 1];
             u64 bits = flags[x];
             for (i64 r = a0; r < a1; ++r) {
                 bool ok = r - a0 < FLAG_ADS ? ((bits >> (r - a0)) & 1ull) != 0 : (!exact || ad_eligible(t, q, ai, b, r));
