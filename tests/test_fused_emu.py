@@ -22,7 +22,10 @@ from test_build import MODES, _build
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
 CONFIGS = {
-    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0),  # expand: every candidate's row by binary search
+    # expand: every candidate's row by binary search; a first GTM window of k candidates and a listed second
+    # one of 2k (what a second round asks for at least), so that small inputs take later rounds, from the list and
+    # past it
+    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, SPEC_WIN=2),
     "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count
@@ -37,6 +40,7 @@ class FusedEmu:
     def __init__(self, name, lib, sigs, cfg):
         self.name, self.lib, self.sigs, self.cl, self.nt = name, lib, sigs, cfg["CL"], cfg["NT"]
         self.rng = np.random.default_rng(0)
+        self.rounds = []
 
     def _garbage(self, shape, dtype):
         return garbage(shape, dtype, self.rng)
@@ -56,6 +60,7 @@ class FusedEmu:
         out = [self._garbage((B, k), np.int32) for _ in range(3)] + [self._garbage((B, k), np.float32),
                                                                       self._garbage(B, np.int64)]
         nid64 = node_ids.dtype == np.int64
+        prof = np.zeros((B, 32), np.int64)
         self.n_launch = getattr(self, "n_launch", 0) + 1
         # the graphed search's token history, written by the step on every other launch (t = 2 earlier tokens)
         hist = (self.rng.integers(-1, 50, size=(R, 2)).astype(np.int32), np.int32(2),
@@ -67,7 +72,8 @@ class FusedEmu:
                (tp, qp, np.ascontiguousarray(node_ids), np.int32(nid64), np.ascontiguousarray(logprobs),
                 np.int32(lp_dtype), np.int32(m.vocab_size), np.ascontiguousarray(beam_scores, np.float32),
                 np.ascontiguousarray(row_request, np.int64), np.int64(R), np.int32(D), np.int32(k), np.int32(gtm),
-                np.int32(count), *scratch, *out, None, req_rows, *hist), cluster=self.cl, smem=FUSED_SMEM)
+                np.int32(count), *scratch, *out, prof, req_rows, *hist), cluster=self.cl, smem=FUSED_SMEM)
+        self.rounds.extend(int(x) for x in prof[:, 13])  # GTM rounds a request took (the kernel's profile slot)
         if hist[2] is not None:  # each output row: its parent's history row (-1s for padding), then its token
             parent, token = out[0].reshape(-1), out[1].reshape(-1)
             want = np.where(parent[:, None] >= 0, hist[0][np.maximum(parent, 0)], -1)
@@ -128,3 +134,23 @@ def test_int32_nodes_half_precision_and_uneven_requests(tmp_path, emu):
         want = m.step(nodes, lp, bs, rr, reqs, 7, count_candidates=True)
         got = emu.step(m, nodes.astype(np.int32), bits.view(np.uint16), bs, rr, reqs, 7, True, True, lp_dtype)
         _same(got, want)
+
+
+def test_later_gtm_rounds(tmp_path, emu):
+    """Distinct scores and the deepest level's low pass rates with a small k: requests take second and later
+    GTM rounds (in the cl2 configuration, whose first window is k, from the first round's list of the next
+    bins and past it); results as on the CPU."""
+    idx, _, _ = _build(tmp_path, 74, "dynamic", {"target_fill": 0.3, "k_max": 4}, n_ads=300, L=3, V=9)
+    m = Matcher(idx, "cpu")
+    rng = np.random.default_rng(5)
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
+    emu.rounds.clear()
+    for depth in (1, 2):
+        for k in (1, 2, 3, 6):
+            nodes, rr, _, _ = step_case(idx, rng, 3, 9, depth)
+            lp = rng.uniform(-8, 0, size=(len(nodes), idx.vocab_size)).astype(np.float32)
+            bs = rng.uniform(-3, 0, size=len(nodes)).astype(np.float32)
+            want = m.step(nodes, lp, bs, rr, reqs, k)
+            _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k), want)
+    if emu.name == "cl2":
+        assert max(emu.rounds) >= 3, emu.rounds
