@@ -22,10 +22,9 @@ from test_build import MODES, _build
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
 CONFIGS = {
-    # expand: every candidate's row by binary search; a first GTM window of k candidates and a listed second
-    # one of 2k (what a second round asks for at least), so that small inputs take later rounds, from the list and
-    # past it
-    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, SPEC_WIN=2),
+    # expand: every candidate's row by binary search; a first GTM window of k candidates, so that small inputs
+    # take later rounds
+    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1),
     "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count
@@ -138,8 +137,7 @@ def test_int32_nodes_half_precision_and_uneven_requests(tmp_path, emu):
 
 def test_later_gtm_rounds(tmp_path, emu):
     """Distinct scores and the deepest level's low pass rates with a small k: requests take second and later
-    GTM rounds (in the cl2 configuration, whose first window is k, from the first round's list of the next
-    bins and past it); results as on the CPU."""
+    GTM rounds (in the cl2 configuration, whose first window is k); results as on the CPU."""
     idx, _, _ = _build(tmp_path, 74, "dynamic", {"target_fill": 0.3, "k_max": 4}, n_ads=300, L=3, V=9)
     m = Matcher(idx, "cpu")
     rng = np.random.default_rng(5)

@@ -61,12 +61,6 @@
 #ifndef USE_REQ_ROWS
 #define USE_REQ_ROWS 1  // take a request's rows from the caller's req_rows when given (0: always search row_req)
 #endif
-#ifndef SPEC
-#define SPEC 1          // the first round also lists the next bins, up to SPEC_WIN * k candidates
-#endif
-#ifndef SPEC_WIN
-#define SPEC_WIN 8
-#endif
 #ifndef FIRST_WIN
 #define FIRST_WIN 3     // first GTM window, in multiples of k
 #endif
@@ -174,7 +168,6 @@ struct Smem {
     u32 m_topn;        // block 0: fill counter of the radix-selected passers
     u32 n_cand, n_pass;  // this block's candidates and passers
     u32 n_work;        // this round's work list length
-    u32 n_spec;        // the first round's list of the bins after its window
     int s_T, s_done;
     u32 s_next;        // expand, warp per row: the next row of the batch to take
     u32 s_wtot;
@@ -438,19 +431,12 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
     int hi = (count_all || C == 0) ? FB - 1 : first_bin_f(S.cum, -1, gtm ? FIRST_WIN * (i64)k : (i64)k);
     i64 passed_lo = 0;  // passers in bins <= lo
     int T = FB - 1;
-    // The first round's scan also lists the candidates of the bins (hi, hi2], up to SPEC_WIN * k
-    // candidates: a later window inside them is tested from that list without scanning every candidate
-    // again (the request that needs a second round is the one the step waits for).
-    const int hi2 = SPEC && gtm && hi < FB - 1 ? first_bin_f(S.cum, hi, SPEC_WIN * (i64)k) : hi;
-    u32* spec = work + cap_blk;  // the block's region holds 2 * cap_blk u32 slots, the work list <= nc of them
-    if (tid == 0) S.n_spec = 0;
     for (;;) {
         // First list the window's candidates, then test them with every thread at once: testing in
         // the scan would leave one test's memory latency per scanned slice on the critical path.
-        const bool from_spec = SPEC && n_rounds > 0 && hi <= hi2;  // block-uniform
         if (tid == 0) S.n_work = 0;
         __syncthreads();
-        for (u32 base = 0; !from_spec && base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
+        for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
             u64 cv[EU];
 #pragma unroll
             for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
@@ -458,8 +444,7 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
             for (int u = 0; u < EU; ++u) {
                 u32 i = base + u * NT + tid;
                 bool in = false;
-                int bn = FB;
-                if (i < nc) { bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
+                if (i < nc) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
                 unsigned ballot = __ballot_sync(0xffffffffu, in);
                 if (ballot) {
                     u32 at = 0;
@@ -467,21 +452,10 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
                     at = __shfl_sync(0xffffffffu, at, 0);
                     if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = i;
                 }
-                if (SPEC && n_rounds == 0 && hi2 > hi) {  // block-uniform: the first round's scan
-                    const bool sp = bn > hi && bn <= hi2;
-                    ballot = __ballot_sync(0xffffffffu, sp);
-                    if (ballot) {
-                        u32 at = 0;
-                        if (lane == 0) at = atomicAdd(&S.n_spec, (u32)__popc(ballot));
-                        at = __shfl_sync(0xffffffffu, at, 0);
-                        if (sp) spec[at + __popc(ballot & ((1u << lane) - 1u))] = i;
-                    }
-                }
             }
         }
         __syncthreads();
-        const u32* wl = from_spec ? spec : work;
-        const u32 nw = from_spec ? S.n_spec : S.n_work;
+        const u32 nw = S.n_work;
         if (n_rounds == 0) STAMP(16);
         for (u32 base = 0; base < nw; base += NT) {
             u32 w = base + tid;
@@ -489,14 +463,11 @@ fused_step_kernel(const i64* TP, const i64* QP, const void* node_ids, int nid64,
             u64 c = 0;
             int bn = -1;
             if (w < nw) {
-                u32 i = wl[w];
+                u32 i = work[w];
                 c = my_cand[i];
                 bn = bin_of<FB>(c, top);
-                // from the first round's list of bins (hi, hi2]: only this window's
-                if (!(SPEC && from_spec) || (bn > lo && bn <= hi)) {
-                    i64 child = my_child[i];
-                    pass = !gtm || node_passes_fast(t, q, b, child, t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, child) : depth_of(t, child));
-                }
+                i64 child = my_child[i];
+                pass = !gtm || node_passes_fast(t, q, b, child, t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, child) : depth_of(t, child));
             }
             unsigned ballot = __ballot_sync(0xffffffffu, pass);
             if (ballot) {
