@@ -80,7 +80,7 @@ __device__ __forceinline__ i64 leaf_at(const void* leaves, int leaves64, i64 x) 
     return leaves64 ? ((const i64*)leaves)[x] : (i64)((const int*)leaves)[x];
 }
 
-extern "C" __global__ void post_count_kernel(const i64* TP, const i64* QP, const i64* AP, const void* leaves,
+extern "C" __global__ void post_count_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const i64* __restrict__ AP, const void* leaves,
                                              int leaves64, int B, int M, i64 first_leaf, int exact, int* counts,
                                              u64* flags) {
     Trie t = load_trie(TP);
@@ -111,7 +111,7 @@ extern "C" __global__ void post_count_kernel(const i64* TP, const i64* QP, const
 
 // Block b: exclusive scan of the per-SID counts (rank order), then each SID writes its eligible ads at
 // its offset. Output is padded per request ([B, cap_ads]); out_n[b] = number of eligible ads.
-extern "C" __global__ void __launch_bounds__(1024) post_fill_kernel(const i64* TP, const i64* QP, const i64* AP, const void* leaves,
+extern "C" __global__ void __launch_bounds__(1024) post_fill_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const i64* __restrict__ AP, const void* leaves,
                                                                     int leaves64, int M, i64 first_leaf, int exact, const int* counts,
                                                                     const u64* flags, i64 cap_ads, i64* out_ads, int* out_rank,
                                                                     i64* out_n) {
