@@ -77,7 +77,10 @@ class GraphResult(NamedTuple):
 
 
 class GraphedBeamSearch:
-    """Capture beam search (per-step beam sizes, CD+GTM, reordering, post-filter) once; replay it."""
+    """Capture beam search (per-step beam sizes, CD+GTM, reordering, post-filter) once; replay it.
+
+    fuse_history: on the fused (Hopper) step the step kernel writes the token history itself; False
+    launches the reorder kernel after each step instead (as the multi-kernel path always does; A/B runs)."""
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
                  postfilter: bool = True, fuse_history: bool = True):
