@@ -7,8 +7,10 @@ gtm_step.cu) or, on request, 9.0 (the fused step, with small clusters: GTMKIT_FU
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
+import shutil
 import sys
 import tempfile
 import types
@@ -98,6 +100,7 @@ class RawModule:
         key = hashlib.sha1((self.code + repr(sorted(self.defines.items()))).encode()).hexdigest()[:16]
         if key not in RawModule._built:
             work = Path(tempfile.mkdtemp(prefix="fake_cupy_"))
+            atexit.register(shutil.rmtree, work, True)  # the library stays loaded after its file is gone
             src = work / "kernel.cu"
             src.write_text(self.code)
             RawModule._built[key] = build_emulator(work, src, self.defines)
