@@ -58,23 +58,6 @@
 #ifndef WEXP_MIN_ROWS
 #define WEXP_MIN_ROWS (NT / 32)  // ... and holds a row for every warp (one wide row: all threads on it)
 #endif
-#ifndef FILT
-// A sampled threshold for the expand: every FILT_SAMPLE-th row is expanded first, its candidates all kept; from
-// their merged histogram, scaled to all rows, the bin where FILT_SAFETY x the first window's candidates would be
-// reached; the other rows then keep (store, bin) only candidates up to that bin. Exact: when the k-th passer
-// lies beyond it, the step is expanded again without the filter. Only with GTM and without count_all, and for
-// requests of at least FILT_MIN_ROWS rows.
-#define FILT 1
-#endif
-#ifndef FILT_SAMPLE
-#define FILT_SAMPLE 8
-#endif
-#ifndef FILT_SAFETY
-#define FILT_SAFETY 2.0
-#endif
-#ifndef FILT_MIN_ROWS
-#define FILT_MIN_ROWS 256
-#endif
 #ifndef TPR
 // The pointer tables are never written: restrict lets the compiler reload their entries instead of holding them
 // in registers across the kernel (spills 24 / 40 -> 12 / 12 bytes). TPR= (empty) builds the kernel without it.
@@ -172,18 +155,6 @@ __device__ __forceinline__ void write_history(const int* hist_in, int hist_t, in
     h[hist_t] = token;
 }
 
-// Filtered expand: the kept candidates of a warp appended at base + a block counter (one shared atomic a warp).
-// Every lane of the warp must call it.
-__device__ __forceinline__ void keep_store(bool keep, u64 key, int child, u64* cand, int* cand_child, u32 base,
-                                           u32* counter, int lane) {
-    const unsigned kb = __ballot_sync(0xffffffffu, keep);
-    if (!kb) return;
-    u32 at = 0;
-    if (lane == 0) at = atomicAdd(counter, (u32)__popc(kb));
-    at = __shfl_sync(0xffffffffu, at, 0) + base + __popc(kb & ((1u << lane) - 1u));
-    if (keep) { cand[at] = key; cand_child[at] = child; }
-}
-
 // Shared memory (dynamic; FB-sized arrays): FUSED_SMEM in kernel_params.py covers it.
 struct Smem {
     u32 cum[FB];       // candidate histogram -> cumulative counts; after the rounds: pass offsets per bin
@@ -204,7 +175,6 @@ struct Smem {
     u32 n_work;        // this round's work list length
     int s_T, s_done;
     u32 s_next;        // expand, warp per row: the next row of the batch to take
-    u32 n_keep;        // expand with the filter: candidates of the batch kept
     u32 s_wtot;
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
 };
@@ -329,55 +299,12 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     const int nmine = nrows > (int)rank ? (nrows - (int)rank + CL - 1) / CL : 0;
     const float* lp32 = (const float*)logprobs;
     u32 nc = 0;
-    i64 C = 0, passed_lo = 0;  // candidates kept; passers in bins <= lo (phase 3)
-    int n_rounds = 0, T = FB - 1, attempt = 0;
-    for (;; ++attempt) {  // a second attempt only when the filter was too tight (block-uniform decision)
-    const bool filt = FILT && attempt == 0 && gtm && !count_all && nrows >= FILT_MIN_ROWS;
-    int Bf = FB - 1;      // with the filter: the rows outside the sample keep candidates of bins <= Bf
-    if (attempt > 0) {
-        cluster_sync();   // every block is done with the first attempt's merged arrays
-        for (int i = tid; i < FB; i += NT) { S.cum[i] = 0; S.pcnt[i] = 0; S.m_cand[i] = 0; S.m_pass[i] = 0; }
-        if (tid == 0) { S.n_cand = 0; S.n_pass = 0; }
-        __syncthreads();
-        cluster_arrive();  // waited for before the first remote add, as at the start
-    }
-    nc = 0;
-    for (int pass = 0; pass < (filt ? 2 : 1); ++pass) {
-    const bool rest = filt && pass == 1;  // the filtered pass over the rows outside the sample
-    if (rest) {
-        // the sample's histogram, merged; every block finds the same Bf in it
-        cluster_wait();
-        for (int i = tid; i < FB; i += NT) if (S.cum[i]) { dsm_add(remote(&S.m_cand[i], OWNER(i)), S.cum[i]); S.cum[i] = 0; }
-        cluster_sync();
-        u32 ns = 0;  // sampled rows of the request: every FILT_SAMPLE-th of each block's
-        for (int rr = 0; rr < CL; ++rr) {
-            const u32 nm = nrows > rr ? (u32)((nrows - rr + CL - 1) / CL) : 0u;
-            ns += (nm + FILT_SAMPLE - 1) / FILT_SAMPLE;
-        }
-        const u32 want = (u32)ceilf(FILT_SAFETY * FIRST_WIN * (float)k * (float)ns / (float)nrows);  // sample units
-        const int h0 = BPT * tid;
-        u32 v[BPT], sum = 0;
-#pragma unroll
-        for (int x = 0; x < BPT; ++x) { v[x] = dsm_load(remote(&S.m_cand[h0 + x], OWNER(h0 + x))); sum += v[x]; }
-        u32 acc = block_scan(sum, S.warp_tot) - sum;
-        if (tid == 0) S.s_T = FB - 1;
-        __syncthreads();
-#pragma unroll
-        for (int x = 0; x < BPT; ++x) {
-            if (acc < want && acc + v[x] >= want) S.s_T = h0 + x;
-            acc += v[x];
-        }
-        __syncthreads();
-        Bf = S.s_T;
-        __syncthreads();  // s_T is rewritten in the rounds
-        cluster_arrive();  // "done reading the sample's merged counts": waited for before the final adds
-    }
     for (int x0 = 0; x0 < nmine; x0 += NT) {
         const i64 q0 = r0 + rank + (i64)CL * x0;  // row of batch entry x: q0 + CL * x
         i64 r = q0 + (i64)CL * tid;
         u32 deg = 0;
         i64 j0 = 0;
-        if (x0 + tid < nmine && (!filt || ((x0 + tid) % FILT_SAMPLE == 0) == (pass == 0))) {
+        if (x0 + tid < nmine) {
             i64 n = node_at(node_ids, nid64, r);
             if (n >= 0 && n < t.n_internal) { j0 = t.node_offsets[n]; deg = (u32)(t.node_offsets[n + 1] - j0); }
         }
@@ -385,7 +312,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         S.row_off[tid] = incl - deg;
         S.row_j0[tid] = j0;
         if (tid == NT - 1) S.s_wtot = incl;
-        if (tid == 0) { S.s_next = 0; S.n_keep = 0; }
+        if (tid == 0) S.s_next = 0;
         __syncthreads();
         const u32 total = S.s_wtot;
         const int nr = nmine - x0 < NT ? nmine - x0 : NT;
@@ -406,6 +333,8 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 const float bs = beam_scores[row];
                 const u32 id0 = (u32)(row - r0) * (u32)D;
                 const i64 lp0 = row * (i64)V;
+                u64* oc = my_cand + nc + off;
+                int* och = my_child + nc + off;
                 const int* ct = t.child_tokens + j0;
                 for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (match_any below)
                     int tk[EU];
@@ -421,19 +350,18 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     for (int u = 0; u < EU; ++u) {
                         u32 c = c0 + u * 32 + lane;
                         int bn = -1;
-                        u64 cc = 0;
                         if (c < deg) {
-                            cc = candidate_key(sv[u], id0 + c);
+                            u64 cc = candidate_key(sv[u], id0 + c);
+                            oc[c] = cc;
+                            och[c] = (int)(j0 + c + 1);
                             bn = bin_of<FB>(cc, top);
-                            if (bn > Bf) bn = -1;  // the filter (Bf = FB - 1 without it)
                         }
-                        keep_store(bn >= 0, cc, (int)(j0 + c + 1), my_cand, my_child, nc, &S.n_keep, lane);
                         warp_bin_add(S.cum, bn, lane);
                     }
                 }
             }
-            __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows; n_keep is complete
-            nc += S.n_keep;
+            nc += total;
+            __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
             continue;
         }
         // EU candidates a thread per pass, each phase's loads issued for all of them before any is
@@ -469,21 +397,19 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             for (int u = 0; u < EU; ++u) {
                 u32 f = f0 + u * NT + tid;
                 int bn = -1;
-                u64 c = 0;
                 if (f < total) {
                     u32 idx = (u32)(q0 + (i64)CL * xr[u] - r0) * (u32)D + (u32)(jj[u] - S.row_j0[xr[u]]);
-                    c = candidate_key(sv[u], idx);
+                    u64 c = candidate_key(sv[u], idx);
+                    my_cand[nc + f] = c;
+                    my_child[nc + f] = (int)(jj[u] + 1);
                     bn = bin_of<FB>(c, top);
-                    if (bn > Bf) bn = -1;  // the filter (Bf = FB - 1 without it)
                 }
-                keep_store(bn >= 0, c, (int)(jj[u] + 1), my_cand, my_child, nc, &S.n_keep, lane);
                 warp_bin_add(S.cum, bn, lane);
             }
         }
-        __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows; n_keep is complete
-        nc += S.n_keep;
+        nc += total;
+        __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
     }
-    }  // pass
     if (tid == 0) S.n_cand = nc;
     cluster_wait();  // every block's arrays are zeroed before anyone adds to them
     for (int i = tid; i < FB; i += NT) if (S.cum[i]) dsm_add(remote(&S.m_cand[i], OWNER(i)), S.cum[i]);
@@ -498,8 +424,9 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         for (int x = 0; x < BPT; ++x) { acc += v[x]; S.cum[h0 + x] = acc; }
     }
     __syncthreads();
-    C = S.cum[FB - 1];
+    const i64 C = S.cum[FB - 1];
     STAMP(2);
+    int n_rounds = 0;
 
     // ---- 3 lazy GTM rounds -----------------------------------------------------------------------
     int lo = -1;
@@ -507,8 +434,8 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     // 1 / FIRST_WIN in one round: the tests run side by side, so a wider first window costs little, a
     // second round a lot).
     int hi = (count_all || C == 0) ? FB - 1 : first_bin_f(S.cum, -1, gtm ? FIRST_WIN * (i64)k : (i64)k);
-    passed_lo = 0;
-    T = FB - 1;
+    i64 passed_lo = 0;  // passers in bins <= lo
+    int T = FB - 1;
     for (;;) {
         // First list the window's candidates, then test them with every thread at once: testing in
         // the scan would leave one test's memory latency per scanned slice on the critical path.
@@ -596,9 +523,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         hi = first_bin_f(S.cum, hi, target);
         __syncthreads();  // everyone has read s_T / s_wtot before the next round rewrites them
     }
-    // Exact when the k-th passer lies within the filter's bins: every candidate of the bins <= T was kept.
-    if (!(filt && T > Bf)) break;
-    }  // attempt
 
     // ---- 4 rank the passers of bins <= T ---------------------------------------------------------
     // pass offsets per bin (exclusive scan over bins <= T) into cum
@@ -720,8 +644,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     }
     if (rank == 0 && tid == 0) out_count[b] = !gtm ? C : (count_all ? passed_lo : -1);  // count_all tests every bin
     STAMP(12);
-    if (prof && rank == 0 && tid == 0) {
-        prof[b * 32 + 13] = n_rounds; prof[b * 32 + 14] = crowded; prof[b * 32 + 15] = C; prof[b * 32 + 19] = attempt;
-    }
+    if (prof && rank == 0 && tid == 0) { prof[b * 32 + 13] = n_rounds; prof[b * 32 + 14] = crowded; prof[b * 32 + 15] = C; }
     cluster_sync();  // a block's shared memory must outlive every remote access to it
 }
