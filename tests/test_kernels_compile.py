@@ -41,7 +41,16 @@ SPILL_BUDGET = {("gtm_fused.cu", "fused_step_kernel"): 16, ("trie_search.cu", "s
                 ("trie_search.cu", "serve_kernel"): 64}
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def _nvcc_release() -> str:
+    if shutil.which("nvcc") is None:
+        return ""
+    import re
+
+    m = re.search(r"release (\d+)\.", subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout)
+    return m.group(1) if m else ""
+
+
+@pytest.mark.skipif(_nvcc_release() != "13", reason="the budgets are ptxas figures of CUDA 13")
 @pytest.mark.parametrize("name,kernel", sorted(SPILL_BUDGET), ids=lambda x: x)
 def test_hot_kernels_stay_within_their_spill_budget(name, kernel, tmp_path):
     import re
