@@ -13,7 +13,6 @@ Clusters above 8 blocks are allowed through CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUST
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gtmkit.matcher.backend_cuda as bc  # noqa: E402
 from gtmkit.matcher.graph import GraphedBeamSearch  # noqa: E402
-from step_gpu import capture_step, cuda_time, recorded_search  # noqa: E402
+from step_gpu import capture_step, cuda_time, variant_run  # noqa: E402
 
 NON_PORTABLE, SCHED = 14, 15  # CUfunction_attribute values (cuda.h)
 
@@ -66,13 +65,7 @@ class Variant:
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--index", required=True)
-    ap.add_argument("--requests", type=int, default=16)
-    ap.add_argument("--variant", action="append", required=True)
-    ap.add_argument("--rounds", type=int, default=5)
-    args = ap.parse_args()
-    r = recorded_search(args.index, args.requests)
+    args, r = variant_run(5, __doc__)
     m, steps, q, B, sizes, recorded = r["m"], r["steps"], r["q"], r["B"], r["sizes"], r["recorded"]
     be = m.cuda
     variants, ref, timed = [], None, []

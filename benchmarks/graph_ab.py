@@ -9,7 +9,6 @@ A variant is NAME:OPTIONS, options comma-separated KEY=0|1 for GraphedBeamSearch
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gtmkit.matcher.graph import GraphedBeamSearch  # noqa: E402
-from step_gpu import cuda_time, recorded_search  # noqa: E402
+from step_gpu import cuda_time, variant_run  # noqa: E402
 
 
 def parse(spec: str):
@@ -33,13 +32,7 @@ def parse(spec: str):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--index", required=True)
-    ap.add_argument("--requests", type=int, default=16)
-    ap.add_argument("--variant", action="append", required=True)
-    ap.add_argument("--rounds", type=int, default=7)
-    args = ap.parse_args()
-    r = recorded_search(args.index, args.requests)
+    args, r = variant_run(7, __doc__)
     recorded = r["recorded"]
 
     def replayed(step, prev, parents):

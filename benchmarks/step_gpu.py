@@ -87,6 +87,18 @@ def recorded_search(index_path, requests: int, sizes=(1, 512, 1024, 1024)) -> di
     return dict(m=m, steps=steps, res=res, q=q, B=B, sizes=sizes, recorded=[s["logprobs"] for s in steps])
 
 
+def variant_run(rounds: int, doc: str = None):
+    """The A/B scripts' command line (--index, --requests, --variant ..., --rounds) and their recorded search
+    -> (args, recorded_search's dict)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--variant", action="append", required=True)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    args = ap.parse_args()
+    return args, recorded_search(args.index, args.requests)
+
+
 class TorchStep:
     """The CD+GTM step in plain PyTorch over a padded CSR (what one writes without custom kernels)."""
 
