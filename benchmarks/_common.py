@@ -70,3 +70,35 @@ class CpuWatch:
             d["other_cores"] = round(max(busy - ours, 0.0), 2)
             d["steal_cores"] = round((s1[1] - self.s0[1]) / self.tick / wall, 2)
         return d
+
+
+def busy_threads() -> int:
+    """Threads of this process other than the caller that are running or runnable now ('R' in
+    /proc/self/task/*/stat): e.g. OpenMP workers spinning after a parallel region. -1 without /proc."""
+    import threading
+    me = threading.get_native_id()
+    n = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return -1
+    for tid in tasks:
+        if int(tid) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:  # the thread ended
+            continue
+        n += state == "R"
+    return n
+
+
+def settle_workers(timeout: float = 0.2) -> float:
+    """Wait, busy on this thread (a sleeping host makes the next GPU launch slower), until no other thread of
+    this process runs: libgomp's workers spin for a while after each parallel region of the CPU search, on
+    the cores the GPU search's host thread shares. Returns the seconds waited (timeout if they never stop)."""
+    t0 = time.perf_counter()
+    while busy_threads() > 0 and time.perf_counter() - t0 < timeout:
+        pass
+    return time.perf_counter() - t0

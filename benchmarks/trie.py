@@ -54,7 +54,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import CpuWatch, child  # noqa: E402
+from _common import CpuWatch, child, settle_workers  # noqa: E402
 from _common import machine as _machine  # noqa: E402
 
 DATE = time.strftime("%Y-%m-%d")  # the machine's date when the run starts
@@ -293,9 +293,11 @@ def stats_ms(times: list) -> dict:
             "p99_ms": float(np.percentile(a, 99)), "min_ms": float(a.min()), "max_ms": float(a.max())}
 
 
-def bench_latency(trie, fns, bws, T, queries, queries_large, large_from, seed, block=1, turn_warmup=0) -> list:
+def bench_latency(trie, fns, bws, T, queries, queries_large, large_from, seed, block=1, turn_warmup=0,
+                  settle=False) -> list:
     """Every query timed alone; the devices take turns in blocks of `block` queries (1: query by query), each
-    turn starting with `turn_warmup` untimed queries (the block's first)."""
+    turn starting with `turn_warmup` untimed queries (the block's first), and with `settle` once no other
+    thread of this process runs (the CPU search's OpenMP workers spin for a while after it returns)."""
     from gtmkit.synth_trie import synth_proposals
 
     rows = []
@@ -307,8 +309,11 @@ def bench_latency(trie, fns, bws, T, queries, queries_large, large_from, seed, b
         times = {dev: [] for dev in fns}
         watch = CpuWatch()
         results = {dev: [] for dev in fns}
+        waits = []
         for start in range(0, nq, block):
             for dev, fn in fns.items():
+                if settle:
+                    waits.append(settle_workers())
                 for _ in range(turn_warmup):
                     fn(tok[start:start + 1], lp[start:start + 1], bw)
                 for i in range(start, min(start + block, nq)):
@@ -322,6 +327,7 @@ def bench_latency(trie, fns, bws, T, queries, queries_large, large_from, seed, b
             for i, res in enumerate(results[dev]):
                 same_results(results[ref_dev][i], res, f"BW={bw} query {i} {dev}")
         row = {"bw": bw, "k": bw, "T": T, "b": 1, "queries": nq, "block": block, "turn_warmup": turn_warmup,
+               "settle": settle, "settle_ms_median": 1e3 * float(np.median(waits)) if waits else 0.0,
                "finished_keys_mean": float(np.mean(found)),
                "devices": {dev: stats_ms(t) for dev, t in times.items()}, "load": watch.stop()}
         rows.append(row)
@@ -331,7 +337,7 @@ def bench_latency(trie, fns, bws, T, queries, queries_large, large_from, seed, b
     return rows
 
 
-def bench_throughput(trie, fns, batches, bw, T, pool, rounds, min_seconds, seed) -> list:
+def bench_throughput(trie, fns, batches, bw, T, pool, rounds, min_seconds, seed, settle=False) -> list:
     from gtmkit.synth_trie import synth_proposals
 
     tok, lp = synth_proposals(trie, pool, T, bw, seed=seed)
@@ -347,6 +353,8 @@ def bench_throughput(trie, fns, batches, bw, T, pool, rounds, min_seconds, seed)
             i += 1
             ref = None
             for dev, fn in fns.items():
+                if settle:
+                    settle_workers()
                 a = time.perf_counter()
                 res = fn(tok[s:s + b], lp[s:s + b], bw)
                 times[dev].append(time.perf_counter() - a)
@@ -359,7 +367,7 @@ def bench_throughput(trie, fns, batches, bw, T, pool, rounds, min_seconds, seed)
             t = np.asarray(t)
             devs[dev] = {"qps_median": b / float(np.median(t)), "qps_mean": b / float(t.mean()),
                          "batch_ms_median": 1e3 * float(np.median(t)), "batch_ms_p95": 1e3 * float(np.percentile(t, 95))}
-        row = {"b": b, "bw": bw, "k": bw, "T": T, "batches": i, "devices": devs, "load": watch.stop()}
+        row = {"b": b, "bw": bw, "k": bw, "T": T, "batches": i, "settle": settle, "devices": devs, "load": watch.stop()}
         rows.append(row)
         log(f"throughput b={b}: " + ", ".join(f"{d} {s['qps_median']:.0f} q/s" for d, s in devs.items())
             + f"; load {row['load']}")
@@ -568,7 +576,10 @@ def markdown(r: dict) -> str:
               "is the child's ru_maxrss, (input) its RSS with the input held just before the timed build. Search: "
               "`trie_beam_search` on the saved trie loaded into RAM; proposals `synth_proposals(trie, n, T, K)` "
               "(seed 004 App. K: r = K/10 head tokens on a key's path, the rest position-stratified noise); one "
-              "warm-up call per point untimed; latency: devices take turns in blocks of " + str(r["latency"][0].get("block", 1) if r["latency"] else 1) + " queries, each turn after " + str(r["latency"][0].get("turn_warmup", 0) if r["latency"] else 0) + " untimed one(s), throughput: batch by batch. Other load: cores busy outside "
+              "warm-up call per point untimed; latency: devices take turns in blocks of " + str(r["latency"][0].get("block", 1) if r["latency"] else 1) + " queries, each turn after " + str(r["latency"][0].get("turn_warmup", 0) if r["latency"] else 0) + " untimed one(s), throughput: batch by batch" + (
+              "; every turn and batch starts once the CPU search's OpenMP workers stopped spinning (waited a median "
+              + f"{r['latency'][0].get('settle_ms_median', 0):.1f} ms at the first BW)" if r["latency"] and r["latency"][0].get("settle") else "")
+              + ". Other load: cores busy outside "
               "this process (from /proc/stat) during that row; the machine is shared with other jobs."]
     return "\n".join(lines) + "\n"
 
@@ -599,6 +610,9 @@ def main():
                     help="latency: the devices take turns in blocks of this many queries (1: query by query)")
     ap.add_argument("--turn-warmup", type=int, default=1,
                     help="latency: untimed queries at the start of each device's turn (both devices)")
+    ap.add_argument("--settle", action="store_true",
+                    help="start each device's turn (latency) and batch (throughput) once the CPU search's OpenMP "
+                         "workers have stopped spinning (busy wait, at most 0.2 s; benchmarks/trie_gpu_crosstalk.py)")
     ap.add_argument("--batches", default="1,4,8,16")
     ap.add_argument("--tput-bw", type=int, default=1000)
     ap.add_argument("--tput-rounds", type=int, default=60, help="timed batches per batch size, at least")
@@ -637,12 +651,12 @@ def main():
         log(f"skip {d}: {why}")
     bws = [int(x) for x in args.bws.split(",")]
     lat = bench_latency(trie, fns, bws, args.T, args.queries, args.queries_large, args.large_from, args.seed,
-                        args.block, args.turn_warmup)
+                        args.block, args.turn_warmup, args.settle)
     if SERVER in fns:
         fns[SERVER].close()  # its resident cluster would hold SMs during the throughput runs
     tput = bench_throughput(trie, {d: f for d, f in fns.items() if d != SERVER}, [int(x) for x in args.batches.split(",")],
                             args.tput_bw, args.T, args.tput_pool, args.tput_rounds, args.tput_seconds,
-                            args.seed + 100_000)
+                            args.seed + 100_000, args.settle)
 
     result = {"benchmark": "trie", "date": DATE, "machine": machine(numba.get_num_threads()),
               "command": "python " + " ".join(sys.argv), "wall_s": time.perf_counter() - t_start,

@@ -238,7 +238,7 @@ class CudaBackend:
         ads, rank, n = out
         counts = self._buf("post_counts", (B, M), cp.int32, scratch)
         flags = self._buf("post_flags", (B, M), cp.uint64, scratch)
-        n_thr = B * M * 4  # AL lanes per SID (kernels/postfilter.cu)
+        n_thr = B * M * 4  # AL threads a SID on average, blocks of 32 SIDs (kernels/postfilter.cu)
         if n_thr:
             self.k_post_count(((n_thr + 127) // 128,), (128,),
                               (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(B), np.int32(M),

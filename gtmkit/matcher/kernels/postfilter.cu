@@ -3,9 +3,9 @@
 // NVRTC: built-in types only.
 //
 // Two launches instead of one block per request: eligibility is a chain of dependent loads (bitmask
-// row, then binary searches in the Bloom attributes' code lists), so the first kernel spreads SIDs over
-// the whole GPU, one thread per SID, and remembers each SID's verdicts as bits; the second, one block
-// per request, only scans the counts and writes the ads, without testing anything again.
+// row, then binary searches in the Bloom attributes' code lists), so the first kernel spreads the SIDs'
+// ads over the whole GPU, about one ad a thread, and remembers each SID's verdicts as bits; the second, one
+// block per request, only scans the counts and writes the ads, without testing anything again.
 
 #include "gtm_common.cuh"
 
@@ -71,10 +71,13 @@ __device__ bool ad_eligible(const Trie& t, const Req& q, const AdIndex& ai, int 
     return true;
 }
 
-// AL consecutive threads per SID (request b's m-th): how many of its ads are eligible (0 for a -1 /
-// non-leaf entry) and their verdicts, bit i for the SID's i-th ad (first FLAG_ADS ads). The lanes
-// take the SID's ads round robin, so a SID's ads are tested side by side rather than one after another.
+// A block of AL * SPB threads takes SPB consecutive SIDs (request b's m-th, x = b * M + m): how many of their ads
+// are eligible (0 for a -1 / non-leaf entry) and their verdicts, bit i for a SID's i-th ad (first FLAG_ADS ads).
+// The SIDs' ads are laid end to end and dealt to the block's threads in turn, so a thread tests about one ad
+// whatever the SIDs' sizes: with AL lanes per SID, the SID with the most ads (~25 of them beside a median of 1 on
+// the synth index) made its lanes test ~7 ads one after another, each a chain of dependent loads.
 #define AL 4
+#define SPB_MAX 256   // SIDs per block at most (blockDim.x <= AL * SPB_MAX)
 // Leaves come as int64, or as int32 (leaves64 = 0) straight from the fused step's output nodes.
 __device__ __forceinline__ i64 leaf_at(const void* leaves, int leaves64, i64 x) {
     return leaves64 ? ((const i64*)leaves)[x] : (i64)((const int*)leaves)[x];
@@ -83,30 +86,49 @@ __device__ __forceinline__ i64 leaf_at(const void* leaves, int leaves64, i64 x) 
 extern "C" __global__ void post_count_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const i64* __restrict__ AP, const void* leaves,
                                              int leaves64, int B, int M, i64 first_leaf, int exact, int* counts,
                                              u64* flags) {
+    __shared__ u32 s_start[SPB_MAX + 1];  // exclusive prefix of the SIDs' ad counts; [spb] = the block's total
+    __shared__ i64 s_a0[SPB_MAX];         // a SID's first ad
+    __shared__ u32 s_cnt[SPB_MAX];
+    __shared__ u64 s_bits[SPB_MAX];
+    __shared__ u32 warp_tot[32];
     Trie t = load_trie(TP);
     Req q = load_req(QP);
     AdIndex ai = load_ads(AP);
-    i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    i64 x = g / AL;
-    int l = (int)(g % AL);
-    bool live = x < (i64)B * M;  // whole groups of AL lanes share a warp (blockDim is a multiple of 32)
-    int b = live ? (int)(x / M) : 0;
-    i64 n = live ? leaf_at(leaves, leaves64, x) : -1;
-    int cnt = 0;
-    u64 bits = 0;
-    if (n >= first_leaf) {
-        i64 s = n - first_leaf, a0 = ai.sid_ad_offsets[s], a1 = ai.sid_ad_offsets[s + 1];
-        for (i64 r = a0 + l; r < a1; r += AL) {
-            bool ok = !exact || ad_eligible(t, q, ai, b, r);
-            cnt += ok;
-            if (ok && r - a0 < FLAG_ADS) bits |= 1ull << (r - a0);
+    const int spb = (int)blockDim.x / AL;
+    const i64 x0 = (i64)blockIdx.x * spb, total_x = (i64)B * M;
+    u32 n_ads = 0;
+    if (threadIdx.x < spb) {
+        const i64 x = x0 + threadIdx.x;
+        const i64 n = x < total_x ? leaf_at(leaves, leaves64, x) : -1;
+        i64 a0 = 0;
+        if (n >= first_leaf) {
+            a0 = ai.sid_ad_offsets[n - first_leaf];
+            n_ads = (u32)(ai.sid_ad_offsets[n - first_leaf + 1] - a0);
+        }
+        s_a0[threadIdx.x] = a0;
+        s_cnt[threadIdx.x] = 0;
+        s_bits[threadIdx.x] = 0;
+    }
+    const u32 incl = block_scan(n_ads, warp_tot);  // thread order: SID i's count sits at thread i < spb
+    if (threadIdx.x < spb) s_start[threadIdx.x] = incl - n_ads;
+    if (threadIdx.x == spb - 1) s_start[spb] = incl;
+    __syncthreads();
+    const u32 total = s_start[spb];
+    for (u32 j = threadIdx.x; j < total; j += blockDim.x) {
+        int lo = 0, hi = spb;  // the SID whose ads hold j: s_start[lo] <= j < s_start[lo + 1]
+        while (hi - lo > 1) { const int mid = (lo + hi) >> 1; if (s_start[mid] <= j) lo = mid; else hi = mid; }
+        const u32 i = j - s_start[lo];
+        const int b = (int)((x0 + lo) / M);
+        if (!exact || ad_eligible(t, q, ai, b, s_a0[lo] + i)) {
+            atomicAdd(&s_cnt[lo], 1u);
+            if (i < FLAG_ADS) atomicOr(&s_bits[lo], 1ull << i);
         }
     }
-    for (int o = 1; o < AL; o <<= 1) {
-        cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
-        bits |= __shfl_xor_sync(0xffffffffu, bits, o);
+    __syncthreads();
+    if (threadIdx.x < spb && x0 + threadIdx.x < total_x) {
+        counts[x0 + threadIdx.x] = (int)s_cnt[threadIdx.x];
+        flags[x0 + threadIdx.x] = s_bits[threadIdx.x];
     }
-    if (live && l == 0) { counts[x] = cnt; flags[x] = bits; }
 }
 
 // Block b: exclusive scan of the per-SID counts (rank order), then each SID writes its eligible ads at
