@@ -3,7 +3,8 @@ turns on one host (blocks of 10 queries, each turn after one untimed query). Aft
 OpenMP workers keep spinning for a while; a GPU turn that starts meanwhile shares the cores with them. This
 times b=1 GPU queries (trie_beam_search, device="cuda", results on the host) in such turns, with and without
 waiting for the workers to stop, against GPU turns with no CPU search at all, and shows how long the workers
-stay busy after one CPU query.
+stay busy after one CPU query; and GPU turns while a resident TrieSearchServer (trie.py's third device) polls
+host memory.
 
     PYTHONPATH=. python benchmarks/trie_gpu_crosstalk.py --keys 10000000     # on a GPU; prints tables
 """
@@ -65,7 +66,10 @@ def main() -> None:
         "CPU and GPU turns (trie.py's order)": "none",
         "CPU and GPU turns, GPU turn after the workers stop": "settle",
         "CPU and GPU turns, GPU turn after a 20 ms busy wait": "busy20",
+        "GPU turns while a TrieSearchServer is resident (polling host memory)": "server",
     }
+    if a.device != "cuda":
+        modes.pop("GPU turns while a TrieSearchServer is resident (polling host memory)")
     res = {m: {"gpu": [], "cpu": [], "wait": []} for m in modes}
     for start in range(0, a.queries, a.block):
         for name, how in modes.items():  # the modes take turns too, so host drift falls on all of them
@@ -80,9 +84,16 @@ def main() -> None:
                     t = time.perf_counter()
                     while time.perf_counter() - t < 0.02:
                         pass
+            server = None
+            if how == "server":
+                from gtmkit.matcher.trie_server_cuda import TrieSearchServer
+                server = TrieSearchServer(trie, a.bw, a.steps, a.bw)
+                server.search(tok[start], lp[start])
             gpu(start)
             for i in qs:
                 t = time.perf_counter(); gpu(i); res[name]["gpu"].append(time.perf_counter() - t)
+            if server is not None:
+                server.close()
     print(f"\n{a.queries} queries a mode, turns of {a.block} after 1 untimed; ms")
     print("| mode | GPU mean | GPU p50 | GPU p90 | CPU mean | CPU / GPU mean | wait for the workers, ms median (max) |")
     print("|---|---|---|---|---|---|---|")
