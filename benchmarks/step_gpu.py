@@ -320,12 +320,20 @@ def whole_search(m, q, steps, res, sizes):
     whole["graph_ms_gtm"] = cuda_time(g2.launch, reps=50, stream=g2.stream)
     g3 = GraphedBeamSearch(m, q, replayed, sizes, gtm=False, postfilter=False)
     whole["graph_ms_cd"] = cuda_time(g3.launch, reps=50, stream=g3.stream)
+    # the other launch mode side by side: programmatic dependent launch of the steps and post-filter, or not
+    whole["pdl"] = g.pdl
+    ga = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True, pdl=not g.pdl)
+    if ga.pdl != g.pdl:
+        whole["graph_ms_gtm_postfilter_pdl_" + ("on" if ga.pdl else "off")] = cuda_time(ga.launch, reps=50,
+                                                                                      stream=ga.stream)
     leaves = cp.asarray(res.leaf_nodes, cp.int64)
     whole["postfilter_ms"] = cuda_time(lambda: m.cuda.postfilter_padded(leaves, q, True), reps=50)
     # the graphed search must give the eager answer
     eager = gtmkit.beam_search(m, q, replayed, sizes, gtm=True)
-    gr = g.replay()
-    whole["graph_equals_eager"] = bool(cp.array_equal(gr.sids, eager.sids) and cp.array_equal(gr.scores, eager.scores))
+    whole["graph_equals_eager"] = True
+    for gg in (g, ga):
+        gr = gg.replay()
+        whole["graph_equals_eager"] &= bool(cp.array_equal(gr.sids, eager.sids) and cp.array_equal(gr.scores, eager.scores))
     print(json.dumps(whole), flush=True)
     return whole
 

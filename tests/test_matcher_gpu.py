@@ -112,9 +112,13 @@ def test_beam_search_equals_cpu(synth_index):
             assert np.array_equal(x1, cp.asnumpy(x2)) and np.array_equal(r1, cp.asnumpy(r2))
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_graph_replay_equals_eager(synth_index, fused):
-    """fused: the step kernels write the token history (on Hopper); else the reorder launches."""
+@pytest.mark.parametrize("fused,pdl,recorded", [(True, False, False), (False, False, False), (True, True, False),
+                                                (False, True, False), (True, True, True)])
+def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded):
+    """fused: the step kernels write the token history (on Hopper); else the reorder launches. pdl: the steps
+    and post-filter kernels launched with programmatic dependent launch, after the decoder's kernels or
+    (recorded: the logits of an earlier search, no kernel between the steps) right after each other;
+    replayed often, since a kernel touching its predecessor's data too early would differ only now and then."""
     from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch
 
     idx = synth_index
@@ -122,9 +126,16 @@ def test_graph_replay_equals_eager(synth_index, fused):
     reqs = [idx.encode_request(u) for u in users]
     m = Matcher(idx, "cuda")
     sizes = (1, 32, 64, 64)
-    eager = gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
-    g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, fuse_history=fused)
-    for _ in range(2):
+    decoder = GpuSyntheticDecoder(users, idx.vocab_size, seed=4)
+    if recorded:
+        logits = []
+        gtmkit.beam_search(m, reqs, lambda t, prev, par: logits.append(decoder(t, prev, par)) or logits[-1], sizes)
+        decoder = lambda t, prev, par: logits[t]  # noqa: E731
+    eager = gtmkit.beam_search(m, reqs, decoder, sizes)
+    g = GraphedBeamSearch(m, reqs, decoder if recorded else GpuSyntheticDecoder(users, idx.vocab_size, seed=4),
+                          sizes, fuse_history=fused, pdl=pdl)
+    assert g.pdl == (pdl and m.cuda.fused)
+    for _ in range(20 if pdl else 2):
         r = g.replay()
         assert np.array_equal(cp.asnumpy(r.sids), cp.asnumpy(eager.sids))
         assert np.array_equal(cp.asnumpy(r.scores), cp.asnumpy(eager.scores))

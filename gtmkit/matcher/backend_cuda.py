@@ -65,6 +65,9 @@ class DeviceBatch:
 
 class CudaBackend:
     def __init__(self, t: TrieArrays, index):
+        # set by GraphedBeamSearch(pdl=True) around its own launches: the fused step and the post-filter go
+        # through matcher/pdl.py (programmatic dependent launch); everyone else's stay plain CuPy launches
+        self.pdl = False
         self.mod = module()
         self.k_count = self.mod.get_function("count_kernel")
         self.k_base = self.mod.get_function("base_kernel")
@@ -206,15 +209,23 @@ class CudaBackend:
         topsel = self._buf("topsel", (B, k), cp.uint64, scratch)
         parent, token, node, score, out_count = out
         h_in, h_t, h_out = history if history is not None else (None, 0, np.uint64(0))
-        self.k_fused((B * self.fused_cluster,), (self.fused_threads,),
+        self._launch(self.k_fused, (B * self.fused_cluster,), (self.fused_threads,),
                      (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
                       np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,
                       parent, token, node, score, out_count,
                       self.profile if self.profile is not None else np.uint64(0),
                       req_rows if req_rows is not None else np.uint64(0),
-                      h_in if h_in is not None else np.uint64(0), np.int32(h_t), h_out), shared_mem=FUSED_SMEM)
+                      h_in if h_in is not None else np.uint64(0), np.int32(h_t), h_out), FUSED_SMEM)
         return out
+
+    def _launch(self, func, grid, block, args, shared_mem: int = 0) -> None:
+        """A launch of a kernel that waits at GRID_DEP_WAIT (kernels/gtm_common.cuh): with PDL when self.pdl."""
+        if self.pdl:
+            from .pdl import launch
+            launch(func, grid, block, args, shared_mem)
+        else:
+            func(grid, block, args, shared_mem=shared_mem)
 
     def mask(self, node_ids, row_req, q: DeviceBatch, gtm: bool):
         R = int(node_ids.shape[0])
@@ -240,10 +251,10 @@ class CudaBackend:
         flags = self._buf("post_flags", (B, M), cp.uint64, scratch)
         n_thr = B * M * 4  # AL threads a SID on average, blocks of 32 SIDs (kernels/postfilter.cu)
         if n_thr:
-            self.k_post_count(((n_thr + 127) // 128,), (128,),
+            self._launch(self.k_post_count, ((n_thr + 127) // 128,), (128,),
                               (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(B), np.int32(M),
                                np.int64(self.first_leaf), np.int32(exact), counts, flags))
-        self.k_post_fill((B,), (1024,), (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(M),
+        self._launch(self.k_post_fill, (B,), (1024,), (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(M),
                                          np.int64(self.first_leaf), np.int32(exact), counts, flags, np.int64(cap),
                                          ads, rank, n))
         return ads, rank, n

@@ -80,10 +80,12 @@ class GraphedBeamSearch:
     """Capture beam search (per-step beam sizes, CD+GTM, reordering, post-filter) once; replay it.
 
     fuse_history: on the fused (Hopper) step the step kernel writes the token history itself; False
-    launches the reorder kernel after each step instead (as the multi-kernel path always does; A/B runs)."""
+    launches the reorder kernel after each step instead (as the multi-kernel path always does; A/B runs).
+    pdl: the fused steps and the post-filter kernels are launched with programmatic dependent launch
+    (matcher/pdl.py), so each one's blocks are scheduled while the kernel before it still runs."""
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
-                 postfilter: bool = True, fuse_history: bool = True):
+                 postfilter: bool = True, fuse_history: bool = True, pdl: bool = False):
         if matcher.cuda is None:
             raise GtmkitError("GraphedBeamSearch needs a Matcher on device 'cuda'")
         index = matcher.index
@@ -94,18 +96,24 @@ class GraphedBeamSearch:
         self.matcher, self.decoder, self.gtm, self.postfilter = matcher, decoder, bool(gtm), bool(postfilter)
         self.q = matcher.batch(requests)
         self.fuse_history = fuse_history
+        self.pdl = bool(pdl) and matcher.cuda.fused
         self.k_reorder = beam_module().get_function("reorder_history")
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.scratch = {}
+        be = matcher.cuda
         with self.stream:
             self._allocate(index, L)
-            self._run()                      # eager warm-up: compiles kernels, sizes every buffer
-            self.stream.synchronize()
-            self.stream.begin_capture()
+            keep, be.pdl = be.pdl, self.pdl
             try:
-                self._run()
+                self._run()                      # eager warm-up: compiles kernels, sizes every buffer
+                self.stream.synchronize()
+                self.stream.begin_capture()
+                try:
+                    self._run()
+                finally:
+                    self.graph = self.stream.end_capture()
             finally:
-                self.graph = self.stream.end_capture()
+                be.pdl = keep
 
     def _allocate(self, index, L):
         B, be = self.q.size, self.matcher.cuda

@@ -6,6 +6,20 @@ typedef unsigned long long u64;
 typedef unsigned int u32;
 typedef long long i64;
 
+// Programmatic dependent launch (sm_90+; matcher/pdl.py launches with it inside GraphedBeamSearch): a kernel
+// lets the next one in its stream start at once (GRID_DEP_LAUNCH: that one's blocks take SMs this one leaves
+// free and run up to their GRID_DEP_WAIT), and waits at GRID_DEP_WAIT until the kernel before it has finished
+// and its writes are visible. Nothing before GRID_DEP_WAIT may read what an earlier kernel wrote or write
+// anything an earlier kernel reads: only the pointer tables (written once, before any launch) are read there.
+// Without PDL both are no-ops.
+#if !defined(GTMKIT_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GRID_DEP_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define GRID_DEP_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define GRID_DEP_LAUNCH() do { } while (0)
+#define GRID_DEP_WAIT() do { } while (0)
+#endif
+
 #define SPAN 64.0f         // score bins cover [best - SPAN, best]; lower scores share the last bin
 
 struct Trie {

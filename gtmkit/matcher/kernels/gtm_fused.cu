@@ -195,11 +195,13 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     extern __shared__ __align__(16) unsigned char smem_raw[];
 #endif
     Smem& S = *reinterpret_cast<Smem*>(smem_raw);
+    GRID_DEP_LAUNCH();
     Trie t = load_trie(TP);
     Req q = load_req(QP);
     const u32 rank = cluster_rank();
     const int b = blockIdx.x / CL;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    GRID_DEP_WAIT();  // (PDL) every read and write below may touch an earlier kernel's data
     // optional phase timestamps (benchmarks/gpu_fused_profile.py): prof[b * 32 + i], ns
 #ifdef GTMKIT_EMU
     #define STAMP(i) do { } while (0)

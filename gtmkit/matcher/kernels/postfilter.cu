@@ -91,9 +91,11 @@ extern "C" __global__ void post_count_kernel(const i64* __restrict__ TP, const i
     __shared__ u32 s_cnt[SPB_MAX];
     __shared__ u64 s_bits[SPB_MAX];
     __shared__ u32 warp_tot[32];
+    GRID_DEP_LAUNCH();
     Trie t = load_trie(TP);
     Req q = load_req(QP);
     AdIndex ai = load_ads(AP);
+    GRID_DEP_WAIT();  // (PDL) the leaves are the last step's output
     const int spb = (int)blockDim.x / AL;
     const i64 x0 = (i64)blockIdx.x * spb, total_x = (i64)B * M;
     u32 n_ads = 0;
@@ -138,9 +140,11 @@ extern "C" __global__ void __launch_bounds__(1024) post_fill_kernel(const i64* _
                                                                     const u64* flags, i64 cap_ads, i64* out_ads, int* out_rank,
                                                                     i64* out_n) {
     __shared__ u32 warp_tot[32];
+    GRID_DEP_LAUNCH();
     Trie t = load_trie(TP);
     Req q = load_req(QP);
     AdIndex ai = load_ads(AP);
+    GRID_DEP_WAIT();  // (PDL) the counts and verdicts are post_count_kernel's
     int b = blockIdx.x;
     u32 carry = 0;
     for (int m0 = 0; m0 < M; m0 += blockDim.x) {
