@@ -5,7 +5,7 @@ they are timed in interleaved rounds (CUDA events on each graph's stream), with 
     python benchmarks/graph_ab.py --index IDX --variant fused: --variant reorder:fuse_history=0
 
 A variant is NAME:OPTIONS, options comma-separated KEY=0|1 for GraphedBeamSearch's keyword arguments
-(fuse_history, postfilter)."""
+(fuse_history, postfilter, pdl)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from step_gpu import cuda_time, variant_run  # noqa: E402
 
 def parse(spec: str):
     name, _, opts = spec.partition(":")
-    kw = dict(gtm=True, postfilter=True)
+    kw = dict(gtm=True, postfilter=True, pdl=False)
     for tok in filter(None, opts.split(",")):
         key, _, value = tok.partition("=")
         kw[key] = bool(int(value))

@@ -132,6 +132,7 @@ def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded):
         gtmkit.beam_search(m, reqs, lambda t, prev, par: logits.append(decoder(t, prev, par)) or logits[-1], sizes)
         decoder = lambda t, prev, par: logits[t]  # noqa: E731
     eager = gtmkit.beam_search(m, reqs, decoder, sizes)
+    assert GraphedBeamSearch(m, reqs, decoder, sizes).pdl == m.cuda.fused  # the default
     g = GraphedBeamSearch(m, reqs, decoder if recorded else GpuSyntheticDecoder(users, idx.vocab_size, seed=4),
                           sizes, fuse_history=fused, pdl=pdl)
     assert g.pdl == (pdl and m.cuda.fused)

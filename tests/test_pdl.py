@@ -36,7 +36,7 @@ def test_launch_passes_everything(monkeypatch):
 
     monkeypatch.setattr(pdl, "_launch_ex", fake)
     arr = types.SimpleNamespace(data=types.SimpleNamespace(ptr=0xABC000))
-    func = types.SimpleNamespace(ptr=0x1234, name="k")
+    func = types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0x1234), name="k")  # as CuPy's RawKernel
     pdl.launch(func, (96,), (1024,), (arr, np.int32(-7), np.int64(2**40), np.float32(1.5), np.uint64(0)), 4096,
                stream=types.SimpleNamespace(ptr=0x5000))
     assert seen["grid"] == (96, 1, 1) and seen["block"] == (1024, 1, 1) and seen["smem"] == 4096
@@ -55,3 +55,5 @@ def test_bad_argument_and_driver_error(monkeypatch):
         pdl.launch(func, (1,), (32,), (np.int8(3),), stream=s)
     with pytest.raises(GtmkitError, match="CUresult 1"):
         pdl.launch(func, (1,), (32,), (np.int32(3),), stream=s)
+    with pytest.raises(GtmkitError, match="no CUfunction"):
+        pdl.launch(types.SimpleNamespace(name="k"), (1,), (32,), (np.int32(3),), stream=s)

@@ -82,10 +82,11 @@ class GraphedBeamSearch:
     fuse_history: on the fused (Hopper) step the step kernel writes the token history itself; False
     launches the reorder kernel after each step instead (as the multi-kernel path always does; A/B runs).
     pdl: the fused steps and the post-filter kernels are launched with programmatic dependent launch
-    (matcher/pdl.py), so each one's blocks are scheduled while the kernel before it still runs."""
+    (matcher/pdl.py), so each one's blocks are scheduled while the kernel before it still runs; None (the
+    default) does so wherever the fused step runs (Hopper)."""
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
-                 postfilter: bool = True, fuse_history: bool = True, pdl: bool = False):
+                 postfilter: bool = True, fuse_history: bool = True, pdl: bool = None):
         if matcher.cuda is None:
             raise GtmkitError("GraphedBeamSearch needs a Matcher on device 'cuda'")
         index = matcher.index
@@ -96,7 +97,7 @@ class GraphedBeamSearch:
         self.matcher, self.decoder, self.gtm, self.postfilter = matcher, decoder, bool(gtm), bool(postfilter)
         self.q = matcher.batch(requests)
         self.fuse_history = fuse_history
-        self.pdl = bool(pdl) and matcher.cuda.fused
+        self.pdl = (True if pdl is None else bool(pdl)) and matcher.cuda.fused
         self.k_reorder = beam_module().get_function("reorder_history")
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.scratch = {}

@@ -55,6 +55,16 @@ def _dims(d) -> tuple:
     return d[:3]
 
 
+def _function_ptr(func) -> int:
+    """The CUfunction behind a CuPy kernel: RawModule.get_function gives a RawKernel, whose .kernel is the
+    loaded cupy.cuda.function.Function (.ptr); a Function itself has .ptr."""
+    inner = getattr(func, "kernel", None)
+    ptr = getattr(inner, "ptr", None) if inner is not None else getattr(func, "ptr", None)
+    if not ptr:
+        raise GtmkitError(f"PDL launch: no CUfunction handle on {type(func).__name__}")
+    return int(ptr)
+
+
 def launch(func, grid, block, args, shared_mem: int = 0, stream=None) -> None:
     """func(grid, block, args, shared_mem=...) as CuPy would launch it, on `stream` (default: CuPy's current
     one), allowed to start before the kernel ahead of it finishes. args: CuPy arrays and NumPy scalars."""
@@ -77,6 +87,6 @@ def launch(func, grid, block, args, shared_mem: int = 0, stream=None) -> None:
         stream = cp.cuda.get_current_stream()
     cfg = _Config((ctypes.c_uint * 3)(*_dims(grid)), (ctypes.c_uint * 3)(*_dims(block)), int(shared_mem),
                   ctypes.c_void_p(stream.ptr), ctypes.pointer(attr), 1)
-    rc = _driver()(ctypes.byref(cfg), ctypes.c_void_p(func.ptr), params, None)
+    rc = _driver()(ctypes.byref(cfg), ctypes.c_void_p(_function_ptr(func)), params, None)
     if rc != 0:
         raise GtmkitError(f"PDL launch of {getattr(func, 'name', 'a kernel')}: cuLaunchKernelEx returned CUresult {rc}")

@@ -70,11 +70,6 @@ typedef unsigned short u16;
 #ifndef ROWN1
 #define ROWN1 1
 #endif
-// PFCH: a live candidate also sends its children's terminal word and zero sample on their way to L2 (the
-// next step's second round trip after the label), beside their labels.
-#ifndef PFCH
-#define PFCH 0
-#endif
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
 #endif
@@ -1092,11 +1087,6 @@ __device__ __forceinline__ void search_body(
                 // the labels the next step reads first if this candidate is kept, on their way to L2
                 PREFETCH_L2(tr.low + child_first - 1);
                 if (tr.hbits) PREFETCH_L2(tr.high + ((child_first - 1) * tr.hbits >> 6));
-#if PFCH
-                // and what a matched child reads first: its terminal word and its zero sample
-                PREFETCH_L2(tr.term + (child_first >> 6));
-                PREFETCH_L2(tr.zpos + (child_first >> tr.zshift));
-#endif
                 cand[pl] = live_key;
                 cand_first[pl] = child_first;
                 cand_deg[pl] = child_deg;
