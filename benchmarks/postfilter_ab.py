@@ -1,11 +1,12 @@
-"""The GPU post-filter (kernels/postfilter.cu) against another revision of it, side by side on one recorded search's
-leaves (GPU): both return the same ads; each is timed as a CUDA graph of its two launches, in interleaved rounds,
-and inside the whole graphed search with post-filter.
+"""The GPU post-filter (kernels/postfilter.cu) in its two forms, one launch (post_kernel, the default) and two
+(count, then fill), and against other revisions of the two-launch form, side by side on one recorded search's
+leaves (GPU): all return the same ads; each is timed as a CUDA graph of its launches, in interleaved rounds, and
+inside the whole graphed search with post-filter.
 
-    python benchmarks/postfilter_ab.py --index IDX --old scratch/old_postfilter.cu [--old ...]
+    python benchmarks/postfilter_ab.py --index IDX [--old scratch/old_postfilter.cu ...]
 
-The other revisions must take the kernels' current arguments (since session 11 the leaves' dtype flag,
-leaves64, follows the leaves)."""
+The other revisions must take the count and fill kernels' current arguments (since session 11 the leaves'
+dtype flag, leaves64, follows the leaves)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def kernels(path: Path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", required=True)
-    ap.add_argument("--old", action="append", required=True, help="another postfilter.cu (repeatable)")
+    ap.add_argument("--old", action="append", default=[], help="another postfilter.cu (repeatable)")
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
@@ -40,12 +41,12 @@ def main():
     m, res, q, sizes, recorded = r["m"], r["res"], r["q"], r["sizes"], r["recorded"]
     be = m.cuda
     leaves = cp.asarray(res.leaf_nodes, cp.int64)
-    variants = {"new": (be.k_post_count, be.k_post_fill)}
+    variants = {"single": (be.k_post_count, be.k_post_fill, True), "two": (be.k_post_count, be.k_post_fill, False)}
     for path in args.old:
-        variants[Path(path).stem] = kernels(Path(path))
+        variants[Path(path).stem] = kernels(Path(path)) + (False,)
     timed, outs = {}, {}
-    for name, (kc, kf) in variants.items():
-        be.k_post_count, be.k_post_fill = kc, kf
+    for name, (kc, kf, single) in variants.items():
+        be.k_post_count, be.k_post_fill, be.post_single = kc, kf, single
         outs[name] = [cp.asnumpy(a) for a in be.postfilter_padded(leaves, q, True)]
         stream, scratch = cp.cuda.Stream(non_blocking=True), {}
         with stream:
@@ -56,9 +57,9 @@ def main():
             graph = stream.end_capture()
         whole = GraphedBeamSearch(m, q, lambda step, prev, parents: recorded[step], sizes, gtm=True, postfilter=True)
         timed[name] = (graph, stream, whole, [], [])
-    n_new = outs["new"][2]
+    n_new = outs["single"][2]
     same = all(np.array_equal(n_new, o[2]) and all(
-        np.array_equal(a[b, :n], c[b, :n]) for a, c in zip(outs["new"][:2], o[:2]) for b, n in enumerate(n_new))
+        np.array_equal(a[b, :n], c[b, :n]) for a, c in zip(outs["single"][:2], o[:2]) for b, n in enumerate(n_new))
         for o in outs.values())
     print(f"eligible ads per request: {n_new.tolist()}; outputs equal: {same}")
     for _ in range(args.rounds):

@@ -116,6 +116,8 @@ static inline int __syncthreads_count(int pred) {
 }
 template <class T, class V> static inline T atomicAdd(T* a, V v) { return __atomic_fetch_add(a, (T)v, __ATOMIC_SEQ_CST); }
 template <class T, class V> static inline T atomicOr(T* a, V v) { return __atomic_fetch_or(a, (T)v, __ATOMIC_SEQ_CST); }
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+template <class T, class V> static inline T atomicExch(T* a, V v) { return __atomic_exchange_n(a, (T)v, __ATOMIC_SEQ_CST); }
 template <class T, class V> static inline T atomicMax(T* a, V v) {
     T old = __atomic_load_n(a, __ATOMIC_SEQ_CST);
     while (old < (T)v && !__atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}

@@ -72,10 +72,13 @@ def test_postfilter_requests_with_many_codes(tmp_path, monkeypatch):
         assert sum(len(a) for a, _ in cpu.postfilter(leaves, reqs, True)) > 0  # the test sees eligible ads
 
 
-def test_postfilter_crowded_sids(tmp_path, monkeypatch):
+@pytest.mark.parametrize("single", [True, False])
+def test_postfilter_crowded_sids(tmp_path, monkeypatch, single):
     """SIDs holding many ads: a block's ads outnumber its threads (the count kernel deals them in several
     rounds) and some SIDs hold more than the 64 ads whose verdicts travel as bits (the fill kernel tests the
-    rest again); one SID repeated across a request's beams, dead entries between. Ads as on the CPU."""
+    rest again); one SID repeated across a request's beams, dead entries between. Both forms: one launch
+    (post_kernel, whose blocks hold more ads than they keep in shared memory) and count + fill. Ads as on
+    the CPU."""
     import gtmkit
     from catalogs import random_catalog, schema_dict, write
     table = random_catalog(74, n_ads=1500, L=3, V=9, n_sids=12)  # ~125 ads a SID
@@ -85,12 +88,15 @@ def test_postfilter_crowded_sids(tmp_path, monkeypatch):
     assert counts.max() > 64 and counts.sum() > 128
     with installed(monkeypatch):
         cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+        gpu.cuda.post_single = single
         rng = np.random.default_rng(5)
         reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
         leaves = rng.integers(idx.first_leaf - 3, idx.num_nodes, size=(3, 40))
         leaves[1, :20] = idx.first_leaf + int(np.argmax(counts))
         want = cpu.postfilter(leaves, reqs, True)
-        for (a1, r1), (a2, r2) in zip(want, gpu.postfilter(leaves, reqs, True)):
-            assert np.array_equal(a1, np.asarray(a2)) and np.array_equal(r1, np.asarray(r2))
+        # again, after a launch of another shape: each launch must leave the kernel's state as it found it
+        for lv, rq in ((leaves, reqs), (leaves[:2, :7], reqs[:2]), (leaves, reqs)):
+            for (a1, r1), (a2, r2) in zip(cpu.postfilter(lv, rq, True), gpu.postfilter(lv, rq, True)):
+                assert np.array_equal(a1, np.asarray(a2)) and np.array_equal(r1, np.asarray(r2))
         assert 0 < sum(len(a) for a, _ in want) < sum(int(counts[n - idx.first_leaf]) for n in leaves.ravel()
                                                       if n >= idx.first_leaf)  # some ads in, some out

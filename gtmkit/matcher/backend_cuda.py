@@ -84,6 +84,8 @@ class CudaBackend:
         post = load_module(POST_FILE)
         self.k_post_count = post.get_function("post_count_kernel")
         self.k_post_fill = post.get_function("post_fill_kernel")
+        self.k_post = post.get_function("post_kernel")
+        self.post_single = True  # the post-filter in one launch (post_kernel); False: count, then fill
         major = cp.cuda.Device().compute_capability[:-1]
         self.fused = int(major) >= 9 and os.environ.get("GTMKIT_CUDA_STEP", "fused") != "multi"
         if self.fused:
@@ -114,7 +116,7 @@ class CudaBackend:
     def batch(self, q: RequestBatch) -> DeviceBatch:
         return q if isinstance(q, DeviceBatch) else DeviceBatch(q)
 
-    def _buf(self, name, shape, dtype, scratch=None):
+    def _buf(self, name, shape, dtype, scratch=None, zero: bool = False):
         # One scratch buffer per (name, shape): a fixed beam schedule reuses them step after step, so
         # after a warm-up run nothing is allocated (what CUDA graph capture requires). A captured
         # search passes its own `scratch` dict so its replays never share buffers with other work.
@@ -122,7 +124,7 @@ class CudaBackend:
         key = (name, shape, np.dtype(dtype).str)
         b = store.get(key)
         if b is None:
-            b = store[key] = cp.empty(shape, dtype)
+            b = store[key] = (cp.zeros if zero else cp.empty)(shape, dtype)
         return b
 
     # --- step -----------------------------------------------------------------------------
@@ -247,6 +249,18 @@ class CudaBackend:
         if out is None:
             out = (cp.empty((B, cap), cp.int64), cp.empty((B, cap), cp.int32), cp.empty(B, cp.int64))
         ads, rank, n = out
+        if self.post_single:
+            chunks = -(-M // 32)  # SPB1 SIDs a block (kernels/postfilter.cu)
+            if B * chunks == 0:
+                n.fill(0)
+                return ads, rank, n
+            # tickets and published counts: zero, and left zero by every launch's last block
+            state = self._buf("post_state", (2,), cp.uint32, scratch, zero=True)
+            published = self._buf("post_published", (B * chunks,), cp.uint64, scratch, zero=True)
+            self._launch(self.k_post, (B * chunks,), (32 * 4,),
+                         (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(B), np.int32(M),
+                          np.int64(self.first_leaf), np.int32(exact), np.int64(cap), ads, rank, n, state, published))
+            return ads, rank, n
         counts = self._buf("post_counts", (B, M), cp.int32, scratch)
         flags = self._buf("post_flags", (B, M), cp.uint64, scratch)
         n_thr = B * M * 4  # AL threads a SID on average, blocks of 32 SIDs (kernels/postfilter.cu)

@@ -182,6 +182,15 @@ struct Smem {
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
+// PDL (GraphedBeamSearch): PDL_EARLY lets the next kernel's blocks be scheduled as soon as this one starts;
+// PDL_LATE_WAIT waits for the kernel before only once the request's rows are read and the shared arrays
+// zeroed (0: right after the pointer tables).
+#ifndef PDL_EARLY
+#define PDL_EARLY 1
+#endif
+#ifndef PDL_LATE_WAIT
+#define PDL_LATE_WAIT 1
+#endif
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, MINB)
 fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
                   int V, const float* beam_scores, const i64* row_req, i64 R, int D, int k, int gtm, int count_all,
@@ -195,13 +204,13 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     extern __shared__ __align__(16) unsigned char smem_raw[];
 #endif
     Smem& S = *reinterpret_cast<Smem*>(smem_raw);
-    GRID_DEP_LAUNCH();
+    if (PDL_EARLY) GRID_DEP_LAUNCH();
     Trie t = load_trie(TP);
     Req q = load_req(QP);
     const u32 rank = cluster_rank();
     const int b = blockIdx.x / CL;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    GRID_DEP_WAIT();  // (PDL) every read and write below may touch an earlier kernel's data
+    if (!PDL_LATE_WAIT) GRID_DEP_WAIT();
     // optional phase timestamps (benchmarks/gpu_fused_profile.py): prof[b * 32 + i], ns
 #ifdef GTMKIT_EMU
     #define STAMP(i) do { } while (0)
@@ -269,6 +278,10 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     u64* my_pass = passed + blk_base;
     u64* grp = grouped + req_base;             // the request's passers grouped by bin (phase 4)
     u32* work = (u32*)(grouped + blk_base);    // this block's GTM work list (phase 3; same slots)
+
+    // (PDL) every read and write below may touch an earlier kernel's data; the request's rows above are
+    // GraphedBeamSearch's fixed schedule (written before its capture), the only launches made with PDL
+    if (PDL_LATE_WAIT) GRID_DEP_WAIT();
 
     // ---- 1 score bins: below the best live beam score ------------------------------------------
     // Log-probs are <= 0, so no candidate beats its row's beam score: the best live beam score bounds

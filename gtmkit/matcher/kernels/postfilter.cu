@@ -172,3 +172,138 @@ extern "C" __global__ void __launch_bounds__(1024) post_fill_kernel(const i64* _
     }
     if (threadIdx.x == 0) out_n[b] = carry;
 }
+
+// ---- the post-filter in one launch --------------------------------------------------------------------
+// A block takes SPB1 consecutive SIDs of one request (chunk c of its M / SPB1), tests their ads as
+// post_count_kernel does, publishes how many passed, adds up the counts the request's earlier chunks
+// published (a decoupled look-back: every chunk publishes before it looks, so the looks overlap) and writes
+// its ads at that offset: the second launch, its reload of the counts and its scan are gone. Chunks are
+// numbered in the order blocks start (a ticket), so a chunk waits only on chunks already running; the block
+// that finishes last clears the tickets and the published counts for the next launch. state: u32 [2]
+// (tickets, blocks done) and u64 [B * chunks] (published counts, bit 63 set), all zero between launches.
+#define SPB1 32
+#define NT1 (SPB1 * AL)
+#define KEEP1 512     // the first KEEP1 ads of a block keep their verdict and id in shared memory
+#define PUBLISHED (1ull << 63)
+
+extern "C" __global__ void __launch_bounds__(NT1) post_kernel(
+    const i64* __restrict__ TP, const i64* __restrict__ QP, const i64* __restrict__ AP, const void* leaves, int leaves64,
+    int B, int M, i64 first_leaf, int exact, i64 cap_ads, i64* out_ads, int* out_rank, i64* out_n, u32* state,
+    u64* published) {
+    __shared__ u32 s_start[SPB1 + 1];
+    __shared__ i64 s_a0[SPB1];
+    __shared__ i64 s_id[KEEP1];
+    __shared__ u32 s_ok[KEEP1 / 32];
+    __shared__ u32 warp_tot[32];
+    __shared__ u32 s_ticket, s_last;
+    __shared__ i64 s_off;
+    GRID_DEP_LAUNCH();
+    Trie t = load_trie(TP);
+    Req q = load_req(QP);
+    AdIndex ai = load_ads(AP);
+    GRID_DEP_WAIT();  // (PDL) the leaves are the last step's output
+    const int tid = threadIdx.x;
+    const u32 chunks = (u32)((M + SPB1 - 1) / SPB1), G = (u32)B * chunks;
+    if (tid == 0) s_ticket = atomicAdd(state, 1u);
+    if (tid < KEEP1 / 32) s_ok[tid] = 0;
+    __syncthreads();
+    const u32 vb = s_ticket;
+    const int b = (int)(vb / chunks);
+    const int m0 = (int)(vb % chunks) * SPB1;
+    const i64 x0 = (i64)b * M + m0;
+    u32 n_ads = 0;
+    if (tid < SPB1) {
+        i64 a0 = 0;
+        if (m0 + tid < M) {
+            const i64 n = leaf_at(leaves, leaves64, x0 + tid);
+            if (n >= first_leaf) {
+                a0 = ai.sid_ad_offsets[n - first_leaf];
+                n_ads = (u32)(ai.sid_ad_offsets[n - first_leaf + 1] - a0);
+            }
+        }
+        s_a0[tid] = a0;
+    }
+    const u32 incl = block_scan(n_ads, warp_tot);
+    if (tid < SPB1) s_start[tid] = incl - n_ads;
+    if (tid == SPB1 - 1) s_start[SPB1] = incl;
+    __syncthreads();
+    const u32 total = s_start[SPB1];
+    // the SID (of this block's) whose ads hold j, and the ad
+    #define OWNER1(j, lo) int lo = 0; { int hi_ = SPB1; \
+        while (hi_ - lo > 1) { const int mid_ = (lo + hi_) >> 1; if (s_start[mid_] <= (j)) lo = mid_; else hi_ = mid_; } }
+    u32 passed = 0;
+    for (u32 j = tid; j < total; j += NT1) {
+        OWNER1(j, s);
+        const i64 r = s_a0[s] + (j - s_start[s]);
+        const i64 id = ai.sid_ad_ids[r];  // (loaded beside the test, used after it)
+        const bool ok = !exact || ad_eligible(t, q, ai, b, r);
+        passed += ok;
+        if (j < KEEP1) {
+            s_id[j] = id;
+            if (ok) atomicOr(&s_ok[j >> 5], 1u << (j & 31));
+        }
+    }
+    block_scan(passed, warp_tot);  // (the total only: it leaves the warps' inclusive totals in warp_tot)
+    const u32 mine = warp_tot[NT1 / 32 - 1];
+    // publish, then look back: chunks c' < c of request b (already running: smaller tickets)
+    const u32 c = vb % chunks;
+    if (tid == 0) atomicExch(&published[vb], PUBLISHED | (u64)mine);
+    u64 before = 0;
+    for (u32 i = tid; i < c; i += NT1) {
+        u64 v;
+        while (!((v = atomicAdd(&published[vb - c + i], 0ull)) & PUBLISHED)) {
+        }
+        before += v & ~PUBLISHED;
+    }
+    for (int o = 16; o > 0; o >>= 1) before += __shfl_xor_sync(0xffffffffu, before, o);
+    __shared__ u64 s_before[NT1 / 32];
+    if ((tid & 31) == 0) s_before[tid >> 5] = before;
+    __syncthreads();
+    if (tid == 0) {
+        i64 off = 0;
+        for (int w = 0; w < NT1 / 32; ++w) off += (i64)s_before[w];
+        s_off = off;
+    }
+    __syncthreads();
+    // write, in ad order: the ads of round base.. at offset + their rank among this block's passers
+    i64 pos0 = s_off;
+    for (u32 base = 0; base < total; base += NT1) {
+        const u32 j = base + tid;
+        bool ok = false;
+        i64 id = 0;
+        int m = 0;
+        if (j < total) {
+            OWNER1(j, s);
+            m = m0 + s;
+            if (j < KEEP1) {
+                ok = (s_ok[j >> 5] >> (j & 31)) & 1u;
+                id = s_id[j];
+            } else {  // past what shared memory keeps: tested again
+                const i64 r = s_a0[s] + (j - s_start[s]);
+                ok = !exact || ad_eligible(t, q, ai, b, r);
+                id = ai.sid_ad_ids[r];
+            }
+        }
+        const u32 rank = block_scan(ok ? 1u : 0u, warp_tot);
+        const u32 round_n = warp_tot[NT1 / 32 - 1];
+        __syncthreads();  // all have read round_n before the next round's scan writes warp_tot
+        if (ok) {
+            const i64 pos = pos0 + rank - 1;
+            if (pos < cap_ads) { out_ads[(i64)b * cap_ads + pos] = id; out_rank[(i64)b * cap_ads + pos] = m; }
+        }
+        pos0 += round_n;
+    }
+    if (c == chunks - 1 && tid == 0) out_n[b] = pos0;
+    #undef OWNER1
+    // the last block to finish leaves the state zeroed for the next launch
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        s_last = atomicAdd(state + 1, 1u) == G - 1;
+    }
+    __syncthreads();
+    if (s_last) {
+        for (u32 i = tid; i < G; i += NT1) published[i] = 0;
+        if (tid == 0) { state[0] = 0; state[1] = 0; }
+    }
+}
