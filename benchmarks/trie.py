@@ -588,7 +588,8 @@ def markdown(r: dict) -> str:
               "is the child's ru_maxrss, (input) its RSS with the input held just before the timed build. Search: "
               "`trie_beam_search` on the saved trie loaded into RAM; proposals `synth_proposals(trie, n, T, K)` "
               "(seed 004 App. K: r = K/10 head tokens on a key's path, the rest position-stratified noise); one "
-              "warm-up call per point untimed; latency: devices take turns in blocks of " + str(r["latency"][0].get("block", 1) if r["latency"] else 1) + " queries, each turn after " + str(r["latency"][0].get("turn_warmup", 0) if r["latency"] else 0) + " untimed one(s), throughput: batch by batch" + (
+              "warm-up call per point untimed; latency: devices take turns in blocks of " + str(r["latency"][0].get("block", 1) if r["latency"] else 1) + " queries, each turn after " + str(r["latency"][0].get("turn_warmup", 0) if r["latency"] else 0) + " untimed one(s) (a resident server runs only in its own turns, started untimed: its polling slows the other "
+              "GPU path), throughput: batch by batch" + (
               "; every turn and batch starts once the CPU search's OpenMP workers stopped spinning (waited a median "
               + f"{r['latency'][0].get('settle_ms_median', 0):.1f} ms at the first BW)" if r["latency"] and r["latency"][0].get("settle") else "")
               + ". Other load: cores busy outside "
