@@ -148,6 +148,23 @@ def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded):
             assert np.array_equal(cp.asnumpy(r.sid_rank[b, :counts[b]]), cp.asnumpy(rank))
 
 
+def test_pdl_off_by_environment(synth_index, monkeypatch):
+    """GTMKIT_PDL=0: the default graph launches plainly and says why; asking for PDL then is an error."""
+    from gtmkit.errors import GtmkitError
+    from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch
+
+    idx = synth_index
+    users = synth_users(idx.manifest["schema"], 2, seed=5)
+    reqs = [idx.encode_request(u) for u in users]
+    m = Matcher(idx, "cuda")
+    monkeypatch.setenv("GTMKIT_PDL", "0")
+    g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), (1, 8, 16, 16))
+    assert not g.pdl and g.pdl_off == ("GTMKIT_PDL=0" if m.cuda.fused else "")
+    if m.cuda.fused:
+        with pytest.raises(GtmkitError, match="GTMKIT_PDL=0"):
+            GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), (1, 8, 16, 16), pdl=True)
+
+
 def test_eval_and_match_on_gpu_equal_cpu(synth_index):
     """The host-side synthetic decoder drives the GPU matcher: same figures as on the CPU."""
     from gtmkit.commands.match import match_user

@@ -57,3 +57,18 @@ def test_bad_argument_and_driver_error(monkeypatch):
         pdl.launch(func, (1,), (32,), (np.int32(3),), stream=s)
     with pytest.raises(GtmkitError, match="no CUfunction"):
         pdl.launch(types.SimpleNamespace(name="k"), (1,), (32,), (np.int32(3),), stream=s)
+
+
+def test_unavailable_says_why(monkeypatch):
+    monkeypatch.setenv("GTMKIT_PDL", "0")
+    assert pdl.unavailable() == "GTMKIT_PDL=0"
+    monkeypatch.delenv("GTMKIT_PDL")
+    monkeypatch.setattr(pdl, "_launch_ex", None)
+
+    def no_driver(name, *a, **k):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(pdl.ctypes, "CDLL", no_driver)
+    assert "no cuLaunchKernelEx" in pdl.unavailable()
+    monkeypatch.setattr(pdl, "_launch_ex", lambda *a: 0)
+    assert pdl.unavailable() == ""

@@ -83,7 +83,8 @@ class GraphedBeamSearch:
     launches the reorder kernel after each step instead (as the multi-kernel path always does; A/B runs).
     pdl: the fused steps and the post-filter kernels are launched with programmatic dependent launch
     (matcher/pdl.py), so each one's blocks are scheduled while the kernel before it still runs; None (the
-    default) does so wherever the fused step runs (Hopper)."""
+    default) does so wherever the fused step runs (Hopper) and the driver can (else plainly, the reason in
+    self.pdl_off; GTMKIT_PDL=0 turns it off)."""
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
                  postfilter: bool = True, fuse_history: bool = True, pdl: bool = None):
@@ -98,6 +99,13 @@ class GraphedBeamSearch:
         self.q = matcher.batch(requests)
         self.fuse_history = fuse_history
         self.pdl = (True if pdl is None else bool(pdl)) and matcher.cuda.fused
+        self.pdl_off = ""  # why the default could not launch with PDL (then it launches plainly)
+        if self.pdl:
+            from .pdl import unavailable
+            self.pdl_off = unavailable()
+            if self.pdl_off and pdl:
+                raise GtmkitError(f"GraphedBeamSearch(pdl=True): {self.pdl_off}")
+            self.pdl = not self.pdl_off
         self.k_reorder = beam_module().get_function("reorder_history")
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.scratch = {}

@@ -50,6 +50,19 @@ def _driver():
     return _launch_ex
 
 
+def unavailable() -> str:
+    """Why PDL launches cannot be used here ("" when they can): GTMKIT_PDL=0 in the environment, or a CUDA
+    driver without cuLaunchKernelEx (before CUDA 12)."""
+    import os
+    if os.environ.get("GTMKIT_PDL", "1") == "0":
+        return "GTMKIT_PDL=0"
+    try:
+        _driver()
+    except GtmkitError as exc:
+        return str(exc)
+    return ""
+
+
 def _dims(d) -> tuple:
     d = tuple(int(x) for x in d) + (1, 1)
     return d[:3]
