@@ -39,7 +39,11 @@ def cuda_available() -> bool:
 class Matcher:
     """CD+GTM matcher over an Index.
 
-    device: "cpu" (numba), "cuda" (CuPy; needs a GPU) or "auto" (cuda when CuPy sees a GPU)."""
+    device: "cpu" (numba), "cuda" (CuPy; needs a GPU) or "auto" (cuda when CuPy sees a GPU).
+
+    On the GPU the matcher keeps one set of scratch buffers, which its calls reuse: use one Matcher from one
+    stream at a time (a GraphedBeamSearch owns its own buffers; build a Matcher per stream for concurrent
+    work: the index tables are uploaded per Matcher)."""
 
     def __init__(self, index, device: str = "cpu"):
         if device == "auto":
