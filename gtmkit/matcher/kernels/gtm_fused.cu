@@ -80,45 +80,13 @@
 #define OWNER(i) ((u32)(i) * (u32)CL / (u32)FB)
 
 #ifndef GTMKIT_EMU  // the emulation defines these for threads on the CPU
-// ---- cluster primitives (cluster_rank, cluster_sync in cluster.cuh; more of them here) -------------
+// ---- cluster primitives (cluster_rank, cluster_sync and the distributed shared memory in cluster.cuh) --
 #include "cluster.cuh"
 
 // The two halves of cluster_sync, so that independent work can run between them.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 
-__device__ __forceinline__ u32 shared_addr(const void* p) {
-    u64 a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-    return (u32)a;
-}
-
-// Address of the same shared variable in block `rank` of the cluster.
-__device__ __forceinline__ u32 remote(const void* p, u32 rank) {
-    u32 r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(shared_addr(p)), "r"(rank));
-    return r;
-}
-
-__device__ __forceinline__ void dsm_add(u32 addr, u32 v) {
-    asm volatile("red.shared::cluster.add.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ void dsm_max(u32 addr, u32 v) {
-    asm volatile("red.shared::cluster.max.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ u32 dsm_fetch_add(u32 addr, u32 v) {
-    u32 old;
-    asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(addr), "r"(v) : "memory");
-    return old;
-}
-
-__device__ __forceinline__ u32 dsm_load(u32 addr) {
-    u32 v;
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
-    return v;
-}
 #endif
 
 // First bin > lo whose cumulative count reaches target (FB - 1 if none); cum is non-decreasing.
