@@ -25,6 +25,7 @@ KERNEL_DIR = Path(__file__).with_name("kernels")
 KERNEL_FILE = KERNEL_DIR / "gtm_step.cu"
 FUSED_FILE = KERNEL_DIR / "gtm_fused.cu"
 POST_FILE = KERNEL_DIR / "postfilter.cu"
+POST_SIDS, POST_THREADS = 32, 128  # SIDs and threads a post-filter block (postfilter.cu: SPB1, NT1; AL * 32)
 MAX_K = 2048
 NB = 4096      # score bins (kernels/gtm_step.cu)
 ST = 8         # per-request state words
@@ -250,22 +251,21 @@ class CudaBackend:
             out = (cp.empty((B, cap), cp.int64), cp.empty((B, cap), cp.int32), cp.empty(B, cp.int64))
         ads, rank, n = out
         if self.post_single:
-            chunks = -(-M // 32)  # SPB1 SIDs a block (kernels/postfilter.cu)
+            chunks = -(-M // POST_SIDS)
             if B * chunks == 0:
                 n.fill(0)
                 return ads, rank, n
             # tickets and published counts: zero, and left zero by every launch's last block
             state = self._buf("post_state", (2,), cp.uint32, scratch, zero=True)
             published = self._buf("post_published", (B * chunks,), cp.uint64, scratch, zero=True)
-            self._launch(self.k_post, (B * chunks,), (32 * 4,),
+            self._launch(self.k_post, (B * chunks,), (POST_THREADS,),
                          (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(B), np.int32(M),
                           np.int64(self.first_leaf), np.int32(exact), np.int64(cap), ads, rank, n, state, published))
             return ads, rank, n
         counts = self._buf("post_counts", (B, M), cp.int32, scratch)
         flags = self._buf("post_flags", (B, M), cp.uint64, scratch)
-        n_thr = B * M * 4  # AL threads a SID on average, blocks of 32 SIDs (kernels/postfilter.cu)
-        if n_thr:
-            self._launch(self.k_post_count, ((n_thr + 127) // 128,), (128,),
+        if B * M:
+            self._launch(self.k_post_count, (-(-(B * M) // POST_SIDS),), (POST_THREADS,),
                               (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(B), np.int32(M),
                                np.int64(self.first_leaf), np.int32(exact), counts, flags))
         self._launch(self.k_post_fill, (B,), (1024,), (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(M),

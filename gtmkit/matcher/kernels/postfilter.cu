@@ -83,6 +83,35 @@ __device__ __forceinline__ i64 leaf_at(const void* leaves, int leaves64, i64 x) 
     return leaves64 ? ((const i64*)leaves)[x] : (i64)((const int*)leaves)[x];
 }
 
+// A block's SIDs x0 .. x0 + spb - 1 laid end to end (thread i < spb takes SID x0 + i; those from n_valid on,
+// and -1 / non-leaf entries, have no ads): a0[i] = its first ad, start[i] = where its ads begin in the block's
+// run, start[spb] = the run's length. Every thread of the block calls it; it ends with a barrier.
+__device__ __forceinline__ u32 lay_out_ads(const AdIndex& ai, const void* leaves, int leaves64, i64 first_leaf,
+                                           i64 x0, int n_valid, int spb, i64* a0, u32* start, u32* warp_tot) {
+    u32 n_ads = 0;
+    if ((int)threadIdx.x < spb) {
+        const i64 n = (int)threadIdx.x < n_valid ? leaf_at(leaves, leaves64, x0 + threadIdx.x) : -1;
+        i64 first = 0;
+        if (n >= first_leaf) {
+            first = ai.sid_ad_offsets[n - first_leaf];
+            n_ads = (u32)(ai.sid_ad_offsets[n - first_leaf + 1] - first);
+        }
+        a0[threadIdx.x] = first;
+    }
+    const u32 incl = block_scan(n_ads, warp_tot);  // thread order: SID i's count sits at thread i < spb
+    if ((int)threadIdx.x < spb) start[threadIdx.x] = incl - n_ads;
+    if ((int)threadIdx.x == spb - 1) start[spb] = incl;
+    __syncthreads();
+    return start[spb];
+}
+
+// The SID whose ads hold position j of the run: start[s] <= j < start[s + 1] (SIDs without ads skipped).
+__device__ __forceinline__ int sid_at(const u32* start, int spb, u32 j) {
+    int lo = 0, hi = spb;
+    while (hi - lo > 1) { const int mid = (lo + hi) >> 1; if (start[mid] <= j) lo = mid; else hi = mid; }
+    return lo;
+}
+
 extern "C" __global__ void post_count_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const i64* __restrict__ AP, const void* leaves,
                                              int leaves64, int B, int M, i64 first_leaf, int exact, int* counts,
                                              u64* flags) {
@@ -98,27 +127,12 @@ extern "C" __global__ void post_count_kernel(const i64* __restrict__ TP, const i
     GRID_DEP_WAIT();  // (PDL) the leaves are the last step's output
     const int spb = (int)blockDim.x / AL;
     const i64 x0 = (i64)blockIdx.x * spb, total_x = (i64)B * M;
-    u32 n_ads = 0;
-    if (threadIdx.x < spb) {
-        const i64 x = x0 + threadIdx.x;
-        const i64 n = x < total_x ? leaf_at(leaves, leaves64, x) : -1;
-        i64 a0 = 0;
-        if (n >= first_leaf) {
-            a0 = ai.sid_ad_offsets[n - first_leaf];
-            n_ads = (u32)(ai.sid_ad_offsets[n - first_leaf + 1] - a0);
-        }
-        s_a0[threadIdx.x] = a0;
-        s_cnt[threadIdx.x] = 0;
-        s_bits[threadIdx.x] = 0;
-    }
-    const u32 incl = block_scan(n_ads, warp_tot);  // thread order: SID i's count sits at thread i < spb
-    if (threadIdx.x < spb) s_start[threadIdx.x] = incl - n_ads;
-    if (threadIdx.x == spb - 1) s_start[spb] = incl;
-    __syncthreads();
-    const u32 total = s_start[spb];
+    if (threadIdx.x < spb) { s_cnt[threadIdx.x] = 0; s_bits[threadIdx.x] = 0; }
+    const i64 left = total_x - x0;
+    const u32 total = lay_out_ads(ai, leaves, leaves64, first_leaf, x0, left < spb ? (int)left : spb, spb, s_a0,
+                                  s_start, warp_tot);
     for (u32 j = threadIdx.x; j < total; j += blockDim.x) {
-        int lo = 0, hi = spb;  // the SID whose ads hold j: s_start[lo] <= j < s_start[lo + 1]
-        while (hi - lo > 1) { const int mid = (lo + hi) >> 1; if (s_start[mid] <= j) lo = mid; else hi = mid; }
+        const int lo = sid_at(s_start, spb, j);
         const u32 i = j - s_start[lo];
         const int b = (int)((x0 + lo) / M);
         if (!exact || ad_eligible(t, q, ai, b, s_a0[lo] + i)) {
@@ -211,29 +225,11 @@ extern "C" __global__ void __launch_bounds__(NT1) post_kernel(
     const int b = (int)(vb / chunks);
     const int m0 = (int)(vb % chunks) * SPB1;
     const i64 x0 = (i64)b * M + m0;
-    u32 n_ads = 0;
-    if (tid < SPB1) {
-        i64 a0 = 0;
-        if (m0 + tid < M) {
-            const i64 n = leaf_at(leaves, leaves64, x0 + tid);
-            if (n >= first_leaf) {
-                a0 = ai.sid_ad_offsets[n - first_leaf];
-                n_ads = (u32)(ai.sid_ad_offsets[n - first_leaf + 1] - a0);
-            }
-        }
-        s_a0[tid] = a0;
-    }
-    const u32 incl = block_scan(n_ads, warp_tot);
-    if (tid < SPB1) s_start[tid] = incl - n_ads;
-    if (tid == SPB1 - 1) s_start[SPB1] = incl;
-    __syncthreads();
-    const u32 total = s_start[SPB1];
-    // the SID (of this block's) whose ads hold j, and the ad
-    #define OWNER1(j, lo) int lo = 0; { int hi_ = SPB1; \
-        while (hi_ - lo > 1) { const int mid_ = (lo + hi_) >> 1; if (s_start[mid_] <= (j)) lo = mid_; else hi_ = mid_; } }
+    const u32 total = lay_out_ads(ai, leaves, leaves64, first_leaf, x0, M - m0 < SPB1 ? M - m0 : SPB1, SPB1, s_a0,
+                                  s_start, warp_tot);
     u32 passed = 0;
     for (u32 j = tid; j < total; j += NT1) {
-        OWNER1(j, s);
+        const int s = sid_at(s_start, SPB1, j);
         const i64 r = s_a0[s] + (j - s_start[s]);
         const i64 id = ai.sid_ad_ids[r];  // (loaded beside the test, used after it)
         const bool ok = !exact || ad_eligible(t, q, ai, b, r);
@@ -273,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(NT1) post_kernel(
         i64 id = 0;
         int m = 0;
         if (j < total) {
-            OWNER1(j, s);
+            const int s = sid_at(s_start, SPB1, j);
             m = m0 + s;
             if (j < KEEP1) {
                 ok = (s_ok[j >> 5] >> (j & 31)) & 1u;
@@ -294,7 +290,6 @@ extern "C" __global__ void __launch_bounds__(NT1) post_kernel(
         pos0 += round_n;
     }
     if (c == chunks - 1 && tid == 0) out_n[b] = pos0;
-    #undef OWNER1
     // the last block to finish leaves the state zeroed for the next launch
     __syncthreads();
     if (tid == 0) {
