@@ -242,6 +242,9 @@ class _Buffers:
         self.factors = self.up[:8 * nf].view(np.float64)
         self.rows_in = self.up[8 * nf:8 * nf + 8 * cells].view(np.int32)
         self.uploaded, self.stream = None, keep.stream if keep is not None else None
+        self.staged_factors = None  # the factors array whose values the staging holds (_host_ready)
+        self.done = None  # the event a host NAR call waits on (recorded again each call)
+        self.spare = None  # an event no work waits on, for the next upload
         self.sp = dev.asarray(np.array(
             [dev.ptr(x) for x in (*self.live[:4], self.live_first, self.live_deg, self.live.count, self.beam_n,
                                   self.beam_off, self.cand, self.slot_node, self.slot_first, self.slot_deg, self.fin,
@@ -315,7 +318,7 @@ def _stage(dev, buf: _Buffers, tokens, logp, theta_tok, factors, rows: int, use_
         plp = host[o + 4 * n:o + 8 * n].view(np.float32).reshape(b, rows, k)
         pcnt = host[o + 8 * n:o + 8 * n + 4 * b * rows].view(np.int32).reshape(b, rows)
         _prepare_rows(tok64, lp, np.float32(theta_tok), used, ptok, plp, pcnt)
-        buf.uploaded = dev.upload(buf.up, host, o + 8 * n + 4 * b * rows, buf.uploaded)
+        buf.uploaded = dev.upload(buf.up, host, o + 8 * n + 4 * b * rows, buf.spare)
         up = buf.up
         return (up[o:o + 4 * n].view(np.int32), up[o + 4 * n:o + 8 * n].view(np.float32),
                 up[o + 8 * n:o + 8 * n + 4 * b * rows].view(np.int32))
@@ -324,19 +327,24 @@ def _stage(dev, buf: _Buffers, tokens, logp, theta_tok, factors, rows: int, use_
         staged = buf.rows_in[:2 * n].reshape(b, rows, 2, k)
         staged[:, :, 0, :] = xp.where(_valid_tokens(xp, tokens), tokens.astype(np.int32), np.int32(-1))
         staged[:, :, 1, :] = xp.ascontiguousarray(logp, np.float32).view(np.int32)
-        buf.uploaded = dev.upload(buf.up, host, 8 * nf, buf.uploaded)
+        buf.uploaded = dev.upload(buf.up, host, 8 * nf, buf.spare)
     else:
-        buf.uploaded = dev.upload(buf.up, host, _fill_host(buf, tokens, logp, rows), buf.uploaded)
+        buf.uploaded = dev.upload(buf.up, host, _fill_host(buf, tokens, logp, rows), buf.spare)
     _prep(dev, buf, rows, theta_tok, use_count)
     return buf.ptok, buf.plp, buf.pcnt
 
 
 def _host_ready(dev, buf: _Buffers, factors) -> np.ndarray:
-    """The pinned staging buffer, free to overwrite (the previous copy has read it), with the factors in."""
+    """The pinned staging buffer, free to overwrite (the previous copy has read it), with the factors in.
+    A host NAR call leaves it free (uploaded None) and its factors in place (the same cached array again):
+    waiting on a finished event and rewriting them was ~4 us of a query's host time on an H200 host."""
     dev.order(buf)
     if buf.uploaded is not None:
         buf.uploaded.synchronize()
-    buf.host[:8 * buf.nf].view(np.float64)[:len(factors)] = factors
+        buf.spare, buf.uploaded = buf.uploaded, None  # (the event object is recorded again next upload)
+    if buf.staged_factors is not factors:
+        buf.host[:8 * buf.nf].view(np.float64)[:len(factors)] = factors
+        buf.staged_factors = factors  # (held, so no other array can take its identity)
     return buf.host
 
 
@@ -432,8 +440,8 @@ def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, t
             _search(dev, buf, tp, prepared, steps, True, 0, steps, steps - 1, True, 0, ts, out)
 
     dev.replay(buf.graphs, (dev.ptr(tp), float(tt), float(ts)), submit)
-    buf.uploaded = dev.mark(buf.uploaded)
-    buf.uploaded.synchronize()
+    buf.done = dev.mark(buf.done)
+    buf.done.synchronize()  # the graph has read the staging too: free for the next call without a wait
     return buf.host_ids.copy(), buf.host_scores.copy()
 
 
