@@ -173,9 +173,6 @@ static inline void dsm_max(unsigned* a, unsigned v) {
     while (old < v && !__atomic_compare_exchange_n(a, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
 }
 static inline unsigned dsm_load(unsigned* a) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); }
-static inline void dsm_store64(unsigned* a, unsigned long long v) {
-    __atomic_store_n((unsigned long long*)a, v, __ATOMIC_SEQ_CST);
-}
 
 // grid blocks in clusters of `cl`; a cluster's blocks run at once, each with `smem` bytes of dynamic
 // shared memory (garbage-filled: kernels must initialise what they read)

@@ -22,16 +22,13 @@ from test_build import MODES, _build
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
 CONFIGS = {
-    # (SMALL_CAP=0: the bins and GTM rounds even for the small requests these tests have)
     # expand: every candidate's row by binary search; a first GTM window of k candidates, so that small inputs
     # take later rounds
-    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, SMALL_CAP=0),
-    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, SMALL_CAP=0),
+    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1),
+    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count
-    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1, SMALL_CAP=0),
-    # requests of up to 1024 candidates ranked in block 0's shared memory (the device's default is 4096)
-    "small": dict(GTMKIT_EMU=1, CL=3, NT=256, SMALL_CAP=1024),
+    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),
 }
 
 
@@ -155,30 +152,3 @@ def test_later_gtm_rounds(tmp_path, emu):
             _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k), want)
     if emu.name == "cl2":
         assert max(emu.rounds) >= 3, emu.rounds
-
-
-def test_small_and_large_requests_in_one_launch(tmp_path, emu):
-    """Requests of a few, several hundred and a few thousand candidates in the same launches: in the small
-    configuration the first two are ranked in shared memory (the sort with more pairs than threads), the
-    third goes through the bins; every k, with and without GTM, equals the CPU matcher."""
-    if emu.name not in ("small", "cl2"):
-        pytest.skip("the small configuration, and cl2 for the same inputs through the bins")
-    idx, _, _ = _build(tmp_path, 75, "static", {"k": [2, 3, 2]}, n_ads=2000, L=3, V=9)
-    m = Matcher(idx, "cpu")
-    rng = np.random.default_rng(6)
-    reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
-    depth = 1
-    lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
-    rr = np.repeat(np.arange(3), [2, 90, 300]).astype(np.int64)
-    nodes = rng.integers(lo, hi, size=len(rr))
-    lp = np.round(rng.uniform(-6, 0, size=(len(rr), idx.vocab_size)), 1).astype(np.float32)  # ties too
-    bs = np.sort(np.round(rng.uniform(-3, 0, size=len(rr)), 1).astype(np.float32))[::-1].copy()
-    cand = np.diff(idx.node_offsets)[nodes]
-    per_req = np.bincount(rr, weights=cand, minlength=3)
-    assert per_req[0] <= 1024 and 512 < per_req[1] <= 1024 < per_req[2], per_req
-    emu.rounds.clear()
-    for k, gtm, count in ((5, True, False), (300, True, True), (1000, False, False)):
-        want = m.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
-        _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, gtm, count), want)
-    if emu.name == "small":  # rounds 0: ranked in shared memory
-        assert emu.rounds.count(0) == 6 and min(emu.rounds[2::3]) >= 1, emu.rounds

@@ -44,10 +44,6 @@ __device__ __forceinline__ unsigned int dsm_fetch_add(unsigned int addr, unsigne
     return old;
 }
 
-__device__ __forceinline__ void dsm_store64(unsigned int addr, unsigned long long v) {
-    asm volatile("st.shared::cluster.u64 [%0], %1;" ::"r"(addr), "l"(v) : "memory");
-}
-
 __device__ __forceinline__ unsigned int dsm_load(unsigned int addr) {
     unsigned int v;
     asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");

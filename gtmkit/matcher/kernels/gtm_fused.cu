@@ -126,9 +126,8 @@ __device__ __forceinline__ void write_history(const int* hist_in, int hist_t, in
 // Shared memory (dynamic; FB-sized arrays): FUSED_SMEM in kernel_params.py covers it.
 struct Smem {
     u32 cum[FB];       // candidate histogram -> cumulative counts; after the rounds: pass offsets per bin
-    u32 m_cand[FB];    // bins this block owns (OWNER): merged candidate histogram
-    // pcnt .. m_rad, in this order: block 0's list of a small request's passers (SMALL_CAP composites)
     u32 pcnt[FB];      // this block's passers per bin; after a round: the merged counts of its window
+    u32 m_cand[FB];    // bins this block owns (OWNER): merged candidate histogram
     u32 m_pass[FB];    // bins this block owns: merged passers per bin
     u32 m_fill[FB];    // bins this block owns: fill counters of the grouping by bin
     u32 m_rad[RAD_PASSES][256];  // block 0: merged digit histograms of the radix select
@@ -149,29 +148,6 @@ struct Smem {
 };
 
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
-
-// A request of at most SMALL_CAP candidates (the first and last steps of a search: 512 and ~2k a request)
-// skips the bins: every candidate is tested, the passers go to block 0's shared memory, which sorts them and
-// writes the top k. That saves the window listing, the merges and the grouping, each a barrier and a pass
-// (~7-9 us of a ~20-25 us step, step_gpu_profile.md). 0: never.
-#ifndef SMALL_CAP
-#define SMALL_CAP 4096
-#endif
-static_assert((SMALL_CAP & (SMALL_CAP - 1)) == 0, "SMALL_CAP: a power of two (the bitonic sort)");
-static_assert(8 * SMALL_CAP <= 3 * FB * 4 + RAD_PASSES * 256 * 4, "SMALL_CAP composites fit in pcnt .. m_rad");
-
-// a[0, n2) sorted descending (n2 a power of two), by the block's NT threads
-__device__ __forceinline__ void block_bitonic_desc(u64* a, u32 n2, int tid) {
-    for (u32 size = 2; size <= n2; size <<= 1)
-        for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
-            for (u32 x = tid; x < n2 / 2; x += NT) {
-                const u32 i = 2 * x - (x & (stride - 1)), j = i + stride;  // the pair (i, i + stride)
-                const u64 u = a[i], v = a[j];
-                if ((u < v) == ((i & size) == 0)) { a[i] = v; a[j] = u; }  // descending runs where bit `size` is 0
-            }
-            __syncthreads();
-        }
-}
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
 // TOP_PF: while the best beam score is found, the rows this block expands prefetch their child ranges.
@@ -442,64 +418,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     const i64 C = S.cum[FB - 1];
     STAMP(2);
     int n_rounds = 0;
-    const u32 gtid = rank * NT + tid, gstride = CL * NT;
-    const i64 ob = (i64)b * k;
-    // a passer -> the output slot at `pos`
-    #define EMIT(c, pos)                                                                              \
-        do {                                                                                          \
-            u32 idx_ = 0xFFFFFFFFu - (u32)((c) & 0xFFFFFFFFull);                                      \
-            i64 row_ = r0 + idx_ / (u32)D;                                                            \
-            i64 j_ = t.node_offsets[node_at(node_ids, nid64, row_)] + idx_ % (u32)D;                  \
-            const int tok_ = t.child_tokens[j_];                                                      \
-            out_parent[ob + (pos)] = (int)row_;                                                       \
-            out_token[ob + (pos)] = tok_;                                                             \
-            out_node[ob + (pos)] = (int)(j_ + 1);                                                     \
-            out_score[ob + (pos)] = unsortable((u32)((c) >> 32));                                     \
-            if (hist_out) write_history(hist_in, hist_t, hist_out, ob + (pos), row_, tok_);           \
-        } while (0)
-
-    if (SMALL_CAP > 0 && C <= (i64)SMALL_CAP) {  // (C is the merged count: the cluster decides alike)
-        // ---- small request: test every candidate; block 0 ranks the passers in its shared memory ----
-        // (nobody touches pcnt .. m_rad on this path, and block 0's m_topn was zeroed before the barrier above)
-        u64* list = reinterpret_cast<u64*>(S.pcnt);
-        for (u32 base = 0; base < nc; base += NT) {  // whole warps iterate together (ballots)
-            const u32 i = base + tid;
-            bool pass = false;
-            u64 c = 0;
-            if (i < nc) {
-                c = my_cand[i];
-                const i64 child = my_child[i];
-                pass = !gtm || node_passes_fast(t, q, b, child, t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, child) : depth_of(t, child));
-            }
-            const unsigned ballot = __ballot_sync(0xffffffffu, pass);
-            if (ballot) {
-                u32 at = 0;
-                if (lane == 0) at = dsm_fetch_add(remote(&S.m_topn, 0), (u32)__popc(ballot));
-                at = __shfl_sync(0xffffffffu, at, 0);
-                if (pass) dsm_store64(remote(list + at + __popc(ballot & ((1u << lane) - 1u)), 0), c);
-            }
-        }
-        cluster_sync();  // every passer is in block 0's list; the other blocks are done (nothing reads them now)
-        STAMP(11);
-        if (rank != 0) return;
-        const u32 n = S.m_topn;  // <= C <= SMALL_CAP
-        u32 n2 = 1;
-        while (n2 < n) n2 <<= 1;
-        for (u32 i = n + tid; i < n2; i += NT) list[i] = 0ull;  // below every composite
-        __syncthreads();
-        block_bitonic_desc(list, n2, tid);
-        const u32 n_out = n < (u32)k ? n : (u32)k;
-        for (u32 s = tid; s < n_out; s += NT) EMIT(list[s], s);
-        for (u32 s = n_out + tid; s < (u32)k; s += NT) {
-            out_parent[ob + s] = -1; out_token[ob + s] = -1; out_node[ob + s] = -1;
-            out_score[ob + s] = -__int_as_float(0x7f800000);
-            if (hist_out) write_history(hist_in, hist_t, hist_out, ob + s, -1, -1);
-        }
-        if (tid == 0) out_count[b] = !gtm ? C : (count_all ? (i64)n : -1);
-        STAMP(12);
-        if (prof && tid == 0) { prof[b * 32 + 13] = 0; prof[b * 32 + 14] = 0; prof[b * 32 + 15] = C; }
-        return;
-    }
 
     // ---- 3 lazy GTM rounds -----------------------------------------------------------------------
     int lo = -1;
@@ -630,6 +548,21 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     }
     cluster_sync();
     STAMP(11);
+    const u32 gtid = rank * NT + tid, gstride = CL * NT;
+    const i64 ob = (i64)b * k;
+    // a passer -> the output slot at `pos`
+    #define EMIT(c, pos)                                                                              \
+        do {                                                                                          \
+            u32 idx_ = 0xFFFFFFFFu - (u32)((c) & 0xFFFFFFFFull);                                      \
+            i64 row_ = r0 + idx_ / (u32)D;                                                            \
+            i64 j_ = t.node_offsets[node_at(node_ids, nid64, row_)] + idx_ % (u32)D;                  \
+            const int tok_ = t.child_tokens[j_];                                                      \
+            out_parent[ob + (pos)] = (int)row_;                                                       \
+            out_token[ob + (pos)] = tok_;                                                             \
+            out_node[ob + (pos)] = (int)(j_ + 1);                                                     \
+            out_score[ob + (pos)] = unsortable((u32)((c) >> 32));                                     \
+            if (hist_out) write_history(hist_in, hist_t, hist_out, ob + (pos), row_, tok_);           \
+        } while (0)
     const u32 ranked = crowded ? c_lt : total;  // grouped entries ranked directly
     for (u32 s = gtid; s < ranked; s += gstride) {
         u64 c = grp[s];
