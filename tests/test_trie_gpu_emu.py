@@ -109,9 +109,6 @@ CONFIGS = {
     # one warp, tiny shared memory: radix select, global sort scratch and per-beam data, host-prepared
     # rows; clusters of 2
     "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=48, SEL_CAP=16, CL=2),
-    # tiny, with the step counters in block 0's shared memory (DSMEM_CNT)
-    "tiny_dsm": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=48, SEL_CAP=16, CL=2,
-                     DSMEM_CNT=1),
 }
 
 

@@ -150,10 +150,6 @@ struct Smem {
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
-// TOP_PF: while the best beam score is found, the rows this block expands prefetch their child ranges.
-#ifndef TOP_PF
-#define TOP_PF 0
-#endif
 // PDL (GraphedBeamSearch): PDL_EARLY lets the next kernel's blocks be scheduled as soon as this one starts;
 // PDL_LATE_WAIT waits for the kernel before only once the request's rows are read and the shared arrays
 // zeroed (0: right after the pointer tables).
@@ -263,11 +259,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     for (i64 r = r0 + tid; r < r1; r += NT) {
         float v = beam_scores[r];  // loaded beside the node id, not after it
         i64 n = node_at(node_ids, nid64, r);
-        if (n >= 0 && n < t.n_internal) {
-            mb = fmaxf(mb, v);
-            // TOP_PF: a row this block expands below has its child range read on its way to L1 meanwhile
-            if (TOP_PF && (u32)((r - r0) % CL) == rank) prefetch_l1(t.node_offsets + n);
-        }
+        if (n >= 0 && n < t.n_internal) mb = fmaxf(mb, v);
     }
     for (int o = 16; o > 0; o >>= 1) mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
     if (lane == 0) S.warp_max[warp] = mb;

@@ -70,12 +70,6 @@ typedef unsigned short u16;
 #ifndef ROWN1
 #define ROWN1 1
 #endif
-// DSMEM_CNT: a step's two list counters (live candidates, finished keys) sit in block 0's shared memory, where
-// the cluster's blocks add to them (distributed shared memory atomics) and read them after the barrier, instead
-// of in global memory (an L2 round trip each, two a step on every step's critical path).
-#ifndef DSMEM_CNT
-#define DSMEM_CNT 0
-#endif
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
 #endif
@@ -461,42 +455,6 @@ __device__ __forceinline__ void warp_append2(bool a, bool b, u64* counters, u32*
     *pb = (u32)(base >> 32) + (u32)__popc(bb & below);
 }
 
-// The step's counters in block 0's shared memory (DSMEM_CNT): p is this block's copy of them, [0] live
-// candidates, [1] finished keys; with CL = 1 they are this block's own.
-__device__ __forceinline__ u32 cnt_fetch_add(u32* p, u32 v) {
-#if CL > 1 || defined(GTMKIT_EMU)
-    return dsm_fetch_add(remote(p, 0), v);
-#else
-    return atomicAdd(p, v);
-#endif
-}
-
-__device__ __forceinline__ u32 cnt_load(u32* p) {
-#if CL > 1 || defined(GTMKIT_EMU)
-    return dsm_load(remote(p, 0));
-#else
-    return *(volatile u32*)p;
-#endif
-}
-
-__device__ __forceinline__ void warp_append2_smem(bool a, bool b, u32* counters, u32* pa, u32* pb) {
-    const u32 ba = __ballot_sync(FULL, a), bb = __ballot_sync(FULL, b);
-    const u32 lane = threadIdx.x & 31u;
-    u32 base_a = 0, base_b = 0;
-    if (ba | bb) {  // warp-uniform
-        const int leader = __ffs((int)(ba | bb)) - 1;
-        if ((int)lane == leader) {  // the two atomics issued together, not one after the other
-            if (ba) base_a = cnt_fetch_add(counters, (u32)__popc(ba));
-            if (bb) base_b = cnt_fetch_add(counters + 1, (u32)__popc(bb));
-        }
-        base_a = __shfl_sync(FULL, base_a, leader);
-        base_b = __shfl_sync(FULL, base_b, leader);
-    }
-    const u32 below = (1u << lane) - 1u;
-    *pa = base_a + (u32)__popc(ba & below);
-    *pb = base_b + (u32)__popc(bb & below);
-}
-
 // Bitonic sort of a[0, n2) descending, n2 a power of two; a in shared or global memory. A stage of
 // stride j <= 32 keeps each warp inside its own 64-key blocks (pair i touches keys of block i >> 5), so
 // between two such stages a warp barrier suffices.
@@ -829,7 +787,6 @@ __device__ __forceinline__ void search_body(
     u32* s_misc = s_warp + 33;                       // [8]
     int* s_tok = (int*)(s_misc + 8);                 // [TOK_CAP] NAR: this step's proposal row, tokens
     float* s_lp = (float*)(s_tok + TOK_CAP);         // [TOK_CAP]   and log-probs
-    u32* s_cnt = (u32*)(s_lp + TOK_CAP);             // [8] DSMEM_CNT: step t's counters at 2 * (t % 3) (block 0's)
     Smem s;
     s.sort = s_sort;
     s.warp = s_warp;
@@ -907,7 +864,6 @@ __device__ __forceinline__ void search_body(
         }
     }
     if (rank == 0 && threadIdx.x < 4) cnt[threadIdx.x] = 0;
-    if (DSMEM_CNT && rank == 0 && threadIdx.x < 8) s_cnt[threadIdx.x] = 0;
     u32 nl = 1, fc = 0;
     if (!hash0) cluster_sync();  // rows prepared, counters cleared
     else __syncthreads();        // (block 0 runs step 0 alone: its own row and counters)
@@ -1126,8 +1082,7 @@ __device__ __forceinline__ void search_body(
                 }
             }
             u32 pl, pf;  // positions in the query's lists, over the whole cluster
-            if (DSMEM_CNT) warp_append2_smem(is_live, is_fin, s_cnt + 2 * (t % 3), &pl, &pf);
-            else warp_append2(is_live, is_fin, counters, &pl, &pf);
+            warp_append2(is_live, is_fin, counters, &pl, &pf);
             if (is_live) {
                 // the labels the next step reads first if this candidate is kept, on their way to L2
                 PREFETCH_L2(tr.low + child_first - 1);
@@ -1143,21 +1098,9 @@ __device__ __forceinline__ void search_body(
             if (is_fin) fin[fc + pf] = fin_key;
         }
         cluster_sync();  // every block's candidates and finished keys are written
-        u32 n_live;
-        if (DSMEM_CNT) {  // a warp's lane 0 reads block 0's pair, the warp shares it
-            u32 nl_ = 0, nf_ = 0;
-            if (lane == 0) {
-                nl_ = cnt_load(s_cnt + 2 * (t % 3));
-                nf_ = cnt_load(s_cnt + 2 * (t % 3) + 1);
-            }
-            n_live = __shfl_sync(FULL, nl_, 0);
-            fc += __shfl_sync(FULL, nf_, 0);
-            if (rank == 0 && threadIdx.x == 0) { s_cnt[2 * ((t + 2) % 3)] = 0; s_cnt[2 * ((t + 2) % 3) + 1] = 0; }
-        } else {
-            const u64 both = LDCG(counters);
-            n_live = (u32)both;
-            fc += (u32)(both >> 32);
-        }
+        const u64 both = LDCG(counters);
+        const u32 n_live = (u32)both;
+        fc += (u32)(both >> 32);
         // step t + 2's counters: every block read them (as step t - 1's) before this barrier, and none adds
         // to them before the next step's barrier, which block 0 reaches after this store
         if (rank == 0 && threadIdx.x == 0) cnt[(t + 2) % 3] = 0;
@@ -1275,9 +1218,6 @@ __device__ __forceinline__ void search_body(
         *live_count = (int)nl;
         *fin_count = (int)fc;
     }
-    // DSMEM_CNT: block 0's shared memory must outlive the other blocks' last reads of its counters (the
-    // cluster-wide finalize has a barrier after them; the other endings do not)
-    if (DSMEM_CNT && CL > 1 && !(finalize && BW <= SORT_CAP)) cluster_sync();
     PROF_MARK(8);  // finalize
 }
 
