@@ -243,8 +243,7 @@ class _Buffers:
         self.rows_in = self.up[8 * nf:8 * nf + 8 * cells].view(np.int32)
         self.uploaded, self.stream = None, keep.stream if keep is not None else None
         self.staged_factors = None  # the factors array whose values the staging holds (_host_ready)
-        self.done = None  # the event a host NAR call waits on (recorded again each call)
-        self.spare = None  # an event no work waits on, for the next upload
+        self.spare = None  # an event no work waits on, recorded again by the next upload or host NAR call
         self.sp = dev.asarray(np.array(
             [dev.ptr(x) for x in (*self.live[:4], self.live_first, self.live_deg, self.live.count, self.beam_n,
                                   self.beam_off, self.cand, self.slot_node, self.slot_first, self.slot_deg, self.fin,
@@ -440,8 +439,8 @@ def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, t
             _search(dev, buf, tp, prepared, steps, True, 0, steps, steps - 1, True, 0, ts, out)
 
     dev.replay(buf.graphs, (dev.ptr(tp), float(tt), float(ts)), submit)
-    buf.done = dev.mark(buf.done)
-    buf.done.synchronize()  # the graph has read the staging too: free for the next call without a wait
+    buf.spare = dev.mark(buf.spare)
+    buf.spare.synchronize()  # the graph has read the staging too: free for the next call without a wait
     return buf.host_ids.copy(), buf.host_scores.copy()
 
 
