@@ -39,6 +39,8 @@ def make_device(src: Path, defines: tuple) -> "tsc.CupyDevice":
     for d in defines:  # the host sizes its launches by the cluster size
         if d.startswith("CL="):
             dev.cl = int(d[3:])
+        if d.startswith("TAIL_CAP="):  # the dynamic shared memory holds its arrays
+            dev.tail_cap = int(d[len("TAIL_CAP="):])
         if d == "ZWIDE=0":  # the trie's tables without wide-group lists (its own upload of the trie)
             dev.zwide = False
             dev.key = dev.key + ("nowide",)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gtmkit.matcher.trie_search_cpu import TrieBeamStepper, trie_beam_search
-from gtmkit.matcher.trie_search_cuda import KERNEL_FILE, TrieBeamStepperCuda, trie_beam_search_cuda
+from gtmkit.matcher.trie_search_cuda import KERNEL_FILE, TAIL_CAP, TrieBeamStepperCuda, trie_beam_search_cuda
 from gtmkit.errors import GtmkitError
 from gtmkit.indexer.succinct import SuccinctTrie
 
@@ -52,6 +52,8 @@ class EmuDevice:
         self.nt, self.sort_cap = cfg["NT"], cfg["SORT_CAP"]
         self.prep_cap, self.beam_cap, self.cl = cfg["PREP_CAP"], cfg["BEAM_CAP"], cfg["CL"]
         self.tok_cap, self.sel_cap = cfg["TOK_CAP"], cfg["SEL_CAP"]
+        self.tail_cap = cfg.get("TAIL_CAP", TAIL_CAP)
+        self.cfg = cfg
         self.key = ("emu",) + tuple(sorted(cfg.items()))
         self.buffers = {}
         self.launches = []
@@ -109,6 +111,10 @@ CONFIGS = {
     # one warp, tiny shared memory: radix select, global sort scratch and per-beam data, host-prepared
     # rows; clusters of 2
     "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=48, SEL_CAP=16, CL=2),
+    # TAIL: steps of at most 40 work items run on block 0 alone, their candidates in shared memory up to 24
+    # (a select of them in place), in global memory beyond
+    "tail": dict(GTMKIT_EMU=1, NT=64, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, SEL_CAP=4096, CL=3,
+                 TAIL=1, TAIL_W=40, TAIL_CAP=24, TAIL_STATS=1),
 }
 
 
@@ -438,3 +444,31 @@ def test_server_rejects_bad_shapes(emu):
     with pytest.raises(GtmkitError, match=r"\[1, 2, 3\]"):
         srv.search(np.zeros((1, 3, 3), np.int64), np.zeros((1, 3, 3), np.float32))
 
+
+
+def test_tail_paths_reached(emu):
+    """TAIL (block 0 alone once a step has at most TAIL_W items): every path of it runs on these inputs and the
+    results equal the CPU's: candidates in shared memory and in global memory, a radix select of them, and a
+    step after the cluster was left with more items than TAIL_W (a narrow step, then a wide one)."""
+    if not emu.cfg.get("TAIL"):
+        pytest.skip("compiled without TAIL")
+    stats = (ctypes.c_uint64 * 5).in_dll(emu.lib, "tail_stats")
+    ctypes.memset(stats, 0, ctypes.sizeof(stats))
+    rng = np.random.default_rng(21)
+    for i in range(8):
+        trie, _ = random_trie(rng, int(rng.integers(20, 80)))
+        shape = (2, int(rng.integers(3, 6)), int(rng.integers(4, 9)))
+        tokens, logp = random_tokens(rng, shape), random_logp(rng, shape, i % 2 == 0)
+        for bw in (2, 5, 30):
+            want = trie_beam_search(trie, tokens, logp, bw, alpha=0.5)
+            assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, alpha=0.5, device=emu), want)
+    wide = 65536 + np.arange(150)
+    keys = {(a, b, int(c)) for a in range(3) for b in range(3) for c in wide} | {(a,) for a in range(3)}
+    trie = SuccinctTrie.build([list(k) for k in sorted(keys)])
+    tokens = np.stack([np.stack([np.arange(150), np.arange(150), rng.permutation(wide)])] * 2).astype(np.int64)
+    logp = random_logp(rng, tokens.shape, ties=False)
+    for bw in (400, 5):
+        want = trie_beam_search(trie, tokens, logp, bw)
+        assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, device=emu), want)
+    steps, in_smem, in_global, selects, grown = list(stats)
+    assert steps == in_smem + in_global and min(in_smem, in_global, selects, grown) > 0, list(stats)

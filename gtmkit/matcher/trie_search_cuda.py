@@ -31,6 +31,7 @@ from .trie_search_cpu import LiveBeams, _beam_width, _float, _prepare_rows, _tri
 KERNEL_FILE = Path(__file__).with_name("kernels") / "trie_search.cu"
 NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, SEL_CAP, CL = 1024, 2048, 4096, 1024, 4096, 4096, 8  # as compiled in kernels/trie_search.cu (CL: blocks a query)
 FAC_CAP = 64  # kernels/trie_search.cu: length factors a launch keeps in shared memory
+TAIL_CAP = 1024  # kernels/trie_search.cu: candidates of a block-0-only (TAIL) step kept in shared memory
 TRIE_FIELDS = ("louds", "louds_rank", "louds_select0", "label_low", "label_high", "high_bits", "terminal",
                "terminal_rank")  # the kernel's TP_* table, then the lookup tables of trie_gpu_aux
 KEPT_SHAPES = 4  # NAR buffer sets kept per device (least recently used dropped)
@@ -40,6 +41,7 @@ class CupyDevice:
     """The current CUDA device as the search uses it."""
 
     nt, sort_cap, prep_cap, beam_cap, tok_cap, sel_cap, cl = NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, SEL_CAP, CL
+    tail_cap = TAIL_CAP
     null = np.uint64(0)  # a null pointer argument
 
     def __init__(self):
@@ -186,7 +188,7 @@ def _trie_params(dev, trie, what: str):
 def search_smem(dev) -> int:
     """Dynamic shared memory of search_kernel (its s_* carve-up), bytes."""
     return 8 * dev.sort_cap + 8 * FAC_CAP + 20 * dev.beam_cap + 4 * (dev.beam_cap + 1) + 4 * (256 + 33 + 8)\
-        + 8 * dev.tok_cap + 8 * dev.sel_cap
+        + 8 * dev.tok_cap + 8 * dev.sel_cap + 12 * dev.tail_cap + 16
 
 
 def _pow2(n: int) -> int:

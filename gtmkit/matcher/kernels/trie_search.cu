@@ -88,6 +88,34 @@ typedef unsigned short u16;
 #ifndef CL
 #define CL 8            // blocks (SMs) per query: a thread block cluster
 #endif
+// TAIL: a NAR search whose step has at most TAIL_W work items runs the rest of its steps on block 0 alone,
+// with __syncthreads, counters in shared memory and, while a step's work fits in TAIL_CAP, its candidates in
+// shared memory (composites in the select's copy s_sel, so a radix select reads them in place); the other
+// blocks wait at one cluster barrier before the final ranking. Why: the last steps of a search hold a few to
+// a few hundred items but cost ~7 us each, mostly a chain of dependent global round trips (candidates in,
+// counter atomics, cluster barrier, counters out) that does not shrink with the work
+// (trie_gpu_profile_h200.md, session 13). Once the cluster is left it is not rejoined: a later step with
+// more work is still exact, only slower. TAIL_CAP <= SEL_CAP.
+#ifndef TAIL
+#define TAIL 0
+#endif
+#ifndef TAIL_W
+#define TAIL_W 1024
+#endif
+#ifndef TAIL_CAP
+#define TAIL_CAP 1024
+#endif
+#if TAIL && TAIL_CAP > SEL_CAP
+#error "TAIL_CAP must be <= SEL_CAP"
+#endif
+// TAIL_STATS (the CPU emulation's tests only): how often each tail path ran, in tail_stats[]
+#ifdef TAIL_STATS
+// tail steps; with candidates in shared memory; in global memory; radix selects; steps of more than TAIL_W items
+__device__ u64 tail_stats[5];
+#define TAIL_COUNT(i) do { if (threadIdx.x == 0) atomicAdd(&tail_stats[i], 1ull); } while (0)
+#else
+#define TAIL_COUNT(i) do { } while (0)
+#endif
 #define FAC_CAP 64      // length factors a launch keeps in shared memory (more steps read them each step)
 #define NW (NT / 32)
 #define FULL 0xffffffffu
@@ -513,7 +541,7 @@ __device__ __forceinline__ void block_sort_desc_reg(u64* a, u32 n2) {
 // memory first, four loads in flight a thread, and every pass reads them there (each pass from global
 // memory was an L2 round trip per NT keys). A thread reads back only the entries it copied.
 __device__ __forceinline__ u64 block_select(const u64* a, u32 n, u32 m, Smem& s) {
-    const u32 lim = n < SEL_CAP ? n : SEL_CAP;
+    const u32 lim = TAIL && a == s.sel ? 0u : n < SEL_CAP ? n : SEL_CAP;  // (TAIL: already there, n <= SEL_CAP)
     for (u32 b0 = threadIdx.x; b0 < lim; b0 += 4 * NT) {
         u64 x[4];
 #pragma unroll
@@ -528,7 +556,7 @@ __device__ __forceinline__ u64 block_select(const u64* a, u32 n, u32 m, Smem& s)
         for (u32 i = threadIdx.x; i < 256; i += NT) s.hist[i] = 0;
         __syncthreads();
         for (u32 i = threadIdx.x; i < n; i += NT) {
-            const u64 x = i < SEL_CAP ? s.sel[i] : LDCG(a + i);
+            const u64 x = i < SEL_CAP ? s.sel[i] : LDCG(a + i);  // (a == s.sel: n <= SEL_CAP)
             if ((x & fixed) == prefix) atomicAdd(&s.hist[(x >> shift) & 255ull], 1u);
         }
         __syncthreads();
@@ -777,7 +805,9 @@ __device__ __forceinline__ void search_body(
     u64* s_sort = (u64*)smem_raw;                    // [SORT_CAP]
     u64* s_sel = s_sort + SORT_CAP;                  // [SEL_CAP] block_select's copy of its keys
     double* s_fac = (double*)(s_sel + SEL_CAP);      // [FAC_CAP] this launch's length factors
-    i64* s_first = (i64*)(s_fac + FAC_CAP);          // [BEAM_CAP] copies of the live beams' first child,
+    i64* s_tfirst = (i64*)(s_fac + FAC_CAP);         // [TAIL_CAP] TAIL: a step's candidates' first child,
+    u64* s_tcnt = (u64*)(s_tfirst + TAIL_CAP);       // [2]          its counters (live low, finished high)
+    i64* s_first = (i64*)(s_tcnt + 2);               // [BEAM_CAP] copies of the live beams' first child,
     u32* s_deg = (u32*)(s_first + BEAM_CAP);         // [BEAM_CAP]   children,
     float* s_score = (float*)(s_deg + BEAM_CAP);     // [BEAM_CAP]   score,
     u32* s_n = (u32*)(s_score + BEAM_CAP);           // [BEAM_CAP]   proposals
@@ -787,6 +817,7 @@ __device__ __forceinline__ void search_body(
     u32* s_misc = s_warp + 33;                       // [8]
     int* s_tok = (int*)(s_misc + 8);                 // [TOK_CAP] NAR: this step's proposal row, tokens
     float* s_lp = (float*)(s_tok + TOK_CAP);         // [TOK_CAP]   and log-probs
+    u32* s_tdeg = (u32*)(s_lp + TOK_CAP);            // [TAIL_CAP] TAIL: a step's candidates' children
     Smem s;
     s.sort = s_sort;
     s.warp = s_warp;
@@ -876,6 +907,9 @@ __device__ __forceinline__ void search_body(
 
     u32 prev_n = 0;     // NAR: the previous step's live candidates
     u64 prev_tau = 0;   //   and the composite threshold of the BW best of them
+    bool tail = false;       // TAIL: block 0 runs the steps alone (cluster-uniform until the others leave)
+    bool prev_smem = false;  //   the previous step's candidates are in s_sel / s_tfirst / s_tdeg
+    if (TAIL && threadIdx.x == 0) *s_tcnt = 0;  // (ordered before its first use by phase A's barriers)
     for (int t = t0; t < t1 && nl > 0; ++t) {
         const bool last = t == last_step;
         const u32 par = (u32)(t & 1);
@@ -930,9 +964,9 @@ __device__ __forceinline__ void search_body(
             __syncthreads();  // kidx is complete
             for (u32 p = threadIdx.x; p < nl; p += NT) {  // one round trip for all: the keys are in hand
                 const u32 i = cut ? kidx[p] : p;
-                const u64 x = cut && i < SEL_CAP ? s.sel[i] : LDCG(pc + i);
-                beam_first[p] = LDCG(pf + i);
-                beam_deg[p] = LDCG(pd + i);
+                const u64 x = (cut || prev_smem) && i < SEL_CAP ? s.sel[i] : LDCG(pc + i);
+                beam_first[p] = prev_smem ? s_tfirst[i] : LDCG(pf + i);
+                beam_deg[p] = prev_smem ? s_tdeg[i] : LDCG(pd + i);
                 beam_score[p] = unsortable((u32)(x >> 32));
             }
             __syncthreads();  // beam_deg is complete
@@ -978,12 +1012,19 @@ __device__ __forceinline__ void search_body(
             s_lp[i] = LDCG(plp + nar_row * K + i);
         }
         PROF_MARK(2);  // phase A
+        // TAIL: every block computed the same W, so all leave the cluster's steps together; block 0 goes on
+        if (TAIL && !tail && from_cand && W <= TAIL_W) {
+            tail = true;
+            if (rank != 0) break;
+        } else if (tail && W > TAIL_W) {
+            TAIL_COUNT(4);
+        }
         // a step finishes at most one key per work item: fold only when W more could overflow fin
         // (every block computes the same fc and W: the branch is cluster-uniform)
         if ((i64)fc + (i64)W > fin_cap) {
             if (rank == 0) fold_finished(fin, fc, BW, gbuf, s);
             fc = fc < BW ? fc : BW;
-            cluster_sync();
+            if (!tail) cluster_sync();  // (fold_finished ends with a block barrier)
         }
         PROF_MARK(1);  // fold
         PROF_ADD(10, W);
@@ -1000,7 +1041,9 @@ __device__ __forceinline__ void search_body(
         // round of items a thread, so B2 runs in the same round as the B1 that found the match (a
         // separate B2 over a compacted match list cost a barrier and two dependent reads a step). Loop
         // bounds are warp-uniform so every lane reaches the warp_append ballots.
-        const bool solo = (SOLO0 || hash0) && t == t0 && init;  // (SOLO0: diagnostic)
+        const bool solo = ((SOLO0 || hash0) && t == t0 && init) || tail;  // (SOLO0: diagnostic)
+        const bool to_smem = tail && W <= TAIL_CAP;  // TAIL: this step's candidates (at most W) in shared memory
+        u64* const ctr = tail ? s_tcnt : counters;
         for (u32 base = solo ? (rank == 0 ? (threadIdx.x >> 5) * 32 : W) : (rank + CL * (threadIdx.x >> 5)) * 32;
              base < W; base += solo ? NT : NT * CL) {
             u32 w = base + lane;
@@ -1082,14 +1125,20 @@ __device__ __forceinline__ void search_body(
                 }
             }
             u32 pl, pf;  // positions in the query's lists, over the whole cluster
-            warp_append2(is_live, is_fin, counters, &pl, &pf);
+            warp_append2(is_live, is_fin, ctr, &pl, &pf);
             if (is_live) {
                 // the labels the next step reads first if this candidate is kept, on their way to L2
                 PREFETCH_L2(tr.low + child_first - 1);
                 if (tr.hbits) PREFETCH_L2(tr.high + ((child_first - 1) * tr.hbits >> 6));
-                cand[pl] = live_key;
-                cand_first[pl] = child_first;
-                cand_deg[pl] = child_deg;
+                if (to_smem) {
+                    s.sel[pl] = live_key;
+                    s_tfirst[pl] = child_first;
+                    s_tdeg[pl] = child_deg;
+                } else {
+                    cand[pl] = live_key;
+                    cand_first[pl] = child_first;
+                    cand_deg[pl] = child_deg;
+                }
                 if (!nar) {
                     cand_slot[pl] = slot;
                     cand_node[pl] = c;
@@ -1097,13 +1146,23 @@ __device__ __forceinline__ void search_body(
             }
             if (is_fin) fin[fc + pf] = fin_key;
         }
-        cluster_sync();  // every block's candidates and finished keys are written
-        const u64 both = LDCG(counters);
+        u64 both;
+        if (tail) {
+            __syncthreads();  // the block's candidates and finished keys are written
+            both = *s_tcnt;
+            __syncthreads();  // read by every thread before it is cleared for the next step
+            if (threadIdx.x == 0) *s_tcnt = 0;
+            TAIL_COUNT(0);
+            if (to_smem) TAIL_COUNT(1); else TAIL_COUNT(2);
+        } else {
+            cluster_sync();  // every block's candidates and finished keys are written
+            both = LDCG(counters);
+            // step t + 2's counters: every block read them (as step t - 1's) before this barrier, and none
+            // adds to them before the next step's barrier, which block 0 reaches after this store
+            if (rank == 0 && threadIdx.x == 0) cnt[(t + 2) % 3] = 0;
+        }
         const u32 n_live = (u32)both;
         fc += (u32)(both >> 32);
-        // step t + 2's counters: every block read them (as step t - 1's) before this barrier, and none adds
-        // to them before the next step's barrier, which block 0 reaches after this store
-        if (rank == 0 && threadIdx.x == 0) cnt[(t + 2) % 3] = 0;
         PROF_MARK(3);  // phase B2
         PROF_ADD(11, n_live);
 
@@ -1111,8 +1170,10 @@ __device__ __forceinline__ void search_body(
         // (exact: composites are distinct).
         const u32 m = n_live < BW ? n_live : BW;
         if (nar) {  // every block finds the same threshold; the next step's phase A takes the candidates
-            prev_tau = n_live > BW ? block_select(cand, n_live, BW, s) : 0ull;
+            prev_tau = n_live > BW ? block_select(to_smem ? s.sel : cand, n_live, BW, s) : 0ull;
+            if (tail && n_live > BW) TAIL_COUNT(3);
             prev_n = n_live;
+            prev_smem = to_smem;
             PROF_MARK(5);  // radix select
         } else {  // AR: block 0 writes the new live list, best first (its composites sorted, each to its rank)
             if (rank == 0) {
@@ -1163,6 +1224,11 @@ __device__ __forceinline__ void search_body(
         nl = m;
         PROF_MARK(4);  // new live list
         PROF_STEP_END(t, W);
+    }
+    if (tail) {  // TAIL (cluster-uniform): block 0 hands the finished count over; fin is in global memory
+        if (rank == 0 && threadIdx.x == 0) cnt[3] = ((u64)fc << 32) | (u64)nl;
+        cluster_sync();
+        if (rank != 0) fc = (u32)(LDCG(cnt + 3) >> 32);
     }
 
     if (finalize && BW <= SORT_CAP) {
