@@ -4,7 +4,7 @@
 # (the device returns at most 8 files). Pass the wheels (mmh3, marisa-trie) with carry [".whl"], and an older
 # kernel to compare with as scratch/old_trie_search.cu (carry ["scratch"]) if VARIANTS names it.
 # usage: bash benchmarks/trie_gpu_session.sh [KEYS]    (VARIANTS="--variant a --variant b:DEF=1" to override,
-#        PROFILE=0 to skip the in-kernel profile)
+#        PROFILE=0 to skip the in-kernel profile, PROFILE_DEFINES="--define TAIL=1" to profile a variant too)
 set -o pipefail
 KEYS=${1:-10000000}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -19,6 +19,10 @@ python3 benchmarks/trie_gpu_variants.py --keys $KEYS $V 2>&1 | tee $OUT/variants
 if [ "${PROFILE:-1}" != 0 ]; then
   python3 benchmarks/trie_gpu_profile.py --keys $KEYS --bw 100,1000 2>&1 > $OUT/trie_profile.txt
   grep -A3 "BW=K=1000" $OUT/trie_profile.txt | head -4
+  if [ -n "${PROFILE_DEFINES:-}" ]; then
+    python3 benchmarks/trie_gpu_profile.py --keys $KEYS --bw 100,1000 $PROFILE_DEFINES 2>&1 > $OUT/trie_profile_variant.txt
+    grep -A3 "BW=K=1000" $OUT/trie_profile_variant.txt | head -4
+  fi
 fi
 mkdir -p $OUT/trie
 python3 benchmarks/trie.py --keys $KEYS --search-keys $KEYS --devices cpu,cuda,cuda-server --threads 8 --build-reps 1 \
