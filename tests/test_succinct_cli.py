@@ -60,7 +60,12 @@ def test_cli_errors(tmp_path):
     keys = tmp_path / "k.parquet"
     pq.write_table(pa.table({"key": pa.array([[1, 2], []], pa.list_(pa.int32())), "x": [1, 2]}), keys)
     r = run(trie_cmd.command, "build", keys, "-o", tmp_path / "t")
-    assert r.exit_code == 1 and "key 1 is empty" in r.output and not (tmp_path / "t").exists()
+    assert r.exit_code == 1 and "k.parquet: column 'key': row 1 is empty" in r.output and not (tmp_path / "t").exists()
+    neg = tmp_path / "neg.parquet"
+    pq.write_table(pa.table({"tok": pa.array([[1, 2], [3], [4, -5]], pa.list_(pa.int64()))}), neg)
+    r = run(trie_cmd.command, "build", neg, "-o", tmp_path / "t", "--column", "tok")
+    assert r.exit_code == 1 and "neg.parquet: column 'tok': row 2 has negative token -5 at position 1" in r.output
+    assert "Traceback" not in r.output and not (tmp_path / "t").exists()
     r = run(trie_cmd.command, "build", keys, "-o", tmp_path / "t", "--column", "nope")
     assert r.exit_code == 1 and "no column 'nope'" in r.output
     r = run(trie_cmd.command, "build", tmp_path / "missing.parquet", "-o", tmp_path / "t")

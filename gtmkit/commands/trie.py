@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import re
 import time
 
 import click
@@ -17,6 +18,12 @@ def _why(exc: BaseException) -> str:
     """First line of a library exception, so an error stays one line."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _where(exc: GtmkitError, path, column: str) -> str:
+    """A key error of SuccinctTrie.build ("keys: key 7 is empty") as the file's: "F: column 'key': row 7 is empty"."""
+    msg = re.sub(r"^keys: key (\d+)", r"row \1", str(exc))
+    return f"{path}: column {column!r}: {msg[len('keys: '):] if msg.startswith('keys: ') else msg}"
 
 
 def _read_keys(path, column: str):
@@ -80,7 +87,10 @@ def build(keys, out_dir, column, force, as_json, silent):
     col = _read_keys(keys, column)
     t0 = time.perf_counter()
     with StderrProgress(silent or as_json) as bar:
-        trie = SuccinctTrie.build(col, progress=bar)
+        try:
+            trie = SuccinctTrie.build(col, progress=bar)
+        except GtmkitError as exc:  # the library names key i: here that is row i of the file's column
+            raise GtmkitError(_where(exc, keys, column)) from None
     seconds = time.perf_counter() - t0
     trie.save(out_dir, overwrite=force)
     if as_json:
