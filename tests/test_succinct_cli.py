@@ -80,6 +80,12 @@ def test_cli_errors(tmp_path):
     np.savez(tmp_path / "p.npz", tokens=np.ones((1, 2, 3), np.int32))
     r = run(trie_cmd.command, "search", tmp_path / "t", "--proposals", tmp_path / "p.npz", "--bw", 2)
     assert r.exit_code == 1 and "'logp'" in r.output
+    for tok, lp, what in [(np.ones((1, 2, 3), np.int32), np.zeros((1, 2, 4), np.float32), "shapes [1, 2, 3] and [1, 2, 4]"),
+                          (np.ones((2, 3), np.int32), np.zeros((2, 3), np.float32), "[b, T, K]"),
+                          (np.ones((1, 2, 3), np.float32), np.zeros((1, 2, 3), np.float32), "got float32 and float32")]:
+        np.savez(tmp_path / "p.npz", tokens=tok, logp=lp)
+        r = run(trie_cmd.command, "search", tmp_path / "t", "--proposals", tmp_path / "p.npz", "--bw", 2)
+        assert r.exit_code == 1 and "p.npz: " in r.output and what in r.output and "Traceback" not in r.output
     np.savez(tmp_path / "p.npz", tokens=np.ones((1, 2, 3), np.int32), logp=np.zeros((1, 2, 3), np.float32))
     if not cuda_available():  # without a GPU, asking for one is a clear error
         r = run(trie_cmd.command, "search", tmp_path / "t", "--proposals", tmp_path / "p.npz", "--bw", 2,

@@ -130,11 +130,17 @@ def _load_proposals(path):
         with np.load(path, allow_pickle=False) as z:
             if "tokens" not in z or "logp" not in z:
                 raise GtmkitError(f"{path}: need arrays 'tokens' and 'logp' (has {', '.join(z.files)})")
-            return z["tokens"], z["logp"]
+            tokens, logp = z["tokens"], z["logp"]
     except GtmkitError:
         raise
     except Exception as exc:
         raise GtmkitError(f"{path}: cannot read proposals .npz ({_why(exc)})") from None
+    if tokens.ndim != 3 or logp.shape != tokens.shape:
+        raise GtmkitError(f"{path}: 'tokens' and 'logp' must both be [b, T, K], got shapes {list(tokens.shape)} "
+                          f"and {list(logp.shape)}")
+    if tokens.dtype.kind not in "iu" or logp.dtype.kind != "f":
+        raise GtmkitError(f"{path}: 'tokens' must be integers and 'logp' floats, got {tokens.dtype} and {logp.dtype}")
+    return tokens, logp
 
 
 @command.command("search")
