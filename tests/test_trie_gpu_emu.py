@@ -34,6 +34,30 @@ extern "C" void emu_nav(const long long* TP, long long n, long long* z, long lon
         pz[v] = zero_pair(t, v, &pnz[v]);
     }
 }
+// block_select alone, one block: the m-th largest of n distinct keys (in_place: from s.sel, as TAIL calls it)
+static void emu_select_body(const u64* a, unsigned n, unsigned m, int in_place, u64* out) {
+    unsigned char* raw = emu_dyn_smem();
+    Smem s;
+    s.sel = (u64*)raw;
+    s.hist = (u32*)(s.sel + SEL_CAP);
+    s.warp = s.hist + 256;
+    s.misc = s.warp + 33;
+    s.sort = nullptr;
+#if SELX
+    s.red = (u64*)(s.misc + 9);  // (8-byte aligned: SEL_CAP keys, then 298 u32)
+#endif
+    const u64* src = a;
+    if (in_place) {
+        for (unsigned i = threadIdx.x; i < n; i += NT) s.sel[i] = a[i];
+        __syncthreads();
+        src = s.sel;
+    }
+    const u64 r = block_select(src, n, m, s);
+    if (threadIdx.x == 0) *out = r;
+}
+extern "C" void emu_select(const u64* a, unsigned n, unsigned m, int in_place, u64* out) {
+    emu_launch(1, 1, NT, 1, 8 * SEL_CAP + 4 * 298 + 16, [=] { emu_select_body(a, n, m, in_place, out); });
+}
 """
 
 
@@ -112,9 +136,9 @@ CONFIGS = {
     # rows; clusters of 2
     "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=48, SEL_CAP=16, CL=2),
     # TAIL: steps of at most 40 work items run on block 0 alone, their candidates in shared memory up to 24
-    # (a select of them in place), in global memory beyond
-    "tail": dict(GTMKIT_EMU=1, NT=64, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, SEL_CAP=4096, CL=3,
-                 TAIL=1, TAIL_W=40, TAIL_CAP=24, TAIL_STATS=1),
+    # (a select of them in place), in global memory beyond; SELX selects (keys past SEL_CAP read from global)
+    "tail": dict(GTMKIT_EMU=1, NT=64, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, SEL_CAP=32, CL=3,
+                 TAIL=1, TAIL_W=40, TAIL_CAP=24, TAIL_STATS=1, SELX=1),
 }
 
 
@@ -485,3 +509,30 @@ def test_tail_paths_reached(emu):
         assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, device=emu), want)
     steps, in_smem, in_global, selects, grown = list(stats)
     assert steps == in_smem + in_global and min(in_smem, in_global, selects, grown) > 0, list(stats)
+
+
+@pytest.mark.parametrize("layout", ["random", "shared_top", "late_differ", "dense"])
+def test_block_select(emu, layout):
+    """The radix select alone: for n distinct keys and any m, exactly m keys are >= its result; keys sharing
+    their top bytes (SELX skips them), keys past SEL_CAP that differ where the first SEL_CAP do not, and in place
+    (TAIL: the keys already in shared memory)."""
+    rng = np.random.default_rng(hash(layout) % 2**32)
+    cap = emu.sel_cap
+    for n in sorted({1, 2, 5, 31, 32, 33, cap - 1, cap, cap + 1, 3 * cap + 7, 300}):
+        low = rng.choice(2**16, size=n, replace=False).astype(np.uint64)  # distinct: so are the keys
+        if layout == "random":
+            keys = (rng.integers(1, 2**47, size=n, dtype=np.uint64) << np.uint64(16)) | low
+        elif layout == "shared_top":  # the top 5 bytes equal
+            keys = np.uint64(0x3E12345678 << 24) | (rng.integers(0, 256, size=n, dtype=np.uint64) << np.uint64(16)) | low
+        elif layout == "late_differ":  # the first SEL_CAP share 6 bytes, later ones differ in the top byte
+            keys = np.uint64(0x3E1234567890 << 16) | low
+            keys[cap:] ^= rng.integers(1, 128, size=max(n - cap, 0), dtype=np.uint64) << np.uint64(56)
+        else:  # consecutive values: every bit of the last byte used
+            keys = np.uint64(0x4000000000000000) + rng.permutation(n).astype(np.uint64)
+        for m in sorted({1, n, max(n // 2, 1), int(rng.integers(1, n + 1))}):
+            for in_place in ([0, 1] if n <= cap and emu.cfg.get("TAIL") else [0]):
+                out = np.zeros(1, np.uint64)
+                a = np.ascontiguousarray(keys)
+                emu.lib.emu_select(ctypes.c_void_p(a.ctypes.data), ctypes.c_uint(n), ctypes.c_uint(m),
+                                   ctypes.c_int(in_place), ctypes.c_void_p(out.ctypes.data))
+                assert int((keys >= out[0]).sum()) == m, (layout, n, m, in_place)

@@ -188,7 +188,7 @@ def _trie_params(dev, trie, what: str):
 def search_smem(dev) -> int:
     """Dynamic shared memory of search_kernel (its s_* carve-up), bytes."""
     return 8 * dev.sort_cap + 8 * FAC_CAP + 20 * dev.beam_cap + 4 * (dev.beam_cap + 1) + 4 * (256 + 33 + 8)\
-        + 8 * dev.tok_cap + 8 * dev.sel_cap + 12 * dev.tail_cap + 16
+        + 8 * dev.tok_cap + 8 * dev.sel_cap + 12 * dev.tail_cap + 32
 
 
 def _pow2(n: int) -> int:

@@ -108,6 +108,13 @@ typedef unsigned short u16;
 #if TAIL && TAIL_CAP > SEL_CAP
 #error "TAIL_CAP must be <= SEL_CAP"
 #endif
+// SELX: the radix select starts at the first byte in which its keys differ (their common leading bytes from an
+// AND / OR reduction folded into the copy to shared memory), and its histogram adds are aggregated a warp at a
+// time by bin. Why: composites of nearby scores share their top byte or two (sign and exponent of the score),
+// so the first passes put every key into one bin, one shared atomic per key on the same address.
+#ifndef SELX
+#define SELX 0
+#endif
 // TAIL_STATS (the CPU emulation's tests only): how often each tail path ran, in tail_stats[]
 #ifdef TAIL_STATS
 // tail steps; with candidates in shared memory; in global memory; radix selects; steps of more than TAIL_W items
@@ -260,6 +267,9 @@ struct Smem {
     u32* hist;   // [256] block_select
     u32* misc;   // [8]
     u64* sel;    // [SEL_CAP] block_select
+#if SELX
+    u64* red;    // [2] block_select: OR of the keys, OR of their complements
+#endif
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -483,6 +493,17 @@ __device__ __forceinline__ void warp_append2(bool a, bool b, u64* counters, u32*
     *pb = (u32)(base >> 32) + (u32)__popc(bb & below);
 }
 
+#if SELX && !defined(SEL_INLINE)
+#define SEL_INLINE __device__ __noinline__  // (its four call sites inlined it into 200+ bytes of spills)
+#elif !defined(SEL_INLINE)
+#define SEL_INLINE __device__ __forceinline__
+#endif
+// hist[bn] += 1 for every lane with bn >= 0, one shared atomic per distinct bin of the warp. Every lane calls it.
+__device__ __forceinline__ void warp_bin_add(u32* hist, int bn) {
+    const u32 same = __match_any_sync(FULL, (u32)bn);
+    if (bn >= 0 && (int)(threadIdx.x & 31u) == __ffs((int)same) - 1) atomicAdd(&hist[bn], (u32)__popc(same));
+}
+
 // Bitonic sort of a[0, n2) descending, n2 a power of two; a in shared or global memory. A stage of
 // stride j <= 32 keeps each warp inside its own 64-key blocks (pair i touches keys of block i >> 5), so
 // between two such stages a warp barrier suffices.
@@ -540,25 +561,67 @@ __device__ __forceinline__ void block_sort_desc_reg(u64* a, u32 n2) {
 // bucket's range, so exactly m keys are >= the result. The first SEL_CAP keys are copied to shared
 // memory first, four loads in flight a thread, and every pass reads them there (each pass from global
 // memory was an L2 round trip per NT keys). A thread reads back only the entries it copied.
-__device__ __forceinline__ u64 block_select(const u64* a, u32 n, u32 m, Smem& s) {
-    const u32 lim = TAIL && a == s.sel ? 0u : n < SEL_CAP ? n : SEL_CAP;  // (TAIL: already there, n <= SEL_CAP)
+SEL_INLINE u64 block_select(const u64* a, u32 n, u32 m, Smem& s) {
+    const bool in_place = TAIL && a == s.sel;  // (TAIL: the keys are there already, n <= SEL_CAP)
+    const u32 lim = in_place ? 0u : n < SEL_CAP ? n : SEL_CAP;
+#if SELX
+    u64 any1 = 0, any0 = 0;  // bits set in some key, bits clear in some key (this thread's keys)
+#endif
     for (u32 b0 = threadIdx.x; b0 < lim; b0 += 4 * NT) {
         u64 x[4];
 #pragma unroll
         for (int u = 0; u < 4; ++u) x[u] = b0 + u * NT < lim ? LDCG(a + b0 + u * NT) : 0ull;
 #pragma unroll
         for (int u = 0; u < 4; ++u)
-            if (b0 + u * NT < lim) s.sel[b0 + u * NT] = x[u];
+            if (b0 + u * NT < lim) {
+                s.sel[b0 + u * NT] = x[u];
+#if SELX
+                any1 |= x[u];
+                any0 |= ~x[u];
+#endif
+            }
     }
+    int shift = 56;
     u64 prefix = 0, fixed = 0;
+#if SELX
+    {
+        if (threadIdx.x < 2) s.red[threadIdx.x] = 0;
+        for (u32 i = threadIdx.x; in_place && i < n; i += NT) { any1 |= s.sel[i]; any0 |= ~s.sel[i]; }
+        for (u32 i = SEL_CAP + threadIdx.x; i < n; i += NT) { const u64 x = LDCG(a + i); any1 |= x; any0 |= ~x; }
+        for (int d = 16; d > 0; d >>= 1) {
+            any1 |= __shfl_xor_sync(FULL, any1, d);
+            any0 |= __shfl_xor_sync(FULL, any0, d);
+        }
+        __syncthreads();  // red is cleared
+        if ((threadIdx.x & 31u) == 0) { atomicOr(&s.red[0], any1); atomicOr(&s.red[1], any0); }
+        __syncthreads();
+        const u64 diff = s.red[0] & s.red[1], common = s.red[0] & ~s.red[1];  // (the same in every thread)
+        if (diff == 0) return common;  // one key (keys are distinct), m = 1
+        shift = ((63 - __clzll((long long)diff)) >> 3) << 3;  // the byte of the highest bit that differs
+        fixed = shift == 56 ? 0ull : ~0ull << (shift + 8);
+        prefix = common & fixed;
+    }
+#endif
     u32 need = m;
-    for (int shift = 56; shift >= 0; shift -= 8) {
+    for (; shift >= 0; shift -= 8) {
         for (u32 i = threadIdx.x; i < 256; i += NT) s.hist[i] = 0;
         __syncthreads();
+#if SELX
+        for (u32 base = threadIdx.x & ~31u; base < n; base += NT) {  // warp-uniform: every lane reaches the match
+            const u32 i = base + (threadIdx.x & 31u);
+            int bn = -1;
+            if (i < n) {
+                const u64 x = i < SEL_CAP ? s.sel[i] : LDCG(a + i);
+                if ((x & fixed) == prefix) bn = (int)((x >> shift) & 255ull);
+            }
+            warp_bin_add(s.hist, bn);
+        }
+#else
         for (u32 i = threadIdx.x; i < n; i += NT) {
             const u64 x = i < SEL_CAP ? s.sel[i] : LDCG(a + i);  // (a == s.sel: n <= SEL_CAP)
             if ((x & fixed) == prefix) atomicAdd(&s.hist[(x >> shift) & 255ull], 1u);
         }
+#endif
         __syncthreads();
         u32 carry = 0;  // keys in buckets above the ones scanned so far (buckets from 255 down)
         for (u32 base = 0; base < 256; base += NT) {
@@ -807,7 +870,8 @@ __device__ __forceinline__ void search_body(
     double* s_fac = (double*)(s_sel + SEL_CAP);      // [FAC_CAP] this launch's length factors
     i64* s_tfirst = (i64*)(s_fac + FAC_CAP);         // [TAIL_CAP] TAIL: a step's candidates' first child,
     u64* s_tcnt = (u64*)(s_tfirst + TAIL_CAP);       // [2]          its counters (live low, finished high)
-    i64* s_first = (i64*)(s_tcnt + 2);               // [BEAM_CAP] copies of the live beams' first child,
+    u64* s_red = s_tcnt + 2;                         // [2] block_select's reduction (SELX)
+    i64* s_first = (i64*)(s_red + 2);                // [BEAM_CAP] copies of the live beams' first child,
     u32* s_deg = (u32*)(s_first + BEAM_CAP);         // [BEAM_CAP]   children,
     float* s_score = (float*)(s_deg + BEAM_CAP);     // [BEAM_CAP]   score,
     u32* s_n = (u32*)(s_score + BEAM_CAP);           // [BEAM_CAP]   proposals
@@ -824,6 +888,9 @@ __device__ __forceinline__ void search_body(
     s.hist = s_hist;
     s.misc = s_misc;
     s.sel = s_sel;
+#if SELX
+    s.red = s_red;
+#endif
     const Trie tr = load_trie(TP);
     const i64 q = blockIdx.x / CL;
     const u32 rank = cluster_rank();  // block `rank` of the query's cluster
