@@ -137,7 +137,7 @@ CONFIGS = {
     "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=48, SEL_CAP=16, CL=2),
     # TAIL: steps of at most 40 work items run on block 0 alone, their candidates in shared memory up to 24
     # (a select of them in place), in global memory beyond; SELX selects (keys past SEL_CAP read from global)
-    "tail": dict(GTMKIT_EMU=1, NT=64, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, SEL_CAP=32, CL=3,
+    "tail": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, SEL_CAP=32, CL=2,
                  TAIL=1, TAIL_W=40, TAIL_CAP=24, TAIL_STATS=1, SELX=1),
 }
 
@@ -516,6 +516,8 @@ def test_block_select(emu, layout):
     """The radix select alone: for n distinct keys and any m, exactly m keys are >= its result; keys sharing
     their top bytes (SELX skips them), keys past SEL_CAP that differ where the first SEL_CAP do not, and in place
     (TAIL: the keys already in shared memory)."""
+    if emu.sel_cap > 64:
+        pytest.skip("the configurations with a small SEL_CAP reach every path")
     rng = np.random.default_rng(hash(layout) % 2**32)
     cap = emu.sel_cap
     for n in sorted({1, 2, 5, 31, 32, 33, cap - 1, cap, cap + 1, 3 * cap + 7, 300}):
