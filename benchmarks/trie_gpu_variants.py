@@ -41,6 +41,10 @@ def make_device(src: Path, defines: tuple) -> "tsc.CupyDevice":
             dev.cl = int(d[3:])
         if d.startswith("TAIL_CAP="):  # the dynamic shared memory holds its arrays
             dev.tail_cap = int(d[len("TAIL_CAP="):])
+        if d == "WIN=1":  # ... and each warp's window of labels
+            dev.win_cap = dev.win_cap or 256
+        if d.startswith("WIN_CAP="):
+            dev.win_cap = int(d[len("WIN_CAP="):])
         if d == "ZWIDE=0":  # the trie's tables without wide-group lists (its own upload of the trie)
             dev.zwide = False
             dev.key = dev.key + ("nowide",)

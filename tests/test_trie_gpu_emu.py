@@ -77,6 +77,7 @@ class EmuDevice:
         self.prep_cap, self.beam_cap, self.cl = cfg["PREP_CAP"], cfg["BEAM_CAP"], cfg["CL"]
         self.tok_cap, self.sel_cap = cfg["TOK_CAP"], cfg["SEL_CAP"]
         self.tail_cap = cfg.get("TAIL_CAP", TAIL_CAP)
+        self.win_cap = cfg.get("WIN_CAP", 256) if cfg.get("WIN") else 0
         self.cfg = cfg
         self.key = ("emu",) + tuple(sorted(cfg.items()))
         self.buffers = {}
@@ -135,10 +136,11 @@ CONFIGS = {
     # one warp, tiny shared memory: radix select, global sort scratch and per-beam data, host-prepared
     # rows; clusters of 2
     "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=48, SEL_CAP=16, CL=2),
-    # TAIL: steps of at most 40 work items run on block 0 alone, their candidates in shared memory up to 24
-    # (a select of them in place), in global memory beyond; SELX selects (keys past SEL_CAP read from global)
+    # the options: TAIL (steps of at most 40 work items on block 0 alone, their candidates in shared memory up
+    # to 24, a select of them in place, in global memory beyond), SELX selects (keys past SEL_CAP read from
+    # global memory), WIN windows of up to 32 labels (wider ones searched in global memory)
     "tail": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, SEL_CAP=32, CL=2,
-                 TAIL=1, TAIL_W=40, TAIL_CAP=24, TAIL_STATS=1, SELX=1),
+                 TAIL=1, TAIL_W=40, TAIL_CAP=24, KSTATS=1, SELX=1, WIN=1, WIN_CAP=32),
 }
 
 
@@ -483,13 +485,15 @@ def test_server_rejects_bad_shapes(emu):
 
 
 
-def test_tail_paths_reached(emu):
-    """TAIL (block 0 alone once a step has at most TAIL_W items): every path of it runs on these inputs and the
-    results equal the CPU's: candidates in shared memory and in global memory, a radix select of them, and a
-    step after the cluster was left with more items than TAIL_W (a narrow step, then a wide one)."""
+def test_option_paths_reached(emu):
+    """TAIL (block 0 alone once a step has at most TAIL_W items) and WIN (a warp's window of children): every path
+    runs on these inputs and the results equal the CPU's. TAIL: candidates in shared memory and in global
+    memory, a radix select of them, a step after the cluster was left with more items than TAIL_W (a narrow
+    step, then a wide one). WIN: windows in shared memory (dense proposals) and too wide for it (sparse ones),
+    over labels >= 65536."""
     if not emu.cfg.get("TAIL"):
-        pytest.skip("compiled without TAIL")
-    stats = (ctypes.c_uint64 * 5).in_dll(emu.lib, "tail_stats")
+        pytest.skip("compiled without the options")
+    stats = (ctypes.c_uint64 * 7).in_dll(emu.lib, "kernel_stats")
     ctypes.memset(stats, 0, ctypes.sizeof(stats))
     rng = np.random.default_rng(21)
     for i in range(8):
@@ -507,34 +511,18 @@ def test_tail_paths_reached(emu):
     for bw in (400, 5):
         want = trie_beam_search(trie, tokens, logp, bw)
         assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, device=emu), want)
-    steps, in_smem, in_global, selects, grown = list(stats)
+    # a node of 600 children (labels >= 65536, every other id) below a narrow first step: proposals that are
+    # every child (windows of 32), a random subset of ids (wider windows, half the ids no child's), and ids past
+    # its labels
+    kids = 70000 + 2 * np.arange(600)
+    trie = SuccinctTrie.build([[5]] + [[5, int(x)] for x in kids] + [[5, int(x), 1] for x in kids[:50]])
+    sparse = np.sort(rng.choice(np.arange(70000, 71200), 100, replace=False))  # about half of them children
+    for row in (kids[:100], sparse, np.concatenate([kids[-40:], 80000 + np.arange(60)])):
+        tokens = np.stack([np.stack([np.full(100, 5), row, np.arange(100)])]).astype(np.int64)
+        logp = random_logp(rng, tokens.shape, ties=False)
+        for bw in (3, 200):
+            want = trie_beam_search(trie, tokens, logp, bw, alpha=0.5)
+            assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, alpha=0.5, device=emu), want)
+    steps, in_smem, in_global, selects, grown, win_smem, win_global = list(stats)
     assert steps == in_smem + in_global and min(in_smem, in_global, selects, grown) > 0, list(stats)
-
-
-@pytest.mark.parametrize("layout", ["random", "shared_top", "late_differ", "dense"])
-def test_block_select(emu, layout):
-    """The radix select alone: for n distinct keys and any m, exactly m keys are >= its result; keys sharing
-    their top bytes (SELX skips them), keys past SEL_CAP that differ where the first SEL_CAP do not, and in place
-    (TAIL: the keys already in shared memory)."""
-    if emu.sel_cap > 64:
-        pytest.skip("the configurations with a small SEL_CAP reach every path")
-    rng = np.random.default_rng(hash(layout) % 2**32)
-    cap = emu.sel_cap
-    for n in sorted({1, 2, 5, 31, 32, 33, cap - 1, cap, cap + 1, 3 * cap + 7, 300}):
-        low = rng.choice(2**16, size=n, replace=False).astype(np.uint64)  # distinct: so are the keys
-        if layout == "random":
-            keys = (rng.integers(1, 2**47, size=n, dtype=np.uint64) << np.uint64(16)) | low
-        elif layout == "shared_top":  # the top 5 bytes equal
-            keys = np.uint64(0x3E12345678 << 24) | (rng.integers(0, 256, size=n, dtype=np.uint64) << np.uint64(16)) | low
-        elif layout == "late_differ":  # the first SEL_CAP share 6 bytes, later ones differ in the top byte
-            keys = np.uint64(0x3E1234567890 << 16) | low
-            keys[cap:] ^= rng.integers(1, 128, size=max(n - cap, 0), dtype=np.uint64) << np.uint64(56)
-        else:  # consecutive values: every bit of the last byte used
-            keys = np.uint64(0x4000000000000000) + rng.permutation(n).astype(np.uint64)
-        for m in sorted({1, n, max(n // 2, 1), int(rng.integers(1, n + 1))}):
-            for in_place in ([0, 1] if n <= cap and emu.cfg.get("TAIL") else [0]):
-                out = np.zeros(1, np.uint64)
-                a = np.ascontiguousarray(keys)
-                emu.lib.emu_select(ctypes.c_void_p(a.ctypes.data), ctypes.c_uint(n), ctypes.c_uint(m),
-                                   ctypes.c_int(in_place), ctypes.c_void_p(out.ctypes.data))
-                assert int((keys >= out[0]).sum()) == m, (layout, n, m, in_place)
+    assert min(win_smem, win_global) > 0, list(stats)

@@ -42,6 +42,7 @@ class CupyDevice:
 
     nt, sort_cap, prep_cap, beam_cap, tok_cap, sel_cap, cl = NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, SEL_CAP, CL
     tail_cap = TAIL_CAP
+    win_cap = 0  # kernels/trie_search.cu's WIN_CAP when compiled with WIN=1 (benchmarks/trie_gpu_variants.py)
     null = np.uint64(0)  # a null pointer argument
 
     def __init__(self):
@@ -188,7 +189,7 @@ def _trie_params(dev, trie, what: str):
 def search_smem(dev) -> int:
     """Dynamic shared memory of search_kernel (its s_* carve-up), bytes."""
     return 8 * dev.sort_cap + 8 * FAC_CAP + 20 * dev.beam_cap + 4 * (dev.beam_cap + 1) + 4 * (256 + 33 + 8)\
-        + 8 * dev.tok_cap + 8 * dev.sel_cap + 12 * dev.tail_cap + 32
+        + 8 * dev.tok_cap + 8 * dev.sel_cap + 12 * dev.tail_cap + 32 + 4 * (dev.nt // 32) * dev.win_cap
 
 
 def _pow2(n: int) -> int:

@@ -115,13 +115,30 @@ typedef unsigned short u16;
 #ifndef SELX
 #define SELX 0
 #endif
-// TAIL_STATS (the CPU emulation's tests only): how often each tail path ran, in tail_stats[]
-#ifdef TAIL_STATS
-// tail steps; with candidates in shared memory; in global memory; radix selects; steps of more than TAIL_W items
-__device__ u64 tail_stats[5];
-#define TAIL_COUNT(i) do { if (threadIdx.x == 0) atomicAdd(&tail_stats[i], 1ull); } while (0)
+// WIN: a warp whose 32 work items are 32 proposals of one wide beam (proposals searched among its children)
+// finds the window of children their tokens can match, [lower_bound(first token), upper_bound(last token)), by
+// 32-way probing (both bounds at once: ~3 rounds of one load a lane for ~30k children), loads the window's
+// labels into its slice of shared memory (WIN_CAP a warp) in one round and binary-searches each token there;
+// a wider window is binary-searched in global memory. Why: each of those items binary-searched the whole child
+// list, ~13 dependent global loads at step 1 of a 10M-key search (~1,000 of its ~5,600 items), the longest
+// chain of that step's phase B; the windows of 32 proposals hold 106 children at the median and <= 256 for 78%
+// of them (CPU analysis of synth_proposals over synth_keys(10M)).
+#ifndef WIN
+#define WIN 0
+#endif
+#ifndef WIN_CAP
+#define WIN_CAP 256
+#endif
+// KSTATS (the CPU emulation's tests only): how often each path of TAIL and WIN ran, in kernel_stats[]:
+// tail steps; with candidates in shared memory; in global memory; radix selects; steps of more than TAIL_W
+// items; WIN windows searched in shared memory; in global memory
+#ifdef KSTATS
+__device__ u64 kernel_stats[7];
+#define KCOUNT(i) do { if (threadIdx.x == 0) atomicAdd(&kernel_stats[i], 1ull); } while (0)
+#define KCOUNT_WARP(i) do { if ((threadIdx.x & 31u) == 0) atomicAdd(&kernel_stats[i], 1ull); } while (0)
 #else
-#define TAIL_COUNT(i) do { } while (0)
+#define KCOUNT(i) do { } while (0)
+#define KCOUNT_WARP(i) do { } while (0)
 #endif
 #define FAC_CAP 64      // length factors a launch keeps in shared memory (more steps read them each step)
 #define NW (NT / 32)
@@ -426,6 +443,65 @@ __device__ __forceinline__ u32 tokens_lower_bound(const int* toks, u32 n, i64 la
     }
     return lo;
 }
+
+#if WIN
+#ifndef WIN_NOINLINE
+#define WIN_NOINLINE 1
+#endif
+#if WIN_NOINLINE
+#define WIN_INLINE __device__ __noinline__
+#else
+#define WIN_INLINE __device__ __forceinline__
+#endif
+// WIN (see above), by a whole warp whose lanes hold 32 ascending tokens tk of one beam with children
+// [first, first + deg): -> this lane's child position (its lower bound), *match = whether it holds tk. wb: the
+// warp's WIN_CAP ints of shared memory. Not inlined: inlined in the search it spilled ~180 bytes more.
+WIN_INLINE i64 warp_window(const Trie& tr, i64 first, u32 deg, i64 tk, int* wb, bool* match) {
+    const u32 lane = threadIdx.x & 31u;
+    const i64 tmin = __shfl_sync(FULL, tk, 0), tmax = __shfl_sync(FULL, tk, 31);
+    // [a0, z0] holds lower_bound(tmin), [a1, z1] lower_bound(tmax + 1); each round probes 32 evenly spaced
+    // children of each range (one label a lane and range) and keeps the gap the bound lies in
+    i64 a0 = first, z0 = first + deg, a1 = first, z1 = first + deg;
+    while (z0 > a0 || z1 > a1) {  // warp-uniform
+        const i64 s0 = (z0 - a0 + 31) >> 5, s1 = (z1 - a1 + 31) >> 5;
+        const i64 c0 = a0 + (i64)lane * s0, c1 = a1 + (i64)lane * s1;
+        const bool v0 = c0 < z0, v1 = c1 < z1;
+        const i64 l0 = v0 ? label_of(tr, c0) : 0, l1 = v1 ? label_of(tr, c1) : 0;
+        const int n0 = __popc(__ballot_sync(FULL, v0 && l0 < tmin));
+        const int n1 = __popc(__ballot_sync(FULL, v1 && l1 <= tmax));
+        if (z0 > a0) {
+            if (n0 == 0) z0 = a0;
+            else { const i64 e = a0 + (i64)(n0 - 1) * s0; a0 = e + 1; z0 = e + s0 < z0 ? e + s0 : z0; }
+        }
+        if (z1 > a1) {
+            if (n1 == 0) z1 = a1;
+            else { const i64 e = a1 + (i64)(n1 - 1) * s1; a1 = e + 1; z1 = e + s1 < z1 ? e + s1 : z1; }
+        }
+    }
+    const i64 wn = a1 - a0;  // the window's children: every token of the warp lies in it or nowhere
+    if (wn > WIN_CAP) {  // (warp-uniform) too wide for the warp's slice: a binary search in global memory
+        KCOUNT_WARP(6);
+        const i64 c = children_lower_bound(tr, a0, a1, tk);
+        *match = c < a1 && label_of(tr, c) == tk;
+        return c;
+    }
+    int lab[WIN_CAP / 32];
+#pragma unroll
+    for (int m = 0; m < WIN_CAP / 32; ++m) {  // all loads of the window at once
+        const i64 j = (i64)lane + 32 * m;
+        lab[m] = j < wn ? (int)label_of(tr, a0 + j) : 0;
+    }
+#pragma unroll
+    for (int m = 0; m < WIN_CAP / 32; ++m)
+        if ((i64)lane + 32 * m < wn) wb[lane + 32 * m] = lab[m];
+    __syncwarp();
+    const u32 kk = tokens_lower_bound(wb, (u32)wn, tk);
+    *match = kk < (u32)wn && (i64)wb[kk] == tk;
+    __syncwarp();  // read by every lane before the warp's next chunk writes wb
+    KCOUNT_WARP(5);
+    return a0 + kk;
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------------
 // Block-wide building blocks. Every thread of the block calls them (they hold barriers).
@@ -882,6 +958,9 @@ __device__ __forceinline__ void search_body(
     int* s_tok = (int*)(s_misc + 8);                 // [TOK_CAP] NAR: this step's proposal row, tokens
     float* s_lp = (float*)(s_tok + TOK_CAP);         // [TOK_CAP]   and log-probs
     u32* s_tdeg = (u32*)(s_lp + TOK_CAP);            // [TAIL_CAP] TAIL: a step's candidates' children
+#if WIN
+    int* s_win = (int*)(s_tdeg + TAIL_CAP);          // [NW * WIN_CAP] WIN: each warp's window of labels
+#endif
     Smem s;
     s.sort = s_sort;
     s.warp = s_warp;
@@ -1084,7 +1163,7 @@ __device__ __forceinline__ void search_body(
             tail = true;
             if (rank != 0) break;
         } else if (tail && W > TAIL_W) {
-            TAIL_COUNT(4);
+            KCOUNT(4);
         }
         // a step finishes at most one key per work item: fold only when W more could overflow fin
         // (every block computes the same fc and W: the branch is cluster-uniform)
@@ -1118,6 +1197,9 @@ __device__ __forceinline__ void search_body(
             u32 slot = 0, p = 0, k = 0;
             i64 c = 0, row = 0;
             float sc = 0.0f;
+            u32 i = 0, n = 0, deg = 0;
+            i64 first = 0;
+            const int* toks = s_tok;
             if (w < W) {
                 u32 lo = 0, hi = nl;  // off[lo] <= w < off[hi]
                 while (hi - lo > 1) {
@@ -1125,11 +1207,24 @@ __device__ __forceinline__ void search_body(
                     if (off[mid] <= w) lo = mid; else hi = mid;
                 }
                 p = lo;
-                const u32 i = w - off[p];
+                i = w - off[p];
                 row = q * R + (nar ? t : (int)p);
-                const int* toks = row_smem ? s_tok : ptok + row * K;
-                const u32 n = beam_n[p], deg = beam_deg[p];
-                const i64 first = beam_first[p];
+                toks = row_smem ? s_tok : ptok + row * K;
+                n = beam_n[p];
+                deg = beam_deg[p];
+                first = beam_first[p];
+            }
+#if WIN
+            i64 wc = -1;  // >= 0: the warp found this lane's child (wc, if wmatch)
+            bool wmatch = false;
+            {
+                const bool wide = w < W && deg >= n && deg > 32 && !raw && !(first == tr.rfirst && tr.rnbits > 0);
+                const u32 p0 = __shfl_sync(FULL, p, 0);
+                if (__ballot_sync(FULL, wide && p == p0) == FULL)  // warp-uniform: 32 sorted proposals of a beam
+                    wc = warp_window(tr, first, deg, (i64)toks[i], s_win + (threadIdx.x >> 5) * WIN_CAP, &wmatch);
+            }
+#endif
+            if (w < W) {
                 bool match;
                 if (deg < n) {  // child i: its label among the proposals
                     c = first + i;
@@ -1149,8 +1244,16 @@ __device__ __forceinline__ void search_body(
                 } else {  // proposal i: its token among the children
                     k = i;
                     i64 tok = toks[k];
-                    c = children_lower_bound(tr, first, first + deg, tok);
-                    match = c < first + deg && label_of(tr, c) == tok;
+#if WIN
+                    if (wc >= 0) {
+                        c = wc;
+                        match = wmatch;
+                    } else
+#endif
+                    {
+                        c = children_lower_bound(tr, first, first + deg, tok);
+                        match = c < first + deg && label_of(tr, c) == tok;
+                    }
                 }
                 if (match) {
                     sc = beam_score[p] + (row_smem ? s_lp[k] : plp[row * K + k]);
@@ -1219,8 +1322,8 @@ __device__ __forceinline__ void search_body(
             both = *s_tcnt;
             __syncthreads();  // read by every thread before it is cleared for the next step
             if (threadIdx.x == 0) *s_tcnt = 0;
-            TAIL_COUNT(0);
-            if (to_smem) TAIL_COUNT(1); else TAIL_COUNT(2);
+            KCOUNT(0);
+            if (to_smem) KCOUNT(1); else KCOUNT(2);
         } else {
             cluster_sync();  // every block's candidates and finished keys are written
             both = LDCG(counters);
@@ -1238,7 +1341,7 @@ __device__ __forceinline__ void search_body(
         const u32 m = n_live < BW ? n_live : BW;
         if (nar) {  // every block finds the same threshold; the next step's phase A takes the candidates
             prev_tau = n_live > BW ? block_select(to_smem ? s.sel : cand, n_live, BW, s) : 0ull;
-            if (tail && n_live > BW) TAIL_COUNT(3);
+            if (tail && n_live > BW) KCOUNT(3);
             prev_n = n_live;
             prev_smem = to_smem;
             PROF_MARK(5);  // radix select
