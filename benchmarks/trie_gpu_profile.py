@@ -51,9 +51,7 @@ def main() -> None:
     if a.define:
         print("defines:", " ".join(a.define))
     dev._kernels = {n: mod.get_function(n) for n in ("prep_kernel", "search_kernel")}
-    for d in a.define:  # the host sizes its launches and buffers by the cluster size
-        if d.startswith("CL="):
-            dev.cl = int(d[3:])
+    tsc.size_for_defines(dev, a.define)  # the cluster size, the shared memory of the options
     prof = cp.ndarray((116,), cp.uint64, memptr=mod.get_global("trie_prof"))
     stream = cp.cuda.get_current_stream()
     for bw in (int(x) for x in a.bw.split(",")):

@@ -36,15 +36,8 @@ def make_device(src: Path, defines: tuple) -> "tsc.CupyDevice":
     dev = tsc.CupyDevice()
     mod = cp.RawModule(code=src.read_text(), options=("--std=c++14", f"-I{KERNEL_DIR}", *(f"-D{d}" for d in defines)))
     dev._kernels = {n: mod.get_function(n) for n in ("prep_kernel", "search_kernel")}
-    for d in defines:  # the host sizes its launches by the cluster size
-        if d.startswith("CL="):
-            dev.cl = int(d[3:])
-        if d.startswith("TAIL_CAP="):  # the dynamic shared memory holds its arrays
-            dev.tail_cap = int(d[len("TAIL_CAP="):])
-        if d == "WIN=1":  # ... and each warp's window of labels
-            dev.win_cap = dev.win_cap or 256
-        if d.startswith("WIN_CAP="):
-            dev.win_cap = int(d[len("WIN_CAP="):])
+    tsc.size_for_defines(dev, defines)  # the cluster size, the shared memory of the options
+    for d in defines:
         if d == "ZWIDE=0":  # the trie's tables without wide-group lists (its own upload of the trie)
             dev.zwide = False
             dev.key = dev.key + ("nowide",)

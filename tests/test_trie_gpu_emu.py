@@ -526,3 +526,20 @@ def test_option_paths_reached(emu):
     steps, in_smem, in_global, selects, grown, win_smem, win_global = list(stats)
     assert steps == in_smem + in_global and min(in_smem, in_global, selects, grown) > 0, list(stats)
     assert min(win_smem, win_global) > 0, list(stats)
+
+
+def test_launch_sizes_follow_defines():
+    """The benchmarks' variants size the search kernel's launch from their -D defines: cluster size, the TAIL
+    arrays and the WIN windows in its dynamic shared memory (the carve-up of kernels/trie_search.cu)."""
+    from types import SimpleNamespace
+    from gtmkit.matcher import trie_search_cuda as tsc
+    dev = SimpleNamespace(**{a: getattr(tsc.CupyDevice, a) for a in (
+        "nt", "sort_cap", "prep_cap", "beam_cap", "tok_cap", "sel_cap", "cl", "tail_cap", "win_cap")})
+    base = tsc.search_smem(dev)
+    assert base == 120520 and base <= 227 * 1024  # what the H200's opt-in allows a block
+    tsc.size_for_defines(dev, ["TAIL=1", "SELX=1"])
+    assert tsc.search_smem(dev) == base and dev.cl == tsc.CL
+    tsc.size_for_defines(dev, ["CL=4", "WIN=1", "TAIL_CAP=512"])
+    assert dev.cl == 4 and tsc.search_smem(dev) == base - 12 * 512 + 4 * 32 * 256 <= 227 * 1024
+    tsc.size_for_defines(dev, ["WIN=1", "WIN_CAP=512"])
+    assert dev.win_cap == 512

@@ -186,6 +186,18 @@ def _trie_params(dev, trie, what: str):
     return cache[dev.key][1]
 
 
+def size_for_defines(dev, defines) -> None:
+    """A device object's launch sizes for search kernels compiled with -D defines ("NAME=V"; the benchmarks'
+    variants): blocks a query (CL), the TAIL candidates and WIN windows its shared memory holds."""
+    values = dict(d.partition("=")[::2] for d in defines)
+    if "CL" in values:
+        dev.cl = int(values["CL"])
+    if "TAIL_CAP" in values:
+        dev.tail_cap = int(values["TAIL_CAP"])
+    if values.get("WIN", "0") != "0":
+        dev.win_cap = int(values.get("WIN_CAP", 256))
+
+
 def search_smem(dev) -> int:
     """Dynamic shared memory of search_kernel (its s_* carve-up), bytes."""
     return 8 * dev.sort_cap + 8 * FAC_CAP + 20 * dev.beam_cap + 4 * (dev.beam_cap + 1) + 4 * (256 + 33 + 8)\
