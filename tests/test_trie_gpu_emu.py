@@ -543,3 +543,32 @@ def test_launch_sizes_follow_defines():
     assert dev.cl == 4 and tsc.search_smem(dev) == base - 12 * 512 + 4 * 32 * 256 <= 227 * 1024
     tsc.size_for_defines(dev, ["WIN=1", "WIN_CAP=512"])
     assert dev.win_cap == 512
+
+
+@pytest.mark.parametrize("layout", ["random", "shared_top", "late_differ", "dense"])
+def test_block_select(emu, layout):
+    """The radix select alone: for n distinct keys and any m, exactly m keys are >= its result; keys sharing
+    their top bytes (SELX skips them), keys past SEL_CAP that differ where the first SEL_CAP do not, and in place
+    (TAIL: the keys already in shared memory)."""
+    if emu.sel_cap > 64:
+        pytest.skip("the configurations with a small SEL_CAP reach every path")
+    rng = np.random.default_rng(hash(layout) % 2**32)
+    cap = emu.sel_cap
+    for n in sorted({1, 2, 5, 31, 32, 33, cap - 1, cap, cap + 1, 3 * cap + 7, 300}):
+        low = rng.choice(2**16, size=n, replace=False).astype(np.uint64)  # distinct: so are the keys
+        if layout == "random":
+            keys = (rng.integers(1, 2**47, size=n, dtype=np.uint64) << np.uint64(16)) | low
+        elif layout == "shared_top":  # the top 5 bytes equal
+            keys = np.uint64(0x3E12345678 << 24) | (rng.integers(0, 256, size=n, dtype=np.uint64) << np.uint64(16)) | low
+        elif layout == "late_differ":  # the first SEL_CAP share 6 bytes, later ones differ in the top byte
+            keys = np.uint64(0x3E1234567890 << 16) | low
+            keys[cap:] ^= rng.integers(1, 128, size=max(n - cap, 0), dtype=np.uint64) << np.uint64(56)
+        else:  # consecutive values: every bit of the last byte used
+            keys = np.uint64(0x4000000000000000) + rng.permutation(n).astype(np.uint64)
+        for m in sorted({1, n, max(n // 2, 1), int(rng.integers(1, n + 1))}):
+            for in_place in ([0, 1] if n <= cap and emu.cfg.get("TAIL") else [0]):
+                out = np.zeros(1, np.uint64)
+                a = np.ascontiguousarray(keys)
+                emu.lib.emu_select(ctypes.c_void_p(a.ctypes.data), ctypes.c_uint(n), ctypes.c_uint(m),
+                                   ctypes.c_int(in_place), ctypes.c_void_p(out.ctypes.data))
+                assert int((keys >= out[0]).sum()) == m, (layout, n, m, in_place)
