@@ -31,7 +31,8 @@ steps, _, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users,
 be = m.cuda
 if args.sub:
     from gtmkit.matcher.backend_cuda import FUSED_FILE, FUSED_SMEM, KERNEL_DIR
-    src = FUSED_FILE.read_text()
+    from gtmkit.matcher.kernel_source import kernel_source
+    src = kernel_source(FUSED_FILE)
     for sub in args.sub:
         old, new = sub.split("=>")
         assert old in src, old

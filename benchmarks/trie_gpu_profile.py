@@ -15,6 +15,7 @@ import numpy as np
 from gtmkit.indexer.succinct import SuccinctTrie
 from gtmkit.matcher import trie_search_cuda as tsc
 from gtmkit.matcher.backend_cuda import KERNEL_DIR
+from gtmkit.matcher.kernel_source import kernel_source
 from gtmkit.synth_trie import synth_keys, synth_proposals
 
 PHASES = {9: "prep rows", 0: "start", 2: "phase A", 1: "fold copy", 3: "phase B", 5: "radix select", 6: "compact",
@@ -46,7 +47,7 @@ def main() -> None:
         cp.cuda.Device().synchronize()
         cp.cuda.profiler.stop()
         return
-    mod = cp.RawModule(code=tsc.KERNEL_FILE.read_text(), options=("--std=c++14", f"-I{KERNEL_DIR}", "-DTRIE_PROF",
+    mod = cp.RawModule(code=kernel_source(tsc.KERNEL_FILE), options=("--std=c++14", f"-I{KERNEL_DIR}", "-DTRIE_PROF",
                                                                    *(f"-D{d}" for d in a.define)))
     if a.define:
         print("defines:", " ".join(a.define))

@@ -23,6 +23,7 @@ import numpy as np
 from gtmkit.indexer.succinct import SuccinctTrie
 from gtmkit.matcher import trie_search_cuda as tsc
 from gtmkit.matcher.backend_cuda import KERNEL_DIR
+from gtmkit.matcher.kernel_source import kernel_source
 from gtmkit.synth_trie import synth_keys, synth_proposals
 
 
@@ -34,7 +35,7 @@ def parse_variant(spec: str) -> tuple:
 
 def make_device(src: Path, defines: tuple) -> "tsc.CupyDevice":
     dev = tsc.CupyDevice()
-    mod = cp.RawModule(code=src.read_text(), options=("--std=c++14", f"-I{KERNEL_DIR}", *(f"-D{d}" for d in defines)))
+    mod = cp.RawModule(code=kernel_source(src), options=("--std=c++14", f"-I{KERNEL_DIR}", *(f"-D{d}" for d in defines)))
     dev._kernels = {n: mod.get_function(n) for n in ("prep_kernel", "search_kernel")}
     tsc.size_for_defines(dev, defines)  # the cluster size, the shared memory of the options
     for d in defines:

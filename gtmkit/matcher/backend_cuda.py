@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import GtmkitError
 from .arrays import RequestBatch, TrieArrays
+from .kernel_source import kernel_source
 from .kernel_params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params,
                             trie_params)
 
@@ -38,9 +39,10 @@ def load_module(path: Path, defines: tuple = ()) -> cp.RawModule:
     CuPy caches to disk)."""
     key = (cp.cuda.Device().id, str(path), defines)
     if key not in _modules:
-        # the kernels folder is on the include path for the shared header (gtm_common.cuh)
+        # the headers inlined (kernel_source: CuPy's disk cache keys on this string); the kernels folder stays
+        # on the include path all the same
         options = ("--std=c++14", f"-I{KERNEL_DIR}") + tuple(f"-D{d}" for d in defines)
-        _modules[key] = cp.RawModule(code=Path(path).read_text(), options=options)
+        _modules[key] = cp.RawModule(code=kernel_source(path), options=options)
     return _modules[key]
 
 
