@@ -127,7 +127,10 @@ typedef unsigned short u16;
 #define WIN 0
 #endif
 #ifndef WIN_CAP
-#define WIN_CAP 256
+#define WIN_CAP 256     // labels a warp's window holds, a multiple of 32 (a lane loads WIN_CAP / 32 of them)
+#endif
+#if WIN && (WIN_CAP < 32 || WIN_CAP % 32)
+#error "WIN_CAP must be a positive multiple of 32"
 #endif
 // KSTATS (the CPU emulation's tests only): how often each path of TAIL and WIN ran, in kernel_stats[]:
 // tail steps; with candidates in shared memory; in global memory; radix selects; steps of more than TAIL_W
