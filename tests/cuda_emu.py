@@ -190,30 +190,38 @@ template <class F> static void emu_launch(unsigned grid, unsigned grid_y, unsign
     emu_cl = cl;
     std::vector<unsigned char> mem((size_t)cl * smem + 1);
     for (size_t i = 0; i < mem.size(); ++i) mem[i] = (unsigned char)(i * 131 + 17);
-    for (unsigned c = 0; c < grid / cl * grid_y; ++c) {
-        for (unsigned r = 0; r < cl; ++r) {
-            pthread_barrier_init(&emu_blocks[r].bar, nullptr, block);
-            emu_blocks[r].count = 0;
-            emu_blocks[r].smem = mem.data() + (size_t)r * smem;
-            for (unsigned w = 0; w < (block + 31) / 32; ++w)  // a last partial warp has fewer lanes
-                pthread_barrier_init(&emu_warps[r * 32 + w].bar, nullptr, block - 32 * w < 32 ? block - 32 * w : 32);
-        }
-        emu_cl_arrived = 0;
-        std::vector<std::thread> threads;
-        for (unsigned r = 0; r < cl; ++r)
-            for (unsigned t = 0; t < block; ++t)
-                threads.emplace_back([=] {
-                    threadIdx.x = t;
+    for (unsigned r = 0; r < cl; ++r) {
+        pthread_barrier_init(&emu_blocks[r].bar, nullptr, block);
+        emu_blocks[r].count = 0;
+        emu_blocks[r].smem = mem.data() + (size_t)r * smem;
+        for (unsigned w = 0; w < (block + 31) / 32; ++w)  // a last partial warp has fewer lanes
+            pthread_barrier_init(&emu_warps[r * 32 + w].bar, nullptr, block - 32 * w < 32 ? block - 32 * w : 32);
+    }
+    emu_cl_arrived = 0;
+    // one thread per CUDA thread of a cluster, for the whole launch: it runs its (rank, thread) in every cluster
+    // in turn, and all of them meet between clusters (the next cluster reuses the shared memory). Creating the
+    // threads again for each cluster was most of the emulated tests' time (system time).
+    pthread_barrier_t between;
+    pthread_barrier_init(&between, nullptr, cl * block);
+    const unsigned clusters = grid / cl * grid_y;
+    std::vector<std::thread> threads;
+    for (unsigned r = 0; r < cl; ++r)
+        for (unsigned t = 0; t < block; ++t)
+            threads.emplace_back([=, &between] {
+                threadIdx.x = t;
+                emu_rank = r;
+                for (unsigned c = 0; c < clusters; ++c) {
                     blockIdx.x = (c % (grid / cl)) * cl + r;  // x fastest, then y (clusters are 1-D)
                     blockIdx.y = c / (grid / cl);
-                    emu_rank = r;
                     f();
-                });
-        for (auto& th : threads) th.join();
-        for (unsigned r = 0; r < cl; ++r) {
-            pthread_barrier_destroy(&emu_blocks[r].bar);
-            for (unsigned w = 0; w < (block + 31) / 32; ++w) pthread_barrier_destroy(&emu_warps[r * 32 + w].bar);
-        }
+                    pthread_barrier_wait(&between);
+                }
+            });
+    for (auto& th : threads) th.join();
+    pthread_barrier_destroy(&between);
+    for (unsigned r = 0; r < cl; ++r) {
+        pthread_barrier_destroy(&emu_blocks[r].bar);
+        for (unsigned w = 0; w < (block + 31) / 32; ++w) pthread_barrier_destroy(&emu_warps[r * 32 + w].bar);
     }
 }
 """
