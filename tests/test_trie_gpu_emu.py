@@ -152,9 +152,10 @@ def emu(request, tmp_path_factory):
 
 
 def host_path_only(emu):
-    """Tests of what TAIL does not change (navigation, AR steps, the host side) run in the other configurations."""
+    """Tests of what the options (TAIL, SELX, WIN) do not change (navigation, the host side) run in the other
+    configurations only. (AR steps run in all: SELX and WIN change them, TAIL does not.)"""
     if emu.cfg.get("TAIL"):
-        pytest.skip("TAIL changes the NAR search kernel's steps only")
+        pytest.skip("the options change the search kernel's steps only")
 
 
 def assert_equal(got, want):
@@ -397,7 +398,6 @@ def test_nar_graph_replays_with_new_inputs(emu):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_ar_equals_cpu(emu, seed):
-    host_path_only(emu)
     rng = np.random.default_rng(200 + seed)
     trie, _ = random_trie(rng, int(rng.integers(1, 120)))
     b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
@@ -435,7 +435,6 @@ def test_nar_synth_workload(emu):
 
 def test_ar_fewer_rows_than_beams(emu):
     """R between the live count and BW; R below the live count is refused as on the CPU."""
-    host_path_only(emu)
     from gtmkit.errors import GtmkitError
     rng = np.random.default_rng(9)
     trie, _ = random_trie(rng, 80)
@@ -526,6 +525,17 @@ def test_option_paths_reached(emu):
     steps, in_smem, in_global, selects, grown, win_smem, win_global = list(stats)
     assert steps == in_smem + in_global and min(in_smem, in_global, selects, grown) > 0, list(stats)
     assert min(win_smem, win_global) > 0, list(stats)
+    # AR: the same node's children searched by per-beam rows of 100 proposals (WIN, both paths, in the stepper)
+    for second in (kids[:100], sparse):  # the one live beam's row at step 1: dense, then sparse
+        cpu, gpu = TrieBeamStepper(trie, 1, 4), TrieBeamStepperCuda(trie, 1, 4, device=emu)
+        for rows in (np.full((1, 4, 100), 5), np.stack([np.stack([second, sparse, kids[-100:], sparse[::-1]])])):
+            logp = random_logp(rng, rows.shape, ties=False)
+            cpu.step(rows.astype(np.int64), logp)
+            gpu.step(rows.astype(np.int64), logp)
+            for name in ("nodes", "scores", "parents", "tokens", "count"):
+                assert np.array_equal(getattr(gpu.live, name), getattr(cpu.live, name)), name
+        assert_equal(gpu.result(), cpu.result())
+    assert stats[5] > win_smem and stats[6] > win_global, list(stats)
 
 
 def test_launch_sizes_follow_defines():
