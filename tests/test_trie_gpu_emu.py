@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gtmkit.matcher.trie_search_cpu import TrieBeamStepper, trie_beam_search
-from gtmkit.matcher.trie_search_cuda import KERNEL_FILE, TAIL_CAP, TrieBeamStepperCuda, trie_beam_search_cuda
+from gtmkit.matcher.trie_search_cuda import KERNEL_FILE, TrieBeamStepperCuda, trie_beam_search_cuda
 from gtmkit.errors import GtmkitError
 from gtmkit.indexer.succinct import SuccinctTrie
 
@@ -34,6 +34,9 @@ extern "C" void emu_nav(const long long* TP, long long n, long long* z, long lon
         pz[v] = zero_pair(t, v, &pnz[v]);
     }
 }
+// the compiled sizes the host's launches must match (dynamic shared memory of TAIL and WIN)
+extern "C" int emu_tail_cap() { return TAIL_CAP; }
+extern "C" int emu_win_cap() { return WIN ? WIN_CAP : 0; }
 // block_select alone, one block: the m-th largest of n distinct keys (in_place: from s.sel, as TAIL calls it)
 static void emu_select_body(const u64* a, unsigned n, unsigned m, int in_place, u64* out) {
     unsigned char* raw = emu_dyn_smem();
@@ -76,8 +79,7 @@ class EmuDevice:
         self.nt, self.sort_cap = cfg["NT"], cfg["SORT_CAP"]
         self.prep_cap, self.beam_cap, self.cl = cfg["PREP_CAP"], cfg["BEAM_CAP"], cfg["CL"]
         self.tok_cap, self.sel_cap = cfg["TOK_CAP"], cfg["SEL_CAP"]
-        self.tail_cap = cfg.get("TAIL_CAP", TAIL_CAP)
-        self.win_cap = cfg.get("WIN_CAP", 256) if cfg.get("WIN") else 0
+        self.tail_cap, self.win_cap = lib.emu_tail_cap(), lib.emu_win_cap()  # as compiled
         self.cfg = cfg
         self.key = ("emu",) + tuple(sorted(cfg.items()))
         self.buffers = {}
@@ -582,3 +584,20 @@ def test_block_select(emu, layout):
                 emu.lib.emu_select(ctypes.c_void_p(a.ctypes.data), ctypes.c_uint(n), ctypes.c_uint(m),
                                    ctypes.c_int(in_place), ctypes.c_void_p(out.ctypes.data))
                 assert int((keys >= out[0]).sum()) == m, (layout, n, m, in_place)
+
+
+def test_host_sizes_match_the_kernels_defaults():
+    """CupyDevice's sizes are the kernel file's defaults (its dynamic shared memory follows them): a changed
+    default in kernels/trie_search.cu must change trie_search_cuda.py too."""
+    import re
+    from gtmkit.matcher import trie_search_cuda as tsc
+    src = tsc.KERNEL_FILE.read_text() + (tsc.KERNEL_FILE.parent / "trie_nav.cuh").read_text()
+
+    def default(name):
+        return re.search(rf"#ifndef {name}\n#define {name} ([^\n/]+)", src).group(1).strip()
+
+    for name in ("NT", "SORT_CAP", "PREP_CAP", "BEAM_CAP", "TOK_CAP", "SEL_CAP", "CL"):
+        assert int(default(name)) == getattr(tsc, name), name
+    assert default("TAIL_CAP").startswith("(SEL_CAP < 1024 ? SEL_CAP : 1024)") and tsc.TAIL_CAP == min(1024, tsc.SEL_CAP)
+    win, win_cap = int(default("WIN")), int(default("WIN_CAP"))
+    assert tsc.CupyDevice.win_cap == (win_cap if win else 0)

@@ -103,7 +103,7 @@ typedef unsigned short u16;
 #define TAIL_W 1024
 #endif
 #ifndef TAIL_CAP
-#define TAIL_CAP 1024
+#define TAIL_CAP (SEL_CAP < 1024 ? SEL_CAP : 1024)  // (trie_search_cuda.TAIL_CAP: the production value)
 #endif
 #if TAIL && TAIL_CAP > SEL_CAP
 #error "TAIL_CAP must be <= SEL_CAP"
