@@ -492,8 +492,8 @@ def test_option_paths_reached(emu):
     memory, a radix select of them, a step after the cluster was left with more items than TAIL_W (a narrow
     step, then a wide one). WIN: windows in shared memory (dense proposals) and too wide for it (sparse ones),
     over labels >= 65536."""
-    if not emu.cfg.get("TAIL"):
-        pytest.skip("compiled without the options")
+    if not emu.cfg.get("KSTATS"):
+        pytest.skip("compiled without the path counters (KSTATS)")
     stats = (ctypes.c_uint64 * 7).in_dll(emu.lib, "kernel_stats")
     ctypes.memset(stats, 0, ctypes.sizeof(stats))
     rng = np.random.default_rng(21)
