@@ -107,12 +107,7 @@ __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
     return ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
 }
 
-// counts[bn] += 1 for every lane with bn >= 0, one shared atomic per distinct bin of the warp (peaked
-// scores pile into few bins). Every lane of the warp must call it.
-__device__ __forceinline__ void warp_bin_add(u32* counts, int bn, int lane) {
-    unsigned same = __match_any_sync(0xffffffffu, bn);
-    if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&counts[bn], (u32)__popc(same));
-}
+#include "warp_bins.cuh"  // warp_bin_add
 
 // The graphed beam search's token history (graph.py): output row `o` gets its parent's hist_t tokens
 // (-1 for a padding row) and its own token, what beam.cu's reorder_history would do in a launch of its own.

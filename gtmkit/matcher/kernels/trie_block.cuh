@@ -66,16 +66,6 @@ __device__ __forceinline__ void warp_append2(bool a, bool b, u64* counters, u32*
     *pb = (u32)(base >> 32) + (u32)__popc(bb & below);
 }
 
-#if SELX && !defined(SEL_INLINE)
-#define SEL_INLINE __device__ __noinline__  // (its four call sites inlined it into 200+ bytes of spills)
-#elif !defined(SEL_INLINE)
-#define SEL_INLINE __device__ __forceinline__
-#endif
-// hist[bn] += 1 for every lane with bn >= 0, one shared atomic per distinct bin of the warp. Every lane calls it.
-__device__ __forceinline__ void warp_bin_add(u32* hist, int bn) {
-    const u32 same = __match_any_sync(FULL, (u32)bn);
-    if (bn >= 0 && (int)(threadIdx.x & 31u) == __ffs((int)same) - 1) atomicAdd(&hist[bn], (u32)__popc(same));
-}
 
 // Bitonic sort of a[0, n2) descending, n2 a power of two; a in shared or global memory. A stage of
 // stride j <= 32 keeps each warp inside its own 64-key blocks (pair i touches keys of block i >> 5), so
@@ -129,6 +119,11 @@ __device__ __forceinline__ void block_sort_desc_reg(u64* a, u32 n2) {
     __syncthreads();
 }
 
+#if SELX && !defined(SEL_INLINE)
+#define SEL_INLINE __device__ __noinline__  // (its four call sites inlined it into 200+ bytes of spills)
+#elif !defined(SEL_INLINE)
+#define SEL_INLINE __device__ __forceinline__
+#endif
 // The m-th largest of the n distinct keys a[0, n), 1 <= m <= n: 8-bit digits from the top, stopping at
 // the first digit whose bucket holds exactly the keys still needed. -> the smallest value of that
 // bucket's range, so exactly m keys are >= the result. The first SEL_CAP keys are copied to shared
@@ -187,7 +182,7 @@ SEL_INLINE u64 block_select(const u64* a, u32 n, u32 m, Smem& s) {
                 const u64 x = i < SEL_CAP ? s.sel[i] : LDCG(a + i);
                 if ((x & fixed) == prefix) bn = (int)((x >> shift) & 255ull);
             }
-            warp_bin_add(s.hist, bn);
+            warp_bin_add(s.hist, bn, (int)(threadIdx.x & 31u));
         }
 #else
         for (u32 i = threadIdx.x; i < n; i += NT) {

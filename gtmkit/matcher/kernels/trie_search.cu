@@ -293,6 +293,7 @@ struct Smem {
 };
 
 #include "trie_nav.cuh"    // navigation: bit vectors, child ranges, labels, token searches
+#include "warp_bins.cuh"   // warp_bin_add (the radix select's histogram, SELX)
 #include "trie_block.cuh"  // block-wide scans, appends, sorts, the radix select
 
 // What AR's phase B stored for live candidate j (at j, written by any block of the cluster): its slot p*K+k

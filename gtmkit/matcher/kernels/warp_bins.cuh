@@ -1,0 +1,9 @@
+// A warp's histogram adds, shared by gtm_fused.cu and trie_search.cu. NVRTC: built-in types only.
+#pragma once
+
+// counts[bn] += 1 for every lane with bn >= 0, one shared atomic per distinct bin of the warp (peaked
+// scores pile into few bins). Every lane of the warp must call it.
+__device__ __forceinline__ void warp_bin_add(unsigned int* counts, int bn, int lane) {
+    unsigned same = __match_any_sync(0xffffffffu, bn);
+    if (bn >= 0 && lane == __ffs(same) - 1) atomicAdd(&counts[bn], (unsigned int)__popc(same));
+}
