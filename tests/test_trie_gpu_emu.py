@@ -136,13 +136,14 @@ CONFIGS = {
     # production shared-memory sizes, 4 warps, clusters of 3 blocks a query
     "wide": dict(GTMKIT_EMU=1, NT=128, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, SEL_CAP=4096, CL=3),
     # one warp, tiny shared memory: radix select, global sort scratch and per-beam data, host-prepared
-    # rows; clusters of 2
-    "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=48, SEL_CAP=16, CL=2),
+    # rows; clusters of 2; SPEC's reads ahead of the label match
+    "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=48, SEL_CAP=16, CL=2,
+                 SPEC=1, SPEC_PF=1),
     # the options: TAIL (steps of at most 40 work items on block 0 alone, their candidates in shared memory up
     # to 24, a select of them in place, in global memory beyond), SELX selects (keys past SEL_CAP read from
-    # global memory), WIN windows of up to 32 labels (wider ones searched in global memory)
+    # global memory), WIN windows of up to 32 labels (wider ones searched in global memory), SPEC
     "tail": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, SEL_CAP=32, CL=2,
-                 TAIL=1, TAIL_W=40, TAIL_CAP=24, KSTATS=1, SELX=1, WIN=1, WIN_CAP=32),
+                 TAIL=1, TAIL_W=40, TAIL_CAP=24, KSTATS=1, SELX=1, WIN=1, WIN_CAP=32, SPEC=1, SPEC_PF=1),
 }
 
 

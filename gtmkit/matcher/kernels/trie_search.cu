@@ -132,6 +132,19 @@ typedef unsigned short u16;
 #if WIN && (WIN_CAP < 32 || WIN_CAP % 32)
 #error "WIN_CAP must be a positive multiple of 32"
 #endif
+// SPEC: a work item that tests child i of its beam (the child's label among the proposals) reads the child's
+// terminal word, key-rank row and child range (zero_pair) beside its label, before it knows whether the label
+// matches; a match then needs no further global read before its append. Why: the steps past the first few
+// hold a few hundred items or fewer yet cost 5-8 us each (trie_gpu_profile_h200.md, session 14), a chain of
+// dependent global reads rather than work; this takes one HBM round trip out of each step's chain, at the
+// price of those reads for the items that do not match (~70% of them). SPEC_PF: a new candidate also
+// prefetches to L2 the first of those words for its children (the node ids the next step reads them at).
+#ifndef SPEC
+#define SPEC 0
+#endif
+#ifndef SPEC_PF
+#define SPEC_PF 0
+#endif
 // KSTATS (the CPU emulation's tests only): how often each path of TAIL and WIN ran, in kernel_stats[]:
 // tail steps; with candidates in shared memory; in global memory; radix selects; steps of more than TAIL_W
 // items; WIN windows searched in shared memory; in global memory
@@ -739,6 +752,11 @@ __device__ __forceinline__ void search_body(
             u32 i = 0, n = 0, deg = 0;
             i64 first = 0;
             const int* toks = s_tok;
+#if SPEC
+            bool spec = false;  // the hit's reads below were made already
+            u64 sterm = 0, srd0 = 0, srd1 = 0;
+            i64 sz = 0, sz1 = 0;
+#endif
             if (w < W) {
                 u32 lo = 0, hi = nl;  // off[lo] <= w < off[hi]
                 while (hi - lo > 1) {
@@ -767,6 +785,14 @@ __device__ __forceinline__ void search_body(
                 bool match;
                 if (deg < n) {  // child i: its label among the proposals
                     c = first + i;
+#if SPEC
+                    // a match's next reads, issued beside the label's rather than after the match
+                    spec = true;
+                    sterm = tr.term[c >> 6];
+                    srd0 = tr.term_rank[2 * (c >> 9)];
+                    srd1 = tr.term_rank[2 * (c >> 9) + 1];
+                    if (!last) sz = zero_pair(tr, c, &sz1);
+#endif
                     i64 lab = label_of(tr, c);
                     k = tokens_lower_bound(toks, n, lab);
                     match = k < n && (i64)toks[k] == lab;
@@ -805,18 +831,31 @@ __device__ __forceinline__ void search_body(
             i64 child_first = 0;
             u32 child_deg = 0;
             if (hit) {
+#if SPEC
+                const u64 term_word = spec ? sterm : tr.term[c >> 6];
+#else
                 const u64 term_word = tr.term[c >> 6];  // loaded ahead of its use
+#endif
                 const bool term = (term_word >> (c & 63)) & 1ull;
                 u64 rd0 = 0, rd1 = 0;  // the key id's rank directory row, loaded before the
                 if (term) {            // select0 chain below and used after it
+#if SPEC
+                    rd0 = spec ? srd0 : tr.term_rank[2 * (c >> 9)];
+                    rd1 = spec ? srd1 : tr.term_rank[2 * (c >> 9) + 1];
+#else
                     rd0 = tr.term_rank[2 * (c >> 9)];
                     rd1 = tr.term_rank[2 * (c >> 9) + 1];
+#endif
                 }
                 if (!last) {
                     // the child's own child range, which the next step reads (and which tells
                     // whether a terminal child has children: a non-terminal one always has)
                     i64 z1;
+#if SPEC
+                    const i64 z = spec ? (z1 = sz1, sz) : zero_pair(tr, c, &z1);
+#else
                     const i64 z = zero_pair(tr, c, &z1);
+#endif
                     child_deg = (u32)(z1 - z - 1);
                     if (child_deg > 0) {
                         is_live = true;
@@ -839,6 +878,11 @@ __device__ __forceinline__ void search_body(
                 // the labels the next step reads first if this candidate is kept, on their way to L2
                 PREFETCH_L2(tr.low + child_first - 1);
                 if (tr.hbits) PREFETCH_L2(tr.high + ((child_first - 1) * tr.hbits >> 6));
+                if (SPEC_PF) {  // and the first words SPEC reads for them
+                    PREFETCH_L2(tr.term + (child_first >> 6));
+                    PREFETCH_L2(tr.term_rank + 2 * (child_first >> 9));
+                    PREFETCH_L2(tr.zpos + (child_first >> tr.zshift));
+                }
                 if (to_smem) {
                     s.sel[pl] = live_key;
                     s_tfirst[pl] = child_first;
