@@ -4,7 +4,7 @@
 # (the device returns at most 8 files). Pass the wheels (mmh3, marisa-trie) with carry [".whl"], and an older
 # kernel to compare with as scratch/old_trie_search.cu (carry ["scratch"]) if VARIANTS names it.
 # usage: bash benchmarks/trie_gpu_session.sh [KEYS]    (VARIANTS="--variant a --variant b:DEF=1" to override,
-#        PROFILE=0 to skip the in-kernel profile, PROFILE_DEFINES="--define TAIL=1" to profile a variant too)
+#        PROFILE=0 to skip the in-kernel profile, PROFILE_DEFINES="--define CL=4" to profile a variant too)
 set -o pipefail
 KEYS=${1:-10000000}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1

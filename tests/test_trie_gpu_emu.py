@@ -34,11 +34,8 @@ extern "C" void emu_nav(const long long* TP, long long n, long long* z, long lon
         pz[v] = zero_pair(t, v, &pnz[v]);
     }
 }
-// the compiled sizes the host's launches must match (dynamic shared memory of TAIL and WIN)
-extern "C" int emu_tail_cap() { return TAIL_CAP; }
-extern "C" int emu_win_cap() { return WIN ? WIN_CAP : 0; }
-// block_select alone, one block: the m-th largest of n distinct keys (in_place: from s.sel, as TAIL calls it)
-static void emu_select_body(const u64* a, unsigned n, unsigned m, int in_place, u64* out) {
+// block_select alone, one block: the m-th largest of n distinct keys
+static void emu_select_body(const u64* a, unsigned n, unsigned m, u64* out) {
     unsigned char* raw = emu_dyn_smem();
     Smem s;
     s.sel = (u64*)raw;
@@ -46,20 +43,11 @@ static void emu_select_body(const u64* a, unsigned n, unsigned m, int in_place, 
     s.warp = s.hist + 256;
     s.misc = s.warp + 33;
     s.sort = nullptr;
-#if SELX
-    s.red = (u64*)(s.misc + 9);  // (8-byte aligned: SEL_CAP keys, then 298 u32)
-#endif
-    const u64* src = a;
-    if (in_place) {
-        for (unsigned i = threadIdx.x; i < n; i += NT) s.sel[i] = a[i];
-        __syncthreads();
-        src = s.sel;
-    }
-    const u64 r = block_select(src, n, m, s);
+    const u64 r = block_select(a, n, m, s);
     if (threadIdx.x == 0) *out = r;
 }
-extern "C" void emu_select(const u64* a, unsigned n, unsigned m, int in_place, u64* out) {
-    emu_launch(1, 1, NT, 1, 8 * SEL_CAP + 4 * 298 + 16, [=] { emu_select_body(a, n, m, in_place, out); });
+extern "C" void emu_select(const u64* a, unsigned n, unsigned m, u64* out) {
+    emu_launch(1, 1, NT, 1, 8 * SEL_CAP + 4 * 298, [=] { emu_select_body(a, n, m, out); });
 }
 """
 
@@ -79,7 +67,6 @@ class EmuDevice:
         self.nt, self.sort_cap = cfg["NT"], cfg["SORT_CAP"]
         self.prep_cap, self.beam_cap, self.cl = cfg["PREP_CAP"], cfg["BEAM_CAP"], cfg["CL"]
         self.tok_cap, self.sel_cap = cfg["TOK_CAP"], cfg["SEL_CAP"]
-        self.tail_cap, self.win_cap = lib.emu_tail_cap(), lib.emu_win_cap()  # as compiled
         self.cfg = cfg
         self.key = ("emu",) + tuple(sorted(cfg.items()))
         self.buffers = {}
@@ -136,14 +123,8 @@ CONFIGS = {
     # production shared-memory sizes, 4 warps, clusters of 3 blocks a query
     "wide": dict(GTMKIT_EMU=1, NT=128, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, SEL_CAP=4096, CL=3),
     # one warp, tiny shared memory: radix select, global sort scratch and per-beam data, host-prepared
-    # rows; clusters of 2; SPEC's reads ahead of the label match
-    "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=48, SEL_CAP=16, CL=2,
-                 SPEC=1, SPEC_PF=1),
-    # the options: TAIL (steps of at most 40 work items on block 0 alone, their candidates in shared memory up
-    # to 24, a select of them in place, in global memory beyond), SELX selects (keys past SEL_CAP read from
-    # global memory), WIN windows of up to 32 labels (wider ones searched in global memory), SPEC
-    "tail": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=2048, PREP_CAP=4096, BEAM_CAP=1024, TOK_CAP=4096, SEL_CAP=32, CL=2,
-                 TAIL=1, TAIL_W=40, TAIL_CAP=24, KSTATS=1, SELX=1, WIN=1, WIN_CAP=32, SPEC=1, SPEC_PF=1),
+    # rows; clusters of 2
+    "tiny": dict(GTMKIT_EMU=1, NT=32, SORT_CAP=64, PREP_CAP=64, BEAM_CAP=7, TOK_CAP=48, SEL_CAP=16, CL=2),
 }
 
 
@@ -152,13 +133,6 @@ def emu(request, tmp_path_factory):
     cfg = CONFIGS[request.param]
     lib, sigs = build_emulator(tmp_path_factory.mktemp("emu_" + request.param), KERNEL_FILE, cfg, NAV)
     return EmuDevice(lib, sigs, cfg)
-
-
-def host_path_only(emu):
-    """Tests of what the options (TAIL, SELX, WIN) do not change (navigation, the host side) run in the other
-    configurations only. (AR steps run in all: SELX and WIN change them, TAIL does not.)"""
-    if emu.cfg.get("TAIL"):
-        pytest.skip("the options change the search kernel's steps only")
 
 
 def assert_equal(got, want):
@@ -172,7 +146,6 @@ def test_navigation_equals_numba(emu, share, monkeypatch):
     """select0, run ends (children), labels and key ids of the kernels at every node of a synthetic trie;
     zero_pair (sampled zero positions) gives the same child ranges, with every wide group listed (share 8)
     and with none listed (the general path)."""
-    host_path_only(emu)
     from gtmkit.indexer import succinct_bits as bits, succinct_nav as nav
     from gtmkit.matcher import trie_gpu_aux as aux
     from gtmkit.matcher.trie_search_cuda import _trie_params
@@ -354,7 +327,6 @@ def test_nar_more_steps_than_factor_cache(emu):
 
 
 def test_nar_edge_shapes(emu):
-    host_path_only(emu)
     trie = SuccinctTrie.build([[1, 2], [1]])
     for shape in ((2, 0, 3), (1, 2, 0)):
         got = trie_beam_search_cuda(trie, np.zeros(shape, np.int64), np.zeros(shape, np.float32), 2, device=emu)
@@ -370,7 +342,6 @@ def test_nar_edge_shapes(emu):
 
 
 def test_nar_reuses_buffers(emu):
-    host_path_only(emu)
     rng = np.random.default_rng(11)
     trie, _ = random_trie(rng, 30)
     tokens, logp = random_tokens(rng, (2, 3, 5)), random_logp(rng, (2, 3, 5), False)
@@ -385,7 +356,6 @@ def test_nar_reuses_buffers(emu):
 def test_nar_graph_replays_with_new_inputs(emu):
     """Host proposals go through one captured graph per (shape, trie, thresholds): replays must follow each
     call's proposals and alpha (staged data), a new threshold or trie gets its own graph."""
-    host_path_only(emu)
     rng = np.random.default_rng(12)
     trie, _ = random_trie(rng, 50)
     other, _ = random_trie(rng, 20)
@@ -476,7 +446,6 @@ def test_server_equals_cpu(emu, seed):
 
 
 def test_server_rejects_bad_shapes(emu):
-    host_path_only(emu)
     from gtmkit.matcher.trie_server_cuda import TrieSearchServer
     trie = SuccinctTrie.build([[1, 2], [3]])
     with pytest.raises(GtmkitError, match="K must be"):
@@ -487,82 +456,25 @@ def test_server_rejects_bad_shapes(emu):
 
 
 
-def test_option_paths_reached(emu):
-    """TAIL (block 0 alone once a step has at most TAIL_W items) and WIN (a warp's window of children): every path
-    runs on these inputs and the results equal the CPU's. TAIL: candidates in shared memory and in global
-    memory, a radix select of them, a step after the cluster was left with more items than TAIL_W (a narrow
-    step, then a wide one). WIN: windows in shared memory (dense proposals) and too wide for it (sparse ones),
-    over labels >= 65536."""
-    if not emu.cfg.get("KSTATS"):
-        pytest.skip("compiled without the path counters (KSTATS)")
-    stats = (ctypes.c_uint64 * 7).in_dll(emu.lib, "kernel_stats")
-    ctypes.memset(stats, 0, ctypes.sizeof(stats))
-    rng = np.random.default_rng(21)
-    for i in range(8):
-        trie, _ = random_trie(rng, int(rng.integers(20, 80)))
-        shape = (2, int(rng.integers(3, 6)), int(rng.integers(4, 9)))
-        tokens, logp = random_tokens(rng, shape), random_logp(rng, shape, i % 2 == 0)
-        for bw in (2, 5, 30):
-            want = trie_beam_search(trie, tokens, logp, bw, alpha=0.5)
-            assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, alpha=0.5, device=emu), want)
-    wide = 65536 + np.arange(150)
-    keys = {(a, b, int(c)) for a in range(3) for b in range(3) for c in wide} | {(a,) for a in range(3)}
-    trie = SuccinctTrie.build([list(k) for k in sorted(keys)])
-    tokens = np.stack([np.stack([np.arange(150), np.arange(150), rng.permutation(wide)])] * 2).astype(np.int64)
-    logp = random_logp(rng, tokens.shape, ties=False)
-    for bw in (400, 5):
-        want = trie_beam_search(trie, tokens, logp, bw)
-        assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, device=emu), want)
-    # a node of 600 children (labels >= 65536, every other id) below a narrow first step: proposals that are
-    # every child (windows of 32), a random subset of ids (wider windows, half the ids no child's), and ids past
-    # its labels
-    kids = 70000 + 2 * np.arange(600)
-    trie = SuccinctTrie.build([[5]] + [[5, int(x)] for x in kids] + [[5, int(x), 1] for x in kids[:50]])
-    sparse = np.sort(rng.choice(np.arange(70000, 71200), 100, replace=False))  # about half of them children
-    for row in (kids[:100], sparse, np.concatenate([kids[-40:], 80000 + np.arange(60)])):
-        tokens = np.stack([np.stack([np.full(100, 5), row, np.arange(100)])]).astype(np.int64)
-        logp = random_logp(rng, tokens.shape, ties=False)
-        for bw in (3, 200):
-            want = trie_beam_search(trie, tokens, logp, bw, alpha=0.5)
-            assert_equal(trie_beam_search_cuda(trie, tokens, logp, bw, alpha=0.5, device=emu), want)
-    steps, in_smem, in_global, selects, grown, win_smem, win_global = list(stats)
-    assert steps == in_smem + in_global and min(in_smem, in_global, selects, grown) > 0, list(stats)
-    assert min(win_smem, win_global) > 0, list(stats)
-    # AR: the same node's children searched by per-beam rows of 100 proposals (WIN, both paths, in the stepper)
-    for second in (kids[:100], sparse):  # the one live beam's row at step 1: dense, then sparse
-        cpu, gpu = TrieBeamStepper(trie, 1, 4), TrieBeamStepperCuda(trie, 1, 4, device=emu)
-        for rows in (np.full((1, 4, 100), 5), np.stack([np.stack([second, sparse, kids[-100:], sparse[::-1]])])):
-            logp = random_logp(rng, rows.shape, ties=False)
-            cpu.step(rows.astype(np.int64), logp)
-            gpu.step(rows.astype(np.int64), logp)
-            for name in ("nodes", "scores", "parents", "tokens", "count"):
-                assert np.array_equal(getattr(gpu.live, name), getattr(cpu.live, name)), name
-        assert_equal(gpu.result(), cpu.result())
-    assert stats[5] > win_smem and stats[6] > win_global, list(stats)
-
-
 def test_launch_sizes_follow_defines():
-    """The benchmarks' variants size the search kernel's launch from their -D defines: cluster size, the TAIL
-    arrays and the WIN windows in its dynamic shared memory (the carve-up of kernels/trie_search.cu)."""
+    """The benchmarks' variants size the search kernel's launch from their -D defines: cluster size and the
+    capacities its dynamic shared memory is carved by (kernels/trie_search.cu)."""
     from types import SimpleNamespace
     from gtmkit.matcher import trie_search_cuda as tsc
     dev = SimpleNamespace(**{a: getattr(tsc.CupyDevice, a) for a in (
-        "nt", "sort_cap", "prep_cap", "beam_cap", "tok_cap", "sel_cap", "cl", "tail_cap", "win_cap")})
+        "nt", "sort_cap", "prep_cap", "beam_cap", "tok_cap", "sel_cap", "cl")})
     base = tsc.search_smem(dev)
-    assert base == 120520 and base <= 227 * 1024  # what the H200's opt-in allows a block
-    tsc.size_for_defines(dev, ["TAIL=1", "SELX=1"])
+    assert base == 108200 and base <= 227 * 1024  # what the H200's opt-in allows a block
+    tsc.size_for_defines(dev, ["SOLO0=1"])
     assert tsc.search_smem(dev) == base and dev.cl == tsc.CL
-    tsc.size_for_defines(dev, ["CL=4", "WIN=1", "TAIL_CAP=512"])
-    assert dev.cl == 4 and tsc.search_smem(dev) == base - 12 * 512 + 4 * 32 * 256 <= 227 * 1024
-    tsc.size_for_defines(dev, ["WIN=1", "WIN_CAP=512"])
-    assert dev.win_cap == 512
+    tsc.size_for_defines(dev, ["CL=4", "SEL_CAP=1024"])
+    assert dev.cl == 4 and tsc.search_smem(dev) == base - 8 * 3072
 
 
 @pytest.mark.parametrize("layout", ["random", "shared_top", "late_differ", "dense"])
 def test_block_select(emu, layout):
     """The radix select alone: for n distinct keys and any m, exactly m keys are >= its result; keys sharing
-    their top bytes (SELX skips them), keys past SEL_CAP that differ where the first SEL_CAP do not, and in place
-    (TAIL: the keys already in shared memory)."""
+    their top bytes, keys past SEL_CAP that differ where the first SEL_CAP do not, consecutive keys."""
     if emu.sel_cap > 64:
         pytest.skip("the configurations with a small SEL_CAP reach every path")
     rng = np.random.default_rng(hash(layout) % 2**32)
@@ -579,12 +491,11 @@ def test_block_select(emu, layout):
         else:  # consecutive values: every bit of the last byte used
             keys = np.uint64(0x4000000000000000) + rng.permutation(n).astype(np.uint64)
         for m in sorted({1, n, max(n // 2, 1), int(rng.integers(1, n + 1))}):
-            for in_place in ([0, 1] if n <= cap and emu.cfg.get("TAIL") else [0]):
-                out = np.zeros(1, np.uint64)
-                a = np.ascontiguousarray(keys)
-                emu.lib.emu_select(ctypes.c_void_p(a.ctypes.data), ctypes.c_uint(n), ctypes.c_uint(m),
-                                   ctypes.c_int(in_place), ctypes.c_void_p(out.ctypes.data))
-                assert int((keys >= out[0]).sum()) == m, (layout, n, m, in_place)
+            out = np.zeros(1, np.uint64)
+            a = np.ascontiguousarray(keys)
+            emu.lib.emu_select(ctypes.c_void_p(a.ctypes.data), ctypes.c_uint(n), ctypes.c_uint(m),
+                               ctypes.c_void_p(out.ctypes.data))
+            assert int((keys >= out[0]).sum()) == m, (layout, n, m)
 
 
 def test_host_sizes_match_the_kernels_defaults():
@@ -592,13 +503,10 @@ def test_host_sizes_match_the_kernels_defaults():
     default in kernels/trie_search.cu must change trie_search_cuda.py too."""
     import re
     from gtmkit.matcher import trie_search_cuda as tsc
-    src = tsc.KERNEL_FILE.read_text() + (tsc.KERNEL_FILE.parent / "trie_nav.cuh").read_text()
+    src = tsc.KERNEL_FILE.read_text()
 
     def default(name):
         return re.search(rf"#ifndef {name}\n#define {name} ([^\n/]+)", src).group(1).strip()
 
     for name in ("NT", "SORT_CAP", "PREP_CAP", "BEAM_CAP", "TOK_CAP", "SEL_CAP", "CL"):
         assert int(default(name)) == getattr(tsc, name), name
-    assert default("TAIL_CAP").startswith("(SEL_CAP < 1024 ? SEL_CAP : 1024)") and tsc.TAIL_CAP == min(1024, tsc.SEL_CAP)
-    win, win_cap = int(default("WIN")), int(default("WIN_CAP"))
-    assert tsc.CupyDevice.win_cap == (win_cap if win else 0)

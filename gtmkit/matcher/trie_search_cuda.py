@@ -31,7 +31,6 @@ from .trie_search_cpu import LiveBeams, _beam_width, _float, _prepare_rows, _tri
 KERNEL_FILE = Path(__file__).with_name("kernels") / "trie_search.cu"
 NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, SEL_CAP, CL = 1024, 2048, 4096, 1024, 4096, 4096, 8  # as compiled in kernels/trie_search.cu (CL: blocks a query)
 FAC_CAP = 64  # kernels/trie_search.cu: length factors a launch keeps in shared memory
-TAIL_CAP = 1024  # kernels/trie_search.cu: candidates of a block-0-only (TAIL) step kept in shared memory
 TRIE_FIELDS = ("louds", "louds_rank", "louds_select0", "label_low", "label_high", "high_bits", "terminal",
                "terminal_rank")  # the kernel's TP_* table, then the lookup tables of trie_gpu_aux
 KEPT_SHAPES = 4  # NAR buffer sets kept per device (least recently used dropped)
@@ -41,8 +40,6 @@ class CupyDevice:
     """The current CUDA device as the search uses it."""
 
     nt, sort_cap, prep_cap, beam_cap, tok_cap, sel_cap, cl = NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, SEL_CAP, CL
-    tail_cap = TAIL_CAP
-    win_cap = 0  # kernels/trie_search.cu's WIN_CAP when compiled with WIN=1 (benchmarks/trie_gpu_variants.py)
     null = np.uint64(0)  # a null pointer argument
 
     def __init__(self):
@@ -188,20 +185,19 @@ def _trie_params(dev, trie, what: str):
 
 def size_for_defines(dev, defines) -> None:
     """A device object's launch sizes for search kernels compiled with -D defines ("NAME=V"; the benchmarks'
-    variants): blocks a query (CL), the TAIL candidates and WIN windows its shared memory holds."""
+    variants): blocks a query (CL) and the shared-memory capacities its carve-up is sized by."""
     values = dict(d.partition("=")[::2] for d in defines)
     if "CL" in values:
         dev.cl = int(values["CL"])
-    if "TAIL_CAP" in values:
-        dev.tail_cap = int(values["TAIL_CAP"])
-    if values.get("WIN", "0") != "0":
-        dev.win_cap = int(values.get("WIN_CAP", 256))
+    for name in ("SORT_CAP", "BEAM_CAP", "TOK_CAP", "SEL_CAP"):
+        if name in values:
+            setattr(dev, name.lower(), int(values[name]))
 
 
 def search_smem(dev) -> int:
     """Dynamic shared memory of search_kernel (its s_* carve-up), bytes."""
     return 8 * dev.sort_cap + 8 * FAC_CAP + 20 * dev.beam_cap + 4 * (dev.beam_cap + 1) + 4 * (256 + 33 + 8)\
-        + 8 * dev.tok_cap + 8 * dev.sel_cap + 12 * dev.tail_cap + 32 + 4 * (dev.nt // 32) * dev.win_cap
+        + 8 * dev.tok_cap + 8 * dev.sel_cap
 
 
 def _pow2(n: int) -> int:

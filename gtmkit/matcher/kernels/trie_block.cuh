@@ -119,77 +119,30 @@ __device__ __forceinline__ void block_sort_desc_reg(u64* a, u32 n2) {
     __syncthreads();
 }
 
-#if SELX && !defined(SEL_INLINE)
-#define SEL_INLINE __device__ __noinline__  // (its four call sites inlined it into 200+ bytes of spills)
-#elif !defined(SEL_INLINE)
-#define SEL_INLINE __device__ __forceinline__
-#endif
 // The m-th largest of the n distinct keys a[0, n), 1 <= m <= n: 8-bit digits from the top, stopping at
 // the first digit whose bucket holds exactly the keys still needed. -> the smallest value of that
 // bucket's range, so exactly m keys are >= the result. The first SEL_CAP keys are copied to shared
 // memory first, four loads in flight a thread, and every pass reads them there (each pass from global
 // memory was an L2 round trip per NT keys). A thread reads back only the entries it copied.
-SEL_INLINE u64 block_select(const u64* a, u32 n, u32 m, Smem& s) {
-    const bool in_place = TAIL && a == s.sel;  // (TAIL: the keys are there already, n <= SEL_CAP)
-    const u32 lim = in_place ? 0u : n < SEL_CAP ? n : SEL_CAP;
-#if SELX
-    u64 any1 = 0, any0 = 0;  // bits set in some key, bits clear in some key (this thread's keys)
-#endif
+__device__ __forceinline__ u64 block_select(const u64* a, u32 n, u32 m, Smem& s) {
+    const u32 lim = n < SEL_CAP ? n : SEL_CAP;
     for (u32 b0 = threadIdx.x; b0 < lim; b0 += 4 * NT) {
         u64 x[4];
 #pragma unroll
         for (int u = 0; u < 4; ++u) x[u] = b0 + u * NT < lim ? LDCG(a + b0 + u * NT) : 0ull;
 #pragma unroll
         for (int u = 0; u < 4; ++u)
-            if (b0 + u * NT < lim) {
-                s.sel[b0 + u * NT] = x[u];
-#if SELX
-                any1 |= x[u];
-                any0 |= ~x[u];
-#endif
-            }
+            if (b0 + u * NT < lim) s.sel[b0 + u * NT] = x[u];
     }
-    int shift = 56;
     u64 prefix = 0, fixed = 0;
-#if SELX
-    {
-        if (threadIdx.x < 2) s.red[threadIdx.x] = 0;
-        for (u32 i = threadIdx.x; in_place && i < n; i += NT) { any1 |= s.sel[i]; any0 |= ~s.sel[i]; }
-        for (u32 i = SEL_CAP + threadIdx.x; i < n; i += NT) { const u64 x = LDCG(a + i); any1 |= x; any0 |= ~x; }
-        for (int d = 16; d > 0; d >>= 1) {
-            any1 |= __shfl_xor_sync(FULL, any1, d);
-            any0 |= __shfl_xor_sync(FULL, any0, d);
-        }
-        __syncthreads();  // red is cleared
-        if ((threadIdx.x & 31u) == 0) { atomicOr(&s.red[0], any1); atomicOr(&s.red[1], any0); }
-        __syncthreads();
-        const u64 diff = s.red[0] & s.red[1], common = s.red[0] & ~s.red[1];  // (the same in every thread)
-        if (diff == 0) return common;  // one key (keys are distinct), m = 1
-        shift = ((63 - __clzll((long long)diff)) >> 3) << 3;  // the byte of the highest bit that differs
-        fixed = shift == 56 ? 0ull : ~0ull << (shift + 8);
-        prefix = common & fixed;
-    }
-#endif
     u32 need = m;
-    for (; shift >= 0; shift -= 8) {
+    for (int shift = 56; shift >= 0; shift -= 8) {
         for (u32 i = threadIdx.x; i < 256; i += NT) s.hist[i] = 0;
         __syncthreads();
-#if SELX
-        for (u32 base = threadIdx.x & ~31u; base < n; base += NT) {  // warp-uniform: every lane reaches the match
-            const u32 i = base + (threadIdx.x & 31u);
-            int bn = -1;
-            if (i < n) {
-                const u64 x = i < SEL_CAP ? s.sel[i] : LDCG(a + i);
-                if ((x & fixed) == prefix) bn = (int)((x >> shift) & 255ull);
-            }
-            warp_bin_add(s.hist, bn, (int)(threadIdx.x & 31u));
-        }
-#else
         for (u32 i = threadIdx.x; i < n; i += NT) {
-            const u64 x = i < SEL_CAP ? s.sel[i] : LDCG(a + i);  // (a == s.sel: n <= SEL_CAP)
+            const u64 x = i < SEL_CAP ? s.sel[i] : LDCG(a + i);
             if ((x & fixed) == prefix) atomicAdd(&s.hist[(x >> shift) & 255ull], 1u);
         }
-#endif
         __syncthreads();
         u32 carry = 0;  // keys in buckets above the ones scanned so far (buckets from 255 down)
         for (u32 base = 0; base < 256; base += NT) {

@@ -1,6 +1,6 @@
 // Trie navigation of the GPU search (part of trie_search.cu, which includes it after its types, options
 // and Trie table): order-preserving float maps, the LOUDS bit vectors' rank / select, child ranges, labels,
-// and the searches of a token among a node's children (WIN: a warp's window of them). NVRTC: built-in types.
+// and the searches of a token among a node's children. NVRTC: built-in types.
 #pragma once
 
 // ---------------------------------------------------------------------------------------------------
@@ -157,62 +157,3 @@ __device__ __forceinline__ u32 tokens_lower_bound(const int* toks, u32 n, i64 la
     }
     return lo;
 }
-
-#if WIN
-#ifndef WIN_NOINLINE
-#define WIN_NOINLINE 1
-#endif
-#if WIN_NOINLINE
-#define WIN_INLINE __device__ __noinline__
-#else
-#define WIN_INLINE __device__ __forceinline__
-#endif
-// WIN (see above), by a whole warp whose lanes hold 32 ascending tokens tk of one beam with children
-// [first, first + deg): -> this lane's child position (its lower bound), *match = whether it holds tk. wb: the
-// warp's WIN_CAP ints of shared memory. Not inlined: inlined in the search it spilled ~180 bytes more.
-WIN_INLINE i64 warp_window(const Trie& tr, i64 first, u32 deg, i64 tk, int* wb, bool* match) {
-    const u32 lane = threadIdx.x & 31u;
-    const i64 tmin = __shfl_sync(FULL, tk, 0), tmax = __shfl_sync(FULL, tk, 31);
-    // [a0, z0] holds lower_bound(tmin), [a1, z1] lower_bound(tmax + 1); each round probes 32 evenly spaced
-    // children of each range (one label a lane and range) and keeps the gap the bound lies in
-    i64 a0 = first, z0 = first + deg, a1 = first, z1 = first + deg;
-    while (z0 > a0 || z1 > a1) {  // warp-uniform
-        const i64 s0 = (z0 - a0 + 31) >> 5, s1 = (z1 - a1 + 31) >> 5;
-        const i64 c0 = a0 + (i64)lane * s0, c1 = a1 + (i64)lane * s1;
-        const bool v0 = c0 < z0, v1 = c1 < z1;
-        const i64 l0 = v0 ? label_of(tr, c0) : 0, l1 = v1 ? label_of(tr, c1) : 0;
-        const int n0 = __popc(__ballot_sync(FULL, v0 && l0 < tmin));
-        const int n1 = __popc(__ballot_sync(FULL, v1 && l1 <= tmax));
-        if (z0 > a0) {
-            if (n0 == 0) z0 = a0;
-            else { const i64 e = a0 + (i64)(n0 - 1) * s0; a0 = e + 1; z0 = e + s0 < z0 ? e + s0 : z0; }
-        }
-        if (z1 > a1) {
-            if (n1 == 0) z1 = a1;
-            else { const i64 e = a1 + (i64)(n1 - 1) * s1; a1 = e + 1; z1 = e + s1 < z1 ? e + s1 : z1; }
-        }
-    }
-    const i64 wn = a1 - a0;  // the window's children: every token of the warp lies in it or nowhere
-    if (wn > WIN_CAP) {  // (warp-uniform) too wide for the warp's slice: a binary search in global memory
-        KCOUNT_WARP(6);
-        const i64 c = children_lower_bound(tr, a0, a1, tk);
-        *match = c < a1 && label_of(tr, c) == tk;
-        return c;
-    }
-    int lab[WIN_CAP / 32];
-#pragma unroll
-    for (int m = 0; m < WIN_CAP / 32; ++m) {  // all loads of the window at once
-        const i64 j = (i64)lane + 32 * m;
-        lab[m] = j < wn ? (int)label_of(tr, a0 + j) : 0;
-    }
-#pragma unroll
-    for (int m = 0; m < WIN_CAP / 32; ++m)
-        if ((i64)lane + 32 * m < wn) wb[lane + 32 * m] = lab[m];
-    __syncwarp();
-    const u32 kk = tokens_lower_bound(wb, (u32)wn, tk);
-    *match = kk < (u32)wn && (i64)wb[kk] == tk;
-    __syncwarp();  // read by every lane before the warp's next chunk writes wb
-    KCOUNT_WARP(5);
-    return a0 + kk;
-}
-#endif

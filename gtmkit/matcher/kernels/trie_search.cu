@@ -88,74 +88,6 @@ typedef unsigned short u16;
 #ifndef CL
 #define CL 8            // blocks (SMs) per query: a thread block cluster
 #endif
-// TAIL: a NAR search whose step has at most TAIL_W work items runs the rest of its steps on block 0 alone,
-// with __syncthreads, counters in shared memory and, while a step's work fits in TAIL_CAP, its candidates in
-// shared memory (composites in the select's copy s_sel, so a radix select reads them in place); the other
-// blocks wait at one cluster barrier before the final ranking. Why: the last steps of a search hold a few to
-// a few hundred items but cost ~7 us each, mostly a chain of dependent global round trips (candidates in,
-// counter atomics, cluster barrier, counters out) that does not shrink with the work
-// (trie_gpu_profile_h200.md, session 13). Once the cluster is left it is not rejoined: a later step with
-// more work is still exact, only slower. TAIL_CAP <= SEL_CAP.
-#ifndef TAIL
-#define TAIL 0
-#endif
-#ifndef TAIL_W
-#define TAIL_W 1024
-#endif
-#ifndef TAIL_CAP
-#define TAIL_CAP (SEL_CAP < 1024 ? SEL_CAP : 1024)  // (trie_search_cuda.TAIL_CAP: the production value)
-#endif
-#if TAIL && TAIL_CAP > SEL_CAP
-#error "TAIL_CAP must be <= SEL_CAP"
-#endif
-// SELX: the radix select starts at the first byte in which its keys differ (their common leading bytes from an
-// AND / OR reduction folded into the copy to shared memory), and its histogram adds are aggregated a warp at a
-// time by bin. Why: composites of nearby scores share their top byte or two (sign and exponent of the score),
-// so the first passes put every key into one bin, one shared atomic per key on the same address.
-#ifndef SELX
-#define SELX 0
-#endif
-// WIN: a warp whose 32 work items are 32 proposals of one wide beam (proposals searched among its children)
-// finds the window of children their tokens can match, [lower_bound(first token), upper_bound(last token)), by
-// 32-way probing (both bounds at once: ~3 rounds of one load a lane for ~30k children), loads the window's
-// labels into its slice of shared memory (WIN_CAP a warp) in one round and binary-searches each token there;
-// a wider window is binary-searched in global memory. Why: each of those items binary-searched the whole child
-// list, ~13 dependent global loads at step 1 of a 10M-key search (~1,000 of its ~5,600 items), the longest
-// chain of that step's phase B; the windows of 32 proposals hold 106 children at the median and <= 256 for 78%
-// of them (CPU analysis of synth_proposals over synth_keys(10M)).
-#ifndef WIN
-#define WIN 0
-#endif
-#ifndef WIN_CAP
-#define WIN_CAP 256     // labels a warp's window holds, a multiple of 32 (a lane loads WIN_CAP / 32 of them)
-#endif
-#if WIN && (WIN_CAP < 32 || WIN_CAP % 32)
-#error "WIN_CAP must be a positive multiple of 32"
-#endif
-// SPEC: a work item that tests child i of its beam (the child's label among the proposals) reads the child's
-// terminal word, key-rank row and child range (zero_pair) beside its label, before it knows whether the label
-// matches; a match then needs no further global read before its append. Why: the steps past the first few
-// hold a few hundred items or fewer yet cost 5-8 us each (trie_gpu_profile_h200.md, session 14), a chain of
-// dependent global reads rather than work; this takes one HBM round trip out of each step's chain, at the
-// price of those reads for the items that do not match (~70% of them). SPEC_PF: a new candidate also
-// prefetches to L2 the first of those words for its children (the node ids the next step reads them at).
-#ifndef SPEC
-#define SPEC 0
-#endif
-#ifndef SPEC_PF
-#define SPEC_PF 0
-#endif
-// KSTATS (the CPU emulation's tests only): how often each path of TAIL and WIN ran, in kernel_stats[]:
-// tail steps; with candidates in shared memory; in global memory; radix selects; steps of more than TAIL_W
-// items; WIN windows searched in shared memory; in global memory
-#ifdef KSTATS
-__device__ u64 kernel_stats[7];
-#define KCOUNT(i) do { if (threadIdx.x == 0) atomicAdd(&kernel_stats[i], 1ull); } while (0)
-#define KCOUNT_WARP(i) do { if ((threadIdx.x & 31u) == 0) atomicAdd(&kernel_stats[i], 1ull); } while (0)
-#else
-#define KCOUNT(i) do { } while (0)
-#define KCOUNT_WARP(i) do { } while (0)
-#endif
 #define FAC_CAP 64      // length factors a launch keeps in shared memory (more steps read them each step)
 #define NW (NT / 32)
 #define FULL 0xffffffffu
@@ -300,13 +232,9 @@ struct Smem {
     u32* hist;   // [256] block_select
     u32* misc;   // [8]
     u64* sel;    // [SEL_CAP] block_select
-#if SELX
-    u64* red;    // [2] block_select: OR of the keys, OR of their complements
-#endif
 };
 
 #include "trie_nav.cuh"    // navigation: bit vectors, child ranges, labels, token searches
-#include "warp_bins.cuh"   // warp_bin_add (the radix select's histogram, SELX)
 #include "trie_block.cuh"  // block-wide scans, appends, sorts, the radix select
 
 // What AR's phase B stored for live candidate j (at j, written by any block of the cluster): its slot p*K+k
@@ -496,10 +424,7 @@ __device__ __forceinline__ void search_body(
     u64* s_sort = (u64*)smem_raw;                    // [SORT_CAP]
     u64* s_sel = s_sort + SORT_CAP;                  // [SEL_CAP] block_select's copy of its keys
     double* s_fac = (double*)(s_sel + SEL_CAP);      // [FAC_CAP] this launch's length factors
-    i64* s_tfirst = (i64*)(s_fac + FAC_CAP);         // [TAIL_CAP] TAIL: a step's candidates' first child,
-    u64* s_tcnt = (u64*)(s_tfirst + TAIL_CAP);       // [2]          its counters (live low, finished high)
-    u64* s_red = s_tcnt + 2;                         // [2] block_select's reduction (SELX)
-    i64* s_first = (i64*)(s_red + 2);                // [BEAM_CAP] copies of the live beams' first child,
+    i64* s_first = (i64*)(s_fac + FAC_CAP);          // [BEAM_CAP] copies of the live beams' first child,
     u32* s_deg = (u32*)(s_first + BEAM_CAP);         // [BEAM_CAP]   children,
     float* s_score = (float*)(s_deg + BEAM_CAP);     // [BEAM_CAP]   score,
     u32* s_n = (u32*)(s_score + BEAM_CAP);           // [BEAM_CAP]   proposals
@@ -509,19 +434,12 @@ __device__ __forceinline__ void search_body(
     u32* s_misc = s_warp + 33;                       // [8]
     int* s_tok = (int*)(s_misc + 8);                 // [TOK_CAP] NAR: this step's proposal row, tokens
     float* s_lp = (float*)(s_tok + TOK_CAP);         // [TOK_CAP]   and log-probs
-    u32* s_tdeg = (u32*)(s_lp + TOK_CAP);            // [TAIL_CAP] TAIL: a step's candidates' children
-#if WIN
-    int* s_win = (int*)(s_tdeg + TAIL_CAP);          // [NW * WIN_CAP] WIN: each warp's window of labels
-#endif
     Smem s;
     s.sort = s_sort;
     s.warp = s_warp;
     s.hist = s_hist;
     s.misc = s_misc;
     s.sel = s_sel;
-#if SELX
-    s.red = s_red;
-#endif
     const Trie tr = load_trie(TP);
     const i64 q = blockIdx.x / CL;
     const u32 rank = cluster_rank();  // block `rank` of the query's cluster
@@ -605,9 +523,6 @@ __device__ __forceinline__ void search_body(
 
     u32 prev_n = 0;     // NAR: the previous step's live candidates
     u64 prev_tau = 0;   //   and the composite threshold of the BW best of them
-    bool tail = false;       // TAIL: block 0 runs the steps alone (cluster-uniform until the others leave)
-    bool prev_smem = false;  //   the previous step's candidates are in s_sel / s_tfirst / s_tdeg
-    if (TAIL && threadIdx.x == 0) *s_tcnt = 0;  // (ordered before its first use by phase A's barriers)
     for (int t = t0; t < t1 && nl > 0; ++t) {
         const bool last = t == last_step;
         const u32 par = (u32)(t & 1);
@@ -662,9 +577,9 @@ __device__ __forceinline__ void search_body(
             __syncthreads();  // kidx is complete
             for (u32 p = threadIdx.x; p < nl; p += NT) {  // one round trip for all: the keys are in hand
                 const u32 i = cut ? kidx[p] : p;
-                const u64 x = (cut || prev_smem) && i < SEL_CAP ? s.sel[i] : LDCG(pc + i);
-                beam_first[p] = prev_smem ? s_tfirst[i] : LDCG(pf + i);
-                beam_deg[p] = prev_smem ? s_tdeg[i] : LDCG(pd + i);
+                const u64 x = cut && i < SEL_CAP ? s.sel[i] : LDCG(pc + i);
+                beam_first[p] = LDCG(pf + i);
+                beam_deg[p] = LDCG(pd + i);
                 beam_score[p] = unsortable((u32)(x >> 32));
             }
             __syncthreads();  // beam_deg is complete
@@ -710,19 +625,12 @@ __device__ __forceinline__ void search_body(
             s_lp[i] = LDCG(plp + nar_row * K + i);
         }
         PROF_MARK(2);  // phase A
-        // TAIL: every block computed the same W, so all leave the cluster's steps together; block 0 goes on
-        if (TAIL && !tail && from_cand && W <= TAIL_W) {
-            tail = true;
-            if (rank != 0) break;
-        } else if (tail && W > TAIL_W) {
-            KCOUNT(4);
-        }
         // a step finishes at most one key per work item: fold only when W more could overflow fin
         // (every block computes the same fc and W: the branch is cluster-uniform)
         if ((i64)fc + (i64)W > fin_cap) {
             if (rank == 0) fold_finished(fin, fc, BW, gbuf, s);
             fc = fc < BW ? fc : BW;
-            if (!tail) cluster_sync();  // (fold_finished ends with a block barrier)
+            cluster_sync();
         }
         PROF_MARK(1);  // fold
         PROF_ADD(10, W);
@@ -739,9 +647,7 @@ __device__ __forceinline__ void search_body(
         // round of items a thread, so B2 runs in the same round as the B1 that found the match (a
         // separate B2 over a compacted match list cost a barrier and two dependent reads a step). Loop
         // bounds are warp-uniform so every lane reaches the warp_append ballots.
-        const bool solo = ((SOLO0 || hash0) && t == t0 && init) || tail;  // (SOLO0: diagnostic)
-        const bool to_smem = tail && W <= TAIL_CAP;  // TAIL: this step's candidates (at most W) in shared memory
-        u64* const ctr = tail ? s_tcnt : counters;
+        const bool solo = (SOLO0 || hash0) && t == t0 && init;  // (SOLO0: diagnostic)
         for (u32 base = solo ? (rank == 0 ? (threadIdx.x >> 5) * 32 : W) : (rank + CL * (threadIdx.x >> 5)) * 32;
              base < W; base += solo ? NT : NT * CL) {
             u32 w = base + lane;
@@ -749,14 +655,6 @@ __device__ __forceinline__ void search_body(
             u32 slot = 0, p = 0, k = 0;
             i64 c = 0, row = 0;
             float sc = 0.0f;
-            u32 i = 0, n = 0, deg = 0;
-            i64 first = 0;
-            const int* toks = s_tok;
-#if SPEC
-            bool spec = false;  // the hit's reads below were made already
-            u64 sterm = 0, srd0 = 0, srd1 = 0;
-            i64 sz = 0, sz1 = 0;
-#endif
             if (w < W) {
                 u32 lo = 0, hi = nl;  // off[lo] <= w < off[hi]
                 while (hi - lo > 1) {
@@ -764,35 +662,14 @@ __device__ __forceinline__ void search_body(
                     if (off[mid] <= w) lo = mid; else hi = mid;
                 }
                 p = lo;
-                i = w - off[p];
+                const u32 i = w - off[p];
                 row = q * R + (nar ? t : (int)p);
-                toks = row_smem ? s_tok : ptok + row * K;
-                n = beam_n[p];
-                deg = beam_deg[p];
-                first = beam_first[p];
-            }
-#if WIN
-            i64 wc = -1;  // >= 0: the warp found this lane's child (wc, if wmatch)
-            bool wmatch = false;
-            {
-                const bool wide = w < W && deg >= n && deg > 32 && !raw && !(first == tr.rfirst && tr.rnbits > 0);
-                const u32 p0 = __shfl_sync(FULL, p, 0);
-                if (__ballot_sync(FULL, wide && p == p0) == FULL)  // warp-uniform: 32 sorted proposals of a beam
-                    wc = warp_window(tr, first, deg, (i64)toks[i], s_win + (threadIdx.x >> 5) * WIN_CAP, &wmatch);
-            }
-#endif
-            if (w < W) {
+                const int* toks = row_smem ? s_tok : ptok + row * K;
+                const u32 n = beam_n[p], deg = beam_deg[p];
+                const i64 first = beam_first[p];
                 bool match;
                 if (deg < n) {  // child i: its label among the proposals
                     c = first + i;
-#if SPEC
-                    // a match's next reads, issued beside the label's rather than after the match
-                    spec = true;
-                    sterm = tr.term[c >> 6];
-                    srd0 = tr.term_rank[2 * (c >> 9)];
-                    srd1 = tr.term_rank[2 * (c >> 9) + 1];
-                    if (!last) sz = zero_pair(tr, c, &sz1);
-#endif
                     i64 lab = label_of(tr, c);
                     k = tokens_lower_bound(toks, n, lab);
                     match = k < n && (i64)toks[k] == lab;
@@ -809,16 +686,8 @@ __device__ __forceinline__ void search_body(
                 } else {  // proposal i: its token among the children
                     k = i;
                     i64 tok = toks[k];
-#if WIN
-                    if (wc >= 0) {
-                        c = wc;
-                        match = wmatch;
-                    } else
-#endif
-                    {
-                        c = children_lower_bound(tr, first, first + deg, tok);
-                        match = c < first + deg && label_of(tr, c) == tok;
-                    }
+                    c = children_lower_bound(tr, first, first + deg, tok);
+                    match = c < first + deg && label_of(tr, c) == tok;
                 }
                 if (match) {
                     sc = beam_score[p] + (row_smem ? s_lp[k] : plp[row * K + k]);
@@ -831,31 +700,18 @@ __device__ __forceinline__ void search_body(
             i64 child_first = 0;
             u32 child_deg = 0;
             if (hit) {
-#if SPEC
-                const u64 term_word = spec ? sterm : tr.term[c >> 6];
-#else
                 const u64 term_word = tr.term[c >> 6];  // loaded ahead of its use
-#endif
                 const bool term = (term_word >> (c & 63)) & 1ull;
                 u64 rd0 = 0, rd1 = 0;  // the key id's rank directory row, loaded before the
                 if (term) {            // select0 chain below and used after it
-#if SPEC
-                    rd0 = spec ? srd0 : tr.term_rank[2 * (c >> 9)];
-                    rd1 = spec ? srd1 : tr.term_rank[2 * (c >> 9) + 1];
-#else
                     rd0 = tr.term_rank[2 * (c >> 9)];
                     rd1 = tr.term_rank[2 * (c >> 9) + 1];
-#endif
                 }
                 if (!last) {
                     // the child's own child range, which the next step reads (and which tells
                     // whether a terminal child has children: a non-terminal one always has)
                     i64 z1;
-#if SPEC
-                    const i64 z = spec ? (z1 = sz1, sz) : zero_pair(tr, c, &z1);
-#else
                     const i64 z = zero_pair(tr, c, &z1);
-#endif
                     child_deg = (u32)(z1 - z - 1);
                     if (child_deg > 0) {
                         is_live = true;
@@ -873,25 +729,14 @@ __device__ __forceinline__ void search_body(
                 }
             }
             u32 pl, pf;  // positions in the query's lists, over the whole cluster
-            warp_append2(is_live, is_fin, ctr, &pl, &pf);
+            warp_append2(is_live, is_fin, counters, &pl, &pf);
             if (is_live) {
                 // the labels the next step reads first if this candidate is kept, on their way to L2
                 PREFETCH_L2(tr.low + child_first - 1);
                 if (tr.hbits) PREFETCH_L2(tr.high + ((child_first - 1) * tr.hbits >> 6));
-                if (SPEC_PF) {  // and the first words SPEC reads for them
-                    PREFETCH_L2(tr.term + (child_first >> 6));
-                    PREFETCH_L2(tr.term_rank + 2 * (child_first >> 9));
-                    PREFETCH_L2(tr.zpos + (child_first >> tr.zshift));
-                }
-                if (to_smem) {
-                    s.sel[pl] = live_key;
-                    s_tfirst[pl] = child_first;
-                    s_tdeg[pl] = child_deg;
-                } else {
-                    cand[pl] = live_key;
-                    cand_first[pl] = child_first;
-                    cand_deg[pl] = child_deg;
-                }
+                cand[pl] = live_key;
+                cand_first[pl] = child_first;
+                cand_deg[pl] = child_deg;
                 if (!nar) {
                     cand_slot[pl] = slot;
                     cand_node[pl] = c;
@@ -899,23 +744,13 @@ __device__ __forceinline__ void search_body(
             }
             if (is_fin) fin[fc + pf] = fin_key;
         }
-        u64 both;
-        if (tail) {
-            __syncthreads();  // the block's candidates and finished keys are written
-            both = *s_tcnt;
-            __syncthreads();  // read by every thread before it is cleared for the next step
-            if (threadIdx.x == 0) *s_tcnt = 0;
-            KCOUNT(0);
-            if (to_smem) KCOUNT(1); else KCOUNT(2);
-        } else {
-            cluster_sync();  // every block's candidates and finished keys are written
-            both = LDCG(counters);
-            // step t + 2's counters: every block read them (as step t - 1's) before this barrier, and none
-            // adds to them before the next step's barrier, which block 0 reaches after this store
-            if (rank == 0 && threadIdx.x == 0) cnt[(t + 2) % 3] = 0;
-        }
+        cluster_sync();  // every block's candidates and finished keys are written
+        const u64 both = LDCG(counters);
         const u32 n_live = (u32)both;
         fc += (u32)(both >> 32);
+        // step t + 2's counters: every block read them (as step t - 1's) before this barrier, and none adds
+        // to them before the next step's barrier, which block 0 reaches after this store
+        if (rank == 0 && threadIdx.x == 0) cnt[(t + 2) % 3] = 0;
         PROF_MARK(3);  // phase B2
         PROF_ADD(11, n_live);
 
@@ -923,10 +758,8 @@ __device__ __forceinline__ void search_body(
         // (exact: composites are distinct).
         const u32 m = n_live < BW ? n_live : BW;
         if (nar) {  // every block finds the same threshold; the next step's phase A takes the candidates
-            prev_tau = n_live > BW ? block_select(to_smem ? s.sel : cand, n_live, BW, s) : 0ull;
-            if (tail && n_live > BW) KCOUNT(3);
+            prev_tau = n_live > BW ? block_select(cand, n_live, BW, s) : 0ull;
             prev_n = n_live;
-            prev_smem = to_smem;
             PROF_MARK(5);  // radix select
         } else {  // AR: block 0 writes the new live list, best first (its composites sorted, each to its rank)
             if (rank == 0) {
@@ -978,12 +811,6 @@ __device__ __forceinline__ void search_body(
         PROF_MARK(4);  // new live list
         PROF_STEP_END(t, W);
     }
-    if (tail) {  // TAIL (cluster-uniform): block 0 hands the finished count over; fin is in global memory
-        if (rank == 0 && threadIdx.x == 0) cnt[3] = ((u64)fc << 32) | (u64)nl;
-        cluster_sync();
-        if (rank != 0) fc = (u32)(LDCG(cnt + 3) >> 32);
-    }
-
     if (finalize && BW <= SORT_CAP) {
         // The best BW finished keys, best first, ranked by the whole cluster: every block selects the same
         // ones into its shared memory, then ranks a share of them by counting the larger ones (8 lanes a
