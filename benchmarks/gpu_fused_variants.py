@@ -74,7 +74,8 @@ def main():
             v = Variant(spec)
             v.use(be)
             outs = [[cp.asnumpy(a) for a in be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"],
-                                                     s["req_rows"], q, s["k"], True, False, s["max_children"])[:4]]
+                                                     s["req_rows"], q, s["k"], True, False, s["max_children"],
+                                                     rows_best_first=True)[:4]]
                     for s in steps]
         except Exception as exc:  # a variant that does not compile or launch is reported, not fatal
             print(f"{spec}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
@@ -93,7 +94,7 @@ def main():
         spans = []
         for s in steps:
             be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True,
-                    False, s["max_children"])
+                    False, s["max_children"], rows_best_first=True)
             p = cp.asnumpy(be.profile).astype(np.float64)
             sms = p[:, 20:20 + min(v.cl, 8)].astype(int).ravel()
             spans.append(((p[:, 12].max() - p[:, 0].min()) / 1e3, (p[:, 0].max() - p[:, 0].min()) / 1e3,

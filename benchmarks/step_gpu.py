@@ -207,8 +207,9 @@ def main():
         M = R // B
         row = {"step": t + 1, "rows": R, "k": s["k"], "max_children": s["max_children"]}
         for gtm in (False, True):
+            # (the recorded rows come best first, as in the search: rows_best_first, as GraphedBeamSearch sets it)
             fn = lambda gtm=gtm: be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"],  # noqa: E731
-                                         s["req_rows"], q, s["k"], gtm, False, s["max_children"])
+                                         s["req_rows"], q, s["k"], gtm, False, s["max_children"], rows_best_first=True)
             row["gpu_ms_" + ("gtm" if gtm else "cd")] = cuda_time(fn)
         cnt = be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True,
                       True, s["max_children"])[4]
@@ -295,10 +296,10 @@ def capture_step(be, s, q, B):
     with stream:
         args = (s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, k, True, False,
                 s["max_children"])
-        be.step(*args, out=out, scratch=scratch)
+        be.step(*args, out=out, scratch=scratch, rows_best_first=True)  # recorded rows come best first
         stream.synchronize()
         stream.begin_capture()
-        be.step(*args, out=out, scratch=scratch)
+        be.step(*args, out=out, scratch=scratch, rows_best_first=True)
         graph = stream.end_capture()
     return graph, stream
 

@@ -67,11 +67,15 @@ class FusedEmu:
         # each request's first row, as a fixed beam schedule passes them; every other launch finds them itself
         req_rows = np.searchsorted(np.asarray(row_request), np.arange(B + 1)).astype(np.int64) \
             if self.n_launch % 2 else None
+        # every third launch says its rows come best first whether they do or not: the top it then takes from
+        # the first row (low, high or a dead row's) must not change the answer
+        best_first = np.int32(self.n_launch % 3 == 0)
         launch(self.lib, self.sigs, "fused_step_kernel", B * self.cl, self.nt,
                (tp, qp, np.ascontiguousarray(node_ids), np.int32(nid64), np.ascontiguousarray(logprobs),
                 np.int32(lp_dtype), np.int32(m.vocab_size), np.ascontiguousarray(beam_scores, np.float32),
                 np.ascontiguousarray(row_request, np.int64), np.int64(R), np.int32(D), np.int32(k), np.int32(gtm),
-                np.int32(count), *scratch, *out, prof, req_rows, *hist), cluster=self.cl, smem=FUSED_SMEM)
+                np.int32(count), *scratch, *out, prof, req_rows, *hist, best_first), cluster=self.cl,
+               smem=FUSED_SMEM)
         self.rounds.extend(int(x) for x in prof[:, 13])  # GTM rounds a request took (the kernel's profile slot)
         if hist[2] is not None:  # each output row: its parent's history row (-1s for padding), then its token
             parent, token = out[0].reshape(-1), out[1].reshape(-1)

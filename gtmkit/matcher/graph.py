@@ -156,8 +156,10 @@ class GraphedBeamSearch:
             lp_dtype = 1 if lp.dtype == cp.float16 else 0
             # the fused step writes the token history itself (one launch a step fewer in the graph)
             history = (hist, t, self.hist[t]) if be.fused and self.fuse_history else None
+            # rows come best first: one start row a request, then each step's ranked output
             out = be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, self.gtm, False,
-                          int(index.max_degree[t]), out=self.outs[t], scratch=self.scratch, history=history)
+                          int(index.max_degree[t]), out=self.outs[t], scratch=self.scratch, history=history,
+                          rows_best_first=True)
             p, tok, node, sc, _ = out
             R = p.size
             if history is None:

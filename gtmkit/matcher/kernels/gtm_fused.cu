@@ -66,6 +66,9 @@
 #ifndef USE_REQ_ROWS
 #define USE_REQ_ROWS 1  // take a request's rows from the caller's req_rows when given (0: always search row_req)
 #endif
+#ifndef TOP_R0
+#define TOP_R0 1        // the request's best live score from its first row when rows come best first
+#endif
 #ifndef FIRST_WIN
 #define FIRST_WIN 3     // first GTM window, in multiples of k
 #endif
@@ -160,7 +163,8 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                   u64* __restrict__ cand, int* __restrict__ cand_child, u64* __restrict__ passed,
                   u64* __restrict__ grouped, u64* __restrict__ topsel,
                   int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count,
-                  i64* prof, const i64* req_rows, const int* hist_in, int hist_t, int* hist_out) {
+                  i64* prof, const i64* req_rows, const int* hist_in, int hist_t, int* hist_out,
+                  int rows_best_first) {
 #ifdef GTMKIT_EMU
     unsigned char* smem_raw = emu_dyn_smem();
 #else
@@ -250,19 +254,36 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     // Log-probs are <= 0, so no candidate beats its row's beam score: the best live beam score bounds
     // the request's scores and the bins need no pass over the candidates first. (Scores above it,
     // from inputs that are not log-probs, share bin 0: still exact, only less lazy.)
-    float mb = -__int_as_float(0x7f800000);
-    for (i64 r = r0 + tid; r < r1; r += NT) {
-        float v = beam_scores[r];  // loaded beside the node id, not after it
-        i64 n = node_at(node_ids, nid64, r);
-        if (n >= 0 && n < t.n_internal) mb = fmaxf(mb, v);
+    // TOP_R0: rows that come best first (rows_best_first: the graphed search hands each step the last one's
+    // ranked output) have it in their first row when that row is live: one load instead of a pass over all
+    // rows. Any top is exact (above it: bin 0), so a wrong flag costs laziness, never an answer.
+    bool scan = true;
+    if (TOP_R0 && rows_best_first) {
+        if (tid == 0) {
+            const i64 n = r1 > r0 ? node_at(node_ids, nid64, r0) : -1;
+            const float v = r1 > r0 ? beam_scores[r0] : 0.0f;
+            const bool ok = n >= 0 && n < t.n_internal && v == v;
+            S.s_top = v;
+            S.s_done = ok;
+        }
+        __syncthreads();
+        scan = !S.s_done;  // (block-uniform) no live first row: the max over every row below
     }
-    for (int o = 16; o > 0; o >>= 1) mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
-    if (lane == 0) S.warp_max[warp] = mb;
-    __syncthreads();
-    if (warp == 0) {
-        float v = lane < NT / 32 ? S.warp_max[lane] : -__int_as_float(0x7f800000);
-        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-        if (lane == 0) S.s_top = v;
+    if (scan) {
+        float mb = -__int_as_float(0x7f800000);
+        for (i64 r = r0 + tid; r < r1; r += NT) {
+            float v = beam_scores[r];  // loaded beside the node id, not after it
+            i64 n = node_at(node_ids, nid64, r);
+            if (n >= 0 && n < t.n_internal) mb = fmaxf(mb, v);
+        }
+        for (int o = 16; o > 0; o >>= 1) mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
+        if (lane == 0) S.warp_max[warp] = mb;
+        __syncthreads();
+        if (warp == 0) {
+            float v = lane < NT / 32 ? S.warp_max[lane] : -__int_as_float(0x7f800000);
+            for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+            if (lane == 0) S.s_top = v;
+        }
     }
     __syncthreads();
     const float top = S.s_top;
