@@ -233,7 +233,7 @@ def record_inputs(m, q, users, sizes, seed):
     orig = m.step
 
     def spy(node_ids, logprobs, beam_scores, row_request, requests, k, gtm=True, count_candidates=False,
-            max_children=None):
+            max_children=None, rows_best_first=False):
         steps.append(dict(node_ids=np.array(node_ids, np.int32), logprobs=np.array(logprobs, np.float32),
                           beam_scores=np.array(beam_scores, np.float32), row_request=np.array(row_request, np.int32),
                           k=int(k)))

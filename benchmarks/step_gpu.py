@@ -61,12 +61,13 @@ def record_inputs(m, reqs, users, sizes):
 
     orig = m.cuda.step
 
-    def spy(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q_, k, gtm, count_all, max_children, out=None):
+    def spy(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q_, k, gtm, count_all, max_children, out=None,
+            **kw):
         req_rows = cp.searchsorted(row_req, cp.arange(B + 1, dtype=cp.int64)).astype(cp.int64)
         steps.append(dict(node_ids=node_ids.astype(cp.int64), logprobs=logprobs.copy(), beam_scores=beam_scores.copy(),
                           row_req=row_req.copy(), req_rows=req_rows, k=k, max_children=max_children))
         return orig(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q_, k, gtm, count_all,
-                    max_children, out)
+                    max_children, out, **kw)
 
     m.cuda.step = spy
     try:

@@ -119,6 +119,18 @@ class _Device:
         pass
 
 
+def _numpy_on_device(name):
+    """NumPy's function of that name, its array results as device arrays."""
+    f = getattr(np, name)
+    if not callable(f):
+        raise AttributeError(name)
+
+    def on_device(*a, **kw):
+        r = f(*a, **kw)
+        return _dev(r) if isinstance(r, np.ndarray) else r
+    return on_device
+
+
 def _module():
     m = types.ModuleType("cupy")
     for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
@@ -127,6 +139,7 @@ def _module():
     for f in (empty, zeros, asarray, ascontiguousarray, arange, searchsorted, asnumpy):
         setattr(m, f.__name__, f)
     m.RawModule = RawModule
+    m.__getattr__ = _numpy_on_device  # the array functions the host code uses (beam_search: full, repeat, where...)
     m.from_dlpack = lambda x: _dev(np.from_dlpack(x))
     cuda = types.ModuleType("cupy.cuda")
     cuda.Device = _Device

@@ -100,3 +100,28 @@ def test_postfilter_crowded_sids(tmp_path, monkeypatch, single):
                 assert np.array_equal(a1, np.asarray(a2)) and np.array_equal(r1, np.asarray(r2))
         assert 0 < sum(len(a) for a, _ in want) < sum(int(counts[n - idx.first_leaf]) for n in leaves.ravel()
                                                       if n >= idx.first_leaf)  # some ads in, some out
+
+
+def test_beam_search_fused_equals_cpu(tmp_path, monkeypatch):
+    """The eager beam search over the fused step (clusters of 2), which tells the kernel its rows come best
+    first: the same beams, scores and candidate counts as on the CPU, with and without GTM."""
+    import gtmkit
+    idx, _, _ = _build(tmp_path, 74, "static", {"k": [2, 3, 2]}, n_ads=300, L=3, V=9)
+    with installed(monkeypatch, fused_cluster=2):
+        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+        rng = np.random.default_rng(5)
+        reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
+        table = np.log(rng.dirichlet(np.ones(idx.vocab_size), size=(3, 64))).astype(np.float32)
+
+        def logits(xp):
+            def fn(t, prev, parents):  # a fixed table per step, picked by the previous token
+                p = np.asarray(prev)
+                return xp.asarray(table[t][np.where(p >= 0, p, 0) % 64])
+            return fn
+
+        for gtm in (True, False):
+            a = gtmkit.beam_search(cpu, reqs, logits(np), (1, 4, 6), gtm=gtm, count_candidates=True)
+            b = gtmkit.beam_search(gpu, reqs, logits(gpu.xp), (1, 4, 6), gtm=gtm, count_candidates=True)
+            for name in ("sids", "scores", "leaf_nodes", "candidates", "beams"):
+                x, y = getattr(a, name), getattr(b, name)
+                assert np.array_equal(np.asarray(x), np.asarray(y)), (gtm, name)

@@ -74,7 +74,8 @@ def beam_search(matcher, requests, logits_fn: Callable, beam_sizes=(1, 512, 1024
         k = sizes[t + 1] if t + 1 < L else sizes[-1]
         st = matcher.step(node_ids, logprobs if gpu else as_numpy(logprobs), scores,
                           xp.repeat(xp.arange(B, dtype=xp.int32), rows), q, k, gtm=gtm,
-                          count_candidates=count_candidates, max_children=int(index.max_degree[t]))
+                          count_candidates=count_candidates, max_children=int(index.max_degree[t]),
+                          rows_best_first=True)  # one start row a request, then each step's ranked output
         seconds[t] = time.perf_counter() - t0
         flat_parent = st.parent_rows.reshape(-1)
         # Reorder without boolean indexing: no device sync on the GPU.

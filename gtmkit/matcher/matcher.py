@@ -103,7 +103,7 @@ class Matcher:
 
     # --- operations --------------------------------------------------------------------------
     def step(self, node_ids, logprobs, beam_scores, row_request, requests, k: int, gtm: bool = True,
-             count_candidates: bool = False, max_children: int = None) -> Step:
+             count_candidates: bool = False, max_children: int = None, rows_best_first: bool = False) -> Step:
         """One fused CD+GTM step with top-k per request (DESIGN §5).
 
         node_ids int [R] (-1 = dead row), logprobs float [R, V], beam_scores float [R],
@@ -112,12 +112,14 @@ class Matcher:
         On the GPU, inputs may be numpy, CuPy or torch CUDA tensors (DLPack, no copy; logprobs float32,
         float16 or bfloat16), outputs are CuPy arrays, and nothing waits for the device; max_children
         (the largest out-degree among the rows' nodes, e.g. index.max_degree[depth]) sizes the
-        candidate buffer, default the index's largest."""
+        candidate buffer, default the index's largest. rows_best_first: each request's rows come best
+        beam score first, as a previous step returns them; the GPU step then reads the request's best score
+        from its first row instead of scanning them (the answer is the same either way)."""
         q = self.batch(requests)
         B = q.size
         if self.cuda is not None:
             return self._step_cuda(node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates,
-                                   max_children)
+                                   max_children, rows_best_first)
         node_ids, _, starts = self._rows(node_ids, row_request, B)
         logprobs = np.ascontiguousarray(logprobs, np.float32)
         beam_scores = np.ascontiguousarray(beam_scores, np.float32).reshape(-1)
@@ -173,7 +175,8 @@ class Matcher:
         with _stream_of(leaf_nodes):
             return self.cuda.postfilter_padded(_dev_index(leaf_nodes), q, bool(exact))
 
-    def _step_cuda(self, node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates, max_children):
+    def _step_cuda(self, node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates, max_children,
+                   rows_best_first=False):
         with _stream_of(logprobs):
             nodes = _dev_index(node_ids).reshape(-1)
             R = int(nodes.shape[0])
@@ -186,7 +189,7 @@ class Matcher:
                 raise GtmkitError(f"beam_scores and row_request need {R} rows")
             mc = int(max_children) if max_children is not None else max(self.cuda.max_degree)
             out = self.cuda.step(nodes, lp, lp_dtype, bs, rr, None, q, int(k), bool(gtm),
-                                 bool(count_candidates), mc)
+                                 bool(count_candidates), mc, rows_best_first=bool(rows_best_first))
         return Step(*out)
 
 
