@@ -66,6 +66,17 @@
 #ifndef USE_REQ_ROWS
 #define USE_REQ_ROWS 1  // take a request's rows from the caller's req_rows when given (0: always search row_req)
 #endif
+#ifndef WPF
+// WPF (off until measured): a warp that takes a wide row prefetches to L1 the child tokens and log-prob row
+// of the row WPF_D places on (taken about one row's time later by some warp of the block, rows go in order),
+// so the next row's two dependent loads (tokens, then log-probs at them) find L1 rather than L2 or HBM.
+// Why: at depths 2-3 a warp walks ~3-6 wide rows one after the other, two dependent loads each, and the
+// expand is 24-27 us of a ~50 us request (step_gpu_profile.md, session 15).
+#define WPF 0
+#endif
+#ifndef WPF_D
+#define WPF_D (NT / 32)
+#endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
@@ -325,6 +336,21 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
                 x = __shfl_sync(0xffffffffu, x, 0);
                 if (x >= nr) break;  // warp-uniform
+#if WPF
+                if (x + WPF_D < nr) {  // lanes 0-15: the log-prob row (up to 2 KB); 16-31: the child tokens
+                    const int y = x + WPF_D;
+                    const u32 yoff = S.row_off[y];
+                    const u32 ybytes = ((y + 1 < nr ? S.row_off[y + 1] : total) - yoff) * 4u;
+                    const i64 esz = lp_dtype == 0 ? 4 : 2;
+                    const char* lpr = (const char*)logprobs + (q0 + (i64)CL * y) * (i64)V * esz;
+                    const char* tkr = (const char*)(t.child_tokens + S.row_j0[y]);
+                    if (lane < 16) {
+                        if ((i64)V * esz <= 16 * 128 && (i64)lane * 128 < (i64)V * esz) prefetch_l1(lpr + lane * 128);
+                    } else if ((u32)(lane - 16) * 128u < ybytes) {
+                        prefetch_l1(tkr + (lane - 16) * 128);
+                    }
+                }
+#endif
                 const u32 off = S.row_off[x];
                 const u32 deg = (x + 1 < nr ? S.row_off[x + 1] : total) - off;
                 const i64 j0 = S.row_j0[x];
