@@ -236,6 +236,32 @@ def wide_trie(rng, n_keys, vocab):
     return SuccinctTrie.build([list(k) for k in sorted(keys)])
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_equals_python_reference(emu, seed):
+    """The kernels against the plain-Python reference directly (not only through the CPU search): NAR and AR,
+    thresholds, length normalisation, ties, labels >= 65536 and 2^31 - 1; same keys, scores within 1e-5."""
+    from gtmkit.testing_trie import ArProposals, NarProposals, ref_beam_search
+    from test_succinct_search import assert_same
+    rng = np.random.default_rng(500 + seed)
+    trie, ref = random_trie(rng, int(rng.integers(1, 60)))
+    b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
+    bw = int(rng.integers(1, 8))
+    theta_tok, theta_sent, alpha = random_settings(rng, seed)
+    tokens, logp = random_tokens(rng, (b, T, K)), random_logp(rng, (b, T, K), seed % 2 == 0)
+    ids, scores = trie_beam_search_cuda(trie, tokens, logp, bw, theta_tok, theta_sent, alpha, device=emu)
+    for q in range(b):
+        assert_same(ids[q], scores[q], *ref_beam_search(ref, NarProposals(tokens[q], logp[q]), bw, theta_tok,
+                                                        theta_sent, alpha), bw)
+    tokens, logp = random_tokens(rng, (T, b, bw, K)), random_logp(rng, (T, b, bw, K), seed % 2 == 1)
+    gpu = TrieBeamStepperCuda(trie, b, bw, theta_tok, theta_sent, alpha, device=emu)
+    for t in range(T):
+        gpu.step(tokens[t], logp[t])
+    ids, scores = gpu.result()
+    for q in range(b):
+        assert_same(ids[q], scores[q], *ref_beam_search(ref, ArProposals(tokens[:, q], logp[:, q]), bw, theta_tok,
+                                                        theta_sent, alpha), bw)
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_nar_many_candidates(emu, seed):
     """More candidates than SORT_CAP in the tiny configuration, BW above and below their number."""
