@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One device call that takes the fused step's wide-row expand apart in time (issue 4's plan, session 15): the
+# in-kernel phase profile (gpu_fused_profile.py) of the committed kernel, then of variants with one part of
+# the expand's chain removed. The variants' answers are wrong on purpose: only their "expand+hist" column
+# means anything. ~5 minutes on an H200 from a cold start; carry [".whl"].
+#   nolp:   the log-prob gather replaced by a value from the token (the token load stays)
+#   notok:  the child-token load replaced by the child's position (the gather stays, at that position)
+#   nobin:  the wide path's histogram adds removed
+# usage: bash benchmarks/gpu_expand_ablation.sh [ADS]
+set -o pipefail
+ADS=${1:-15000000}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+python3 -m gtmkit synth catalog --ads $ADS --seed 1 -o /tmp/cat.parquet -s > $OUT/build.log 2>&1 && \
+  python3 -m gtmkit build /tmp/cat.parquet -o /tmp/idx --partition static --k 1,4,4,2 -s >> $OUT/build.log 2>&1 \
+  || { tail -5 $OUT/build.log; exit 1; }
+P="python3 benchmarks/gpu_fused_profile.py --index /tmp/idx"
+LP='sv[u] = c < deg ? bs + (lp_dtype == 0 ? lp32[lp0 + tk[u]] : load_lp(logprobs, lp_dtype, lp0 + tk[u])) : 0.0f;'
+$P 2>&1 | tee $OUT/base.txt | head -6
+$P --sub "$LP=>sv[u] = c < deg ? bs - 0.001f * (float)(tk[u] & 1023) : 0.0f;" 2>&1 | tee $OUT/nolp.txt | head -7
+$P --sub "tk[u] = c < deg ? ct[c] : 0;=>tk[u] = c < deg ? (int)c : 0;" 2>&1 | tee $OUT/notok.txt | head -7
+$P --sub "                        warp_bin_add(S.cum, bn, lane);
+                    }=>                        (void)bn;
+                    }" 2>&1 | tee $OUT/nobin.txt | head -7
