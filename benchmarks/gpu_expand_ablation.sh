@@ -17,9 +17,9 @@ python3 -m gtmkit synth catalog --ads $ADS --seed 1 -o /tmp/cat.parquet -s > $OU
   || { tail -5 $OUT/build.log; exit 1; }
 P="python3 benchmarks/gpu_fused_profile.py --index /tmp/idx"
 LP='sv[u] = c < deg ? bs + (lp_dtype == 0 ? lp32[lp0 + tk[u]] : load_lp(logprobs, lp_dtype, lp0 + tk[u])) : 0.0f;'
-$P 2>&1 | tee $OUT/base.txt | head -6
-$P --sub "$LP=>sv[u] = c < deg ? bs - 0.001f * (float)(tk[u] & 1023) : 0.0f;" 2>&1 | tee $OUT/nolp.txt | head -7
+$P > $OUT/base.txt 2>&1; head -6 $OUT/base.txt
+$P --sub "$LP=>sv[u] = c < deg ? bs - 0.001f * (float)(tk[u] & 1023) : 0.0f;" > $OUT/nolp.txt 2>&1; head -7 $OUT/nolp.txt
 $P --sub "                        warp_bin_add(S.cum, bn, lane);
                     }=>                        (void)bn;
-                    }" 2>&1 | tee $OUT/nobin.txt | head -7
-$P --sub "tk[u] = c < deg ? ct[c] : 0;=>tk[u] = c < deg ? (int)c : 0;" 2>&1 | tee $OUT/notok.txt | head -7
+                    }" > $OUT/nobin.txt 2>&1; head -7 $OUT/nobin.txt
+$P --sub "tk[u] = c < deg ? ct[c] : 0;=>tk[u] = c < deg ? (int)c : 0;" > $OUT/notok.txt 2>&1; head -7 $OUT/notok.txt
