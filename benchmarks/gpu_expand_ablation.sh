@@ -9,12 +9,9 @@
 # usage: bash benchmarks/gpu_expand_ablation.sh [ADS]
 set -o pipefail
 ADS=${1:-15000000}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-python3 -m gtmkit synth catalog --ads $ADS --seed 1 -o /tmp/cat.parquet -s > $OUT/build.log 2>&1 && \
-  python3 -m gtmkit build /tmp/cat.parquet -o /tmp/idx --partition static --k 1,4,4,2 -s >> $OUT/build.log 2>&1 \
-  || { tail -5 $OUT/build.log; exit 1; }
+source benchmarks/_device.sh
+build_index $ADS
+wait $BUILD || { tail -5 $OUT/build.log; exit 1; }
 P="python3 benchmarks/gpu_fused_profile.py --index /tmp/idx"
 LP='sv[u] = c < deg ? bs + (lp_dtype == 0 ? lp32[lp0 + tk[u]] : load_lp(logprobs, lp_dtype, lp0 + tk[u])) : 0.0f;'
 $P > $OUT/base.txt 2>&1; head -6 $OUT/base.txt

@@ -7,14 +7,8 @@
 set -o pipefail
 ADS=${1:-15000000}; shift
 EXTRA=("$@"); [ ${#EXTRA[@]} -eq 0 ] && EXTRA=(--compile-steps none --cpu-reps 1)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-# the index builds on the CPU cores while the GPU tests run
-(python3 -m gtmkit synth catalog --ads $ADS --seed 1 -o /tmp/cat.parquet -s && \
- python3 -m gtmkit build /tmp/cat.parquet -o /tmp/idx --partition static --k 1,4,4,2 -s --json > $OUT/build.json) \
-  > $OUT/build.log 2>&1 &
-BUILD=$!
+source benchmarks/_device.sh
+build_index $ADS
 python3 -m pytest -q -p no:cacheprovider -rs tests/test_kernels_compile.py tests/test_matcher_gpu.py tests/test_trie_gpu.py \
   2>&1 | tee $OUT/gpu_tests.log | tail -5
 wait $BUILD || { tail -5 $OUT/build.log; exit 1; }

@@ -5,13 +5,8 @@
 # usage: VARIANTS="--variant base: --variant old:TOP_R0=0" bash benchmarks/gpu_step_session.sh [ADS]
 set -o pipefail
 ADS=${1:-15000000}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-(python3 -m gtmkit synth catalog --ads $ADS --seed 1 -o /tmp/cat.parquet -s && \
- python3 -m gtmkit build /tmp/cat.parquet -o /tmp/idx --partition static --k 1,4,4,2 -s --json > $OUT/build.json) \
-  > $OUT/build.log 2>&1 &
-BUILD=$!
+source benchmarks/_device.sh
+build_index $ADS
 python3 -m pytest -q -p no:cacheprovider -rs tests/test_kernels_compile.py tests/test_matcher_gpu.py tests/test_pdl.py \
   2>&1 | tee $OUT/gpu_tests.log | tail -3
 wait $BUILD || { tail -5 $OUT/build.log; exit 1; }
