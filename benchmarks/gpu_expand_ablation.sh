@@ -6,7 +6,9 @@
 #   nolp:   the log-prob gather replaced by a value from the token (the token load stays)
 #   notok:  the child-token load replaced by the child's position (the gather stays, at that position)
 #   nobin:  the wide path's histogram adds removed
-# usage: bash benchmarks/gpu_expand_ablation.sh [ADS]
+#   wpf:    (a real variant, exact) the WPF prefetch switched on
+# VARIANTS (optional) also runs gpu_fused_variants.py side by side with those variants, after the profiles.
+# usage: [VARIANTS="--variant base: --variant wpf:WPF=1"] bash benchmarks/gpu_expand_ablation.sh [ADS]
 set -o pipefail
 ADS=${1:-15000000}
 source benchmarks/_device.sh
@@ -20,3 +22,8 @@ $P --sub "                        warp_bin_add(S.cum, bn, lane);
                     }=>                        (void)bn;
                     }" > $OUT/nobin.txt 2>&1; head -7 $OUT/nobin.txt
 $P --sub "tk[u] = c < deg ? ct[c] : 0;=>tk[u] = c < deg ? (int)c : 0;" > $OUT/notok.txt 2>&1; head -7 $OUT/notok.txt
+$P --sub "#define WPF 0=>#define WPF 1" > $OUT/wpf.txt 2>&1; head -7 $OUT/wpf.txt
+if [ -n "$VARIANTS" ]; then
+  python3 benchmarks/gpu_fused_variants.py --index /tmp/idx --rounds ${ROUNDS:-5} $VARIANTS > $OUT/variants.txt 2>&1
+  tail -14 $OUT/variants.txt
+fi
