@@ -6,9 +6,8 @@
 #   nolp:   the log-prob gather replaced by a value from the token (the token load stays)
 #   notok:  the child-token load replaced by the child's position (the gather stays, at that position)
 #   nobin:  the wide path's histogram adds removed
-#   wpf:    (a real variant, exact) the WPF prefetch switched on
 # VARIANTS (optional) also runs gpu_fused_variants.py side by side with those variants, after the profiles.
-# usage: [VARIANTS="--variant base: --variant wpf:WPF=1"] bash benchmarks/gpu_expand_ablation.sh [ADS]
+# usage: [VARIANTS="--variant base: --variant old:HPLAIN=0"] bash benchmarks/gpu_expand_ablation.sh [ADS]
 set -o pipefail
 ADS=${1:-15000000}
 source benchmarks/_device.sh
@@ -18,11 +17,10 @@ P="python3 benchmarks/gpu_fused_profile.py --index /tmp/idx"
 LP='sv[u] = c < deg ? bs + (lp_dtype == 0 ? lp32[lp0 + tk[u]] : load_lp(logprobs, lp_dtype, lp0 + tk[u])) : 0.0f;'
 $P > $OUT/base.txt 2>&1; head -6 $OUT/base.txt
 $P --sub "$LP=>sv[u] = c < deg ? bs - 0.001f * (float)(tk[u] & 1023) : 0.0f;" > $OUT/nolp.txt 2>&1; head -7 $OUT/nolp.txt
-$P --sub "                        warp_bin_add(S.cum, bn, lane);
+$P --sub "                        bin_add(S.cum, bn, lane, HPLAIN >= 1);
                     }=>                        (void)bn;
                     }" > $OUT/nobin.txt 2>&1; head -7 $OUT/nobin.txt
 $P --sub "tk[u] = c < deg ? ct[c] : 0;=>tk[u] = c < deg ? (int)c : 0;" > $OUT/notok.txt 2>&1; head -7 $OUT/notok.txt
-$P --sub "#define WPF 0=>#define WPF 1" > $OUT/wpf.txt 2>&1; head -7 $OUT/wpf.txt
 if [ -n "$VARIANTS" ]; then
   python3 benchmarks/gpu_fused_variants.py --index /tmp/idx --rounds ${ROUNDS:-5} $VARIANTS > $OUT/variants.txt 2>&1
   tail -14 $OUT/variants.txt

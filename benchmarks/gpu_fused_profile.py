@@ -22,6 +22,8 @@ ap.add_argument("--ncu-step", type=int, default=0, help="only run this step (1-b
                 "cudaProfilerStart/Stop (run under ncu --profile-from-start off)")
 ap.add_argument("--sub", action="append", default=[], metavar="OLD=>NEW",
                 help="profile a variant of gtm_fused.cu with this text replaced (repeatable)")
+ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
+                help="profile gtm_fused.cu built with this define (repeatable), as gpu_fused_variants.py builds it")
 ap.add_argument("--cubin", help="run this nvcc-built cubin of gtm_fused.cu (e.g. with -lineinfo, for ncu's source view)")
 args = ap.parse_args()
 idx = gtmkit.load_index(args.index, verify=False)
@@ -40,6 +42,11 @@ if args.sub:
     be.k_fused = cp.RawModule(code=src, options=("--std=c++14", f"-I{KERNEL_DIR}")).get_function("fused_step_kernel")
     be.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
     print("variant:", "; ".join(args.sub))
+if args.define:
+    from gtmkit.matcher.backend_cuda import FUSED_FILE, FUSED_SMEM, load_module
+    be.k_fused = load_module(FUSED_FILE, tuple(args.define)).get_function("fused_step_kernel")
+    be.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
+    print("defines:", ", ".join(args.define))
 if args.cubin:
     from gtmkit.matcher.backend_cuda import FUSED_SMEM
     be.k_fused = cp.RawModule(path=args.cubin).get_function("fused_step_kernel")

@@ -66,16 +66,13 @@
 #ifndef USE_REQ_ROWS
 #define USE_REQ_ROWS 1  // take a request's rows from the caller's req_rows when given (0: always search row_req)
 #endif
-#ifndef WPF
-// WPF (off until measured): a warp that takes a wide row prefetches to L1 the child tokens and log-prob row
-// of the row WPF_D places on (taken about one row's time later by some warp of the block, rows go in order),
-// so the next row's two dependent loads (tokens, then log-probs at them) find L1 rather than L2 or HBM.
-// Why: at depths 2-3 a warp walks ~3-6 wide rows one after the other, two dependent loads each, and the
-// expand is 24-27 us of a ~50 us request (step_gpu_profile.md, session 15).
-#define WPF 0
-#endif
-#ifndef WPF_D
-#define WPF_D (NT / 32)
+#ifndef HPLAIN
+// Histogram adds: 1 (default) one shared atomic a lane in the wide expand; 2 also in the narrow expand and the
+// GTM rounds' pass counts; 0 one atomic a distinct bin of the warp everywhere (warp_bin_add: __match_any_sync
+// first). Why: the warp's match cost more than the conflicts it saves when a warp's bins are mostly distinct,
+// as the wide expand's are: with 1 the wide expand took 23.8 -> 12.8 us at depth 2 and 26.4 -> 19.5 us at
+// depth 3, the whole graphed search 197.9 -> 184.3 us (H200, session 16, step_gpu_profile.md).
+#define HPLAIN 1
 #endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
@@ -122,6 +119,13 @@ __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
 }
 
 #include "warp_bins.cuh"  // warp_bin_add
+
+// counts[bn] += 1 for a lane with bn >= 0: one atomic a lane when `plain` (compile-time), else one a distinct bin
+// of the warp (every lane of the warp must call it then).
+__device__ __forceinline__ void bin_add(u32* counts, int bn, int lane, bool plain) {
+    if (plain) { if (bn >= 0) atomicAdd(&counts[bn], 1u); }
+    else warp_bin_add(counts, bn, lane);
+}
 
 // The graphed beam search's token history (graph.py): output row `o` gets its parent's hist_t tokens
 // (-1 for a padding row) and its own token, what beam.cu's reorder_history would do in a launch of its own.
@@ -336,21 +340,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
                 x = __shfl_sync(0xffffffffu, x, 0);
                 if (x >= nr) break;  // warp-uniform
-#if WPF
-                if (x + WPF_D < nr) {  // lanes 0-15: the log-prob row (up to 2 KB); 16-31: the child tokens
-                    const int y = x + WPF_D;
-                    const u32 yoff = S.row_off[y];
-                    const u32 ybytes = ((y + 1 < nr ? S.row_off[y + 1] : total) - yoff) * 4u;
-                    const i64 esz = lp_dtype == 0 ? 4 : 2;
-                    const char* lpr = (const char*)logprobs + (q0 + (i64)CL * y) * (i64)V * esz;
-                    const char* tkr = (const char*)(t.child_tokens + S.row_j0[y]);
-                    if (lane < 16) {
-                        if ((i64)V * esz <= 16 * 128 && (i64)lane * 128 < (i64)V * esz) prefetch_l1(lpr + lane * 128);
-                    } else if ((u32)(lane - 16) * 128u < ybytes) {
-                        prefetch_l1(tkr + (lane - 16) * 128);
-                    }
-                }
-#endif
                 const u32 off = S.row_off[x];
                 const u32 deg = (x + 1 < nr ? S.row_off[x + 1] : total) - off;
                 const i64 j0 = S.row_j0[x];
@@ -381,7 +370,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                             och[c] = (int)(j0 + c + 1);
                             bn = bin_of<FB>(cc, top);
                         }
-                        warp_bin_add(S.cum, bn, lane);
+                        bin_add(S.cum, bn, lane, HPLAIN >= 1);
                     }
                 }
             }
@@ -429,7 +418,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     my_child[nc + f] = (int)(jj[u] + 1);
                     bn = bin_of<FB>(c, top);
                 }
-                warp_bin_add(S.cum, bn, lane);
+                bin_add(S.cum, bn, lane, HPLAIN >= 2);
             }
         }
         nc += total;
@@ -505,7 +494,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 if (lane == 0) at = atomicAdd(&S.n_pass, (u32)__popc(ballot));
                 at = __shfl_sync(0xffffffffu, at, 0);
                 if (pass) my_pass[at + __popc(ballot & ((1u << lane) - 1u))] = c;
-                warp_bin_add(S.pcnt, pass ? bn : -1, lane);
+                bin_add(S.pcnt, pass ? bn : -1, lane, HPLAIN >= 2);
             }
         }
         __syncthreads();

@@ -1,4 +1,4 @@
-// A warp's histogram adds, shared by gtm_fused.cu and trie_search.cu. NVRTC: built-in types only.
+// A warp's histogram adds (gtm_fused.cu). NVRTC: built-in types only.
 #pragma once
 
 // counts[bn] += 1 for every lane with bn >= 0, one shared atomic per distinct bin of the warp (peaked
