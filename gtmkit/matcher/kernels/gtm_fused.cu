@@ -67,12 +67,18 @@
 #define USE_REQ_ROWS 1  // take a request's rows from the caller's req_rows when given (0: always search row_req)
 #endif
 #ifndef HPLAIN
-// Histogram adds: 1 (default) one shared atomic a lane in the wide expand; 2 also in the narrow expand and the
+// Histogram adds: 1 one shared atomic a lane in the wide expand; 2 (default) also in the narrow expand and the
 // GTM rounds' pass counts; 0 one atomic a distinct bin of the warp everywhere (warp_bin_add: __match_any_sync
 // first). Why: the warp's match cost more than the conflicts it saves when a warp's bins are mostly distinct,
 // as the wide expand's are: with 1 the wide expand took 23.8 -> 12.8 us at depth 2 and 26.4 -> 19.5 us at
-// depth 3, the whole graphed search 197.9 -> 184.3 us (H200, session 16, step_gpu_profile.md).
-#define HPLAIN 1
+// depth 3, the whole graphed search 197.9 -> 184.3 us; 2 took depth 1 from 22.5 to 21.5 us, the whole search
+// 184.8 -> 183.1 us (H200, session 16, step_gpu_profile.md).
+#define HPLAIN 2
+#endif
+#ifndef GPLAIN
+// GPLAIN (off until measured): the grouping of passers by bin takes its slots with one remote atomic a lane
+// instead of one a distinct bin of the warp (as HPLAIN, for the same reason).
+#define GPLAIN 0
 #endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
@@ -562,12 +568,16 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         u64 c = i < np ? my_pass[i] : 0;
         int bn = i < np ? bin_of<FB>(c, top) : -1;
         if (bn > T) bn = -1;
+#if GPLAIN
+        if (bn >= 0) grp[S.cum[bn] + dsm_fetch_add(remote(&S.m_fill[bn], OWNER(bn)), 1u)] = c;
+#else
         unsigned same = __match_any_sync(0xffffffffu, bn);
         int leader = __ffs(same) - 1;
         u32 at = 0;
         if (bn >= 0 && lane == leader) at = dsm_fetch_add(remote(&S.m_fill[bn], OWNER(bn)), (u32)__popc(same));
         at = __shfl_sync(0xffffffffu, at, leader);
         if (bn >= 0) grp[S.cum[bn] + at + __popc(same & ((1u << lane) - 1u))] = c;
+#endif
     }
     cluster_sync();
     STAMP(11);
