@@ -25,9 +25,8 @@ CONFIGS = {
     # expand: every candidate's row by binary search; a first GTM window of k candidates, so that small inputs
     # take later rounds
     "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1),
-    # one histogram add a distinct bin of a warp (HPLAIN=0), passers grouped with a remote atomic a lane
-    # (GPLAIN=1)
-    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, GPLAIN=1),
+    # one histogram add a distinct bin of a warp (HPLAIN=0)
+    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count
     "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),

@@ -75,11 +75,6 @@
 // 184.8 -> 183.1 us (H200, session 16, step_gpu_profile.md).
 #define HPLAIN 2
 #endif
-#ifndef GPLAIN
-// GPLAIN (off until measured): the grouping of passers by bin takes its slots with one remote atomic a lane
-// instead of one a distinct bin of the warp (as HPLAIN, for the same reason).
-#define GPLAIN 0
-#endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
@@ -356,7 +351,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 u64* oc = my_cand + nc + off;
                 int* och = my_child + nc + off;
                 const int* ct = t.child_tokens + j0;
-                for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (match_any below)
+                for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (warp_bin_add when HPLAIN=0)
                     int tk[EU];
                     float sv[EU];
 #pragma unroll
@@ -387,7 +382,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         // EU candidates a thread per pass, each phase's loads issued for all of them before any is
         // used: one candidate at a time would put a token load and a log-prob gather back to back on
         // the critical path of every candidate.
-        for (u32 f0 = 0; f0 < total; f0 += EU * NT) {  // whole warps iterate together (match_any)
+        for (u32 f0 = 0; f0 < total; f0 += EU * NT) {  // whole warps iterate together (warp_bin_add, HPLAIN < 2)
             int xr[EU];
             i64 jj[EU];
             int tk[EU];
@@ -563,21 +558,14 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     const u32 need_T = n_out > c_lt ? n_out - c_lt : 0u;  // passers bin T contributes
     const bool crowded = gT > need_T && gT > GT_CAP;
     const u32 np = S.n_pass;
-    for (u32 base = 0; base < np; base += NT) {  // whole warps: one remote atomic per distinct bin
+    for (u32 base = 0; base < np; base += NT) {
         u32 i = base + tid;
         u64 c = i < np ? my_pass[i] : 0;
         int bn = i < np ? bin_of<FB>(c, top) : -1;
         if (bn > T) bn = -1;
-#if GPLAIN
+        // one remote atomic a lane: a warp's match of equal bins first cost more than it saved (GPLAIN=0 in session
+        // 16: 1.4% slower whole search, step_gpu_profile.md); the order within a bin does not matter (ranked below)
         if (bn >= 0) grp[S.cum[bn] + dsm_fetch_add(remote(&S.m_fill[bn], OWNER(bn)), 1u)] = c;
-#else
-        unsigned same = __match_any_sync(0xffffffffu, bn);
-        int leader = __ffs(same) - 1;
-        u32 at = 0;
-        if (bn >= 0 && lane == leader) at = dsm_fetch_add(remote(&S.m_fill[bn], OWNER(bn)), (u32)__popc(same));
-        at = __shfl_sync(0xffffffffu, at, leader);
-        if (bn >= 0) grp[S.cum[bn] + at + __popc(same & ((1u << lane) - 1u))] = c;
-#endif
     }
     cluster_sync();
     STAMP(11);
