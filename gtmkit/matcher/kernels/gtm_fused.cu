@@ -79,7 +79,10 @@
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
 #ifndef FIRST_WIN
-#define FIRST_WIN 3     // first GTM window, in multiples of k
+// First GTM window, in multiples of k. 4 (was 3): at depth 3 some requests' pass rates (~0.25-0.33) took a
+// second round with 3 (~20 us on the slowest request), none with 4; whole graphed search 181.8 -> 176.6 us,
+// depth 2 42.7 -> 46.2 us, depth 3 79.1 -> 73.4 us; 5 was slower at every depth (H200, session 16).
+#define FIRST_WIN 4
 #endif
 #define FB 2048         // score bins
 #ifndef GT_CAP
