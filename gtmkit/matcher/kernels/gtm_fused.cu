@@ -75,6 +75,14 @@
 // 184.8 -> 183.1 us (H200, session 16, step_gpu_profile.md).
 #define HPLAIN 2
 #endif
+#ifndef TBAL
+// TBAL (off until measured): a GTM round's tests dealt evenly over the cluster's blocks (one work list of the
+// blocks' lists, each block testing a CL-th of it) instead of each block testing the candidates it listed. Why:
+// the best rows, whose children fill the first window, are few, so a block can list more than NT window
+// candidates and test them in two passes of the chain of dependent loads while the others wait at the merge
+// barrier (merge 9.2 us at depth 3 with the 4k window, session 16). Costs a cluster barrier a round.
+#define TBAL 0
+#endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
@@ -124,6 +132,12 @@ __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
 
 #include "warp_bins.cuh"  // warp_bin_add
 
+#ifdef GTMKIT_EMU
+template <class T> __device__ __forceinline__ T ld_cg(const T* p) { return *p; }
+#else
+template <class T> __device__ __forceinline__ T ld_cg(const T* p) { return __ldcg(p); }  // cached in L2, not L1
+#endif
+
 // counts[bn] += 1 for a lane with bn >= 0: one atomic a lane when `plain` (compile-time), else one a distinct bin
 // of the warp (every lane of the warp must call it then).
 __device__ __forceinline__ void bin_add(u32* counts, int bn, int lane, bool plain) {
@@ -159,6 +173,9 @@ struct Smem {
     u32 n_cand, n_pass;  // this block's candidates and passers
     u32 n_work;        // this round's work list length
     int s_T, s_done;
+#if TBAL
+    u32 woff[CL + 3];  // a round's work lists of the cluster's blocks as offsets into one list; this block's share
+#endif
     u32 s_next;        // expand, warp per row: the next row of the batch to take
     u32 s_wtot;
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
@@ -478,7 +495,21 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             }
         }
         __syncthreads();
+#if TBAL
+        // the cluster's work lists as one, block `rank` testing its CL-th share (passers go to its own list)
+        cluster_sync();  // every block's work list and count are final
+        if (tid == 0) {  // (kept in shared memory, not registers: the test below has none to spare)
+            u32 acc = 0;
+            for (int o = 0; o < CL; ++o) { S.woff[o] = acc; acc += dsm_load(remote(&S.n_work, o)); }
+            S.woff[CL] = acc;
+            S.woff[CL + 1] = (u32)((u64)acc * rank / CL);                         // this block's share: first
+            S.woff[CL + 2] = (u32)((u64)acc * (rank + 1) / CL) - S.woff[CL + 1];  // and length
+        }
+        __syncthreads();
+        const u32 nw = S.woff[CL + 2];
+#else
         const u32 nw = S.n_work;
+#endif
         if (n_rounds == 0) STAMP(16);
         for (u32 base = 0; base < nw; base += NT) {
             u32 w = base + tid;
@@ -486,10 +517,22 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             u64 c = 0;
             int bn = -1;
             if (w < nw) {
+#if TBAL
+                const u32 g = S.woff[CL + 1] + w;
+                u32 o = 0;  // the block whose list holds entry g
+                while (o + 1 < CL && g >= S.woff[o + 1]) ++o;
+                const u32 wb = S.woff[o];
+                // another block's lists and candidates: read through L2, where its stores are
+                const i64 d_ = ((i64)o - (i64)rank) * cap_blk;  // its regions, from this block's
+                const u32 i = ld_cg(work + 2 * d_ + (g - wb));
+                c = ld_cg(my_cand + d_ + i);
+                i64 child = ld_cg(my_child + d_ + i);
+#else
                 u32 i = work[w];
                 c = my_cand[i];
-                bn = bin_of<FB>(c, top);
                 i64 child = my_child[i];
+#endif
+                bn = bin_of<FB>(c, top);
                 pass = !gtm || node_passes_fast(t, q, b, child, t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, child) : depth_of(t, child));
             }
             unsigned ballot = __ballot_sync(0xffffffffu, pass);
