@@ -526,13 +526,14 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 const i64 d_ = ((i64)o - (i64)rank) * cap_blk;  // its regions, from this block's
                 const u32 i = ld_cg(work + 2 * d_ + (g - wb));
                 c = ld_cg(my_cand + d_ + i);
+                bn = bin_of<FB>(c, top);
                 i64 child = ld_cg(my_child + d_ + i);
 #else
                 u32 i = work[w];
                 c = my_cand[i];
+                bn = bin_of<FB>(c, top);
                 i64 child = my_child[i];
 #endif
-                bn = bin_of<FB>(c, top);
                 pass = !gtm || node_passes_fast(t, q, b, child, t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, child) : depth_of(t, child));
             }
             unsigned ballot = __ballot_sync(0xffffffffu, pass);
