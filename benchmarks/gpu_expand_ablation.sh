@@ -6,8 +6,8 @@
 #   nolp:   the log-prob gather replaced by a value from the token (the token load stays)
 #   notok:  the child-token load replaced by the child's position (the gather stays, at that position)
 #   nobin:  the wide path's histogram adds removed
-# VARIANTS (optional) also runs gpu_fused_variants.py side by side with those variants, after the profiles.
-# usage: [VARIANTS="--variant base: --variant old:HPLAIN=0"] bash benchmarks/gpu_expand_ablation.sh [ADS]
+# (variants side by side, with exact answers: gpu_variants_session.sh)
+# usage: bash benchmarks/gpu_expand_ablation.sh [ADS]
 set -o pipefail
 ADS=${1:-15000000}
 source benchmarks/_device.sh
@@ -21,7 +21,3 @@ $P --sub "                        bin_add(S.cum, bn, lane, HPLAIN >= 1);
                     }=>                        (void)bn;
                     }" > $OUT/nobin.txt 2>&1; head -7 $OUT/nobin.txt
 $P --sub "tk[u] = c < deg ? ct[c] : 0;=>tk[u] = c < deg ? (int)c : 0;" > $OUT/notok.txt 2>&1; head -7 $OUT/notok.txt
-if [ -n "$VARIANTS" ]; then
-  python3 benchmarks/gpu_fused_variants.py --index /tmp/idx --rounds ${ROUNDS:-5} $VARIANTS > $OUT/variants.txt 2>&1
-  tail -14 $OUT/variants.txt
-fi

@@ -31,27 +31,24 @@ users = synth_users(idx.manifest["schema"], args.requests, seed=11)
 m = gtmkit.Matcher(idx, "cuda")
 steps, _, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users, (1, 512, 1024, 1024))
 be = m.cuda
-if args.sub:
-    from gtmkit.matcher.backend_cuda import FUSED_FILE, FUSED_SMEM, KERNEL_DIR
+if args.sub or args.define or args.cubin:
+    from gtmkit.matcher.backend_cuda import FUSED_FILE, FUSED_SMEM, KERNEL_DIR, load_module
     from gtmkit.matcher.kernel_source import kernel_source
-    src = kernel_source(FUSED_FILE)
-    for sub in args.sub:
-        old, new = sub.split("=>")
-        assert old in src, old
-        src = src.replace(old, new)
-    be.k_fused = cp.RawModule(code=src, options=("--std=c++14", f"-I{KERNEL_DIR}")).get_function("fused_step_kernel")
+    if args.cubin:
+        mod, label = cp.RawModule(path=args.cubin), f"cubin: {args.cubin}"
+    elif args.sub:
+        src = kernel_source(FUSED_FILE)
+        for sub in args.sub:
+            old, new = sub.split("=>")
+            assert old in src, old
+            src = src.replace(old, new)
+        mod = cp.RawModule(code=src, options=("--std=c++14", f"-I{KERNEL_DIR}"))
+        label = "variant: " + "; ".join(args.sub)
+    else:
+        mod, label = load_module(FUSED_FILE, tuple(args.define)), "defines: " + ", ".join(args.define)
+    be.k_fused = mod.get_function("fused_step_kernel")
     be.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
-    print("variant:", "; ".join(args.sub))
-if args.define:
-    from gtmkit.matcher.backend_cuda import FUSED_FILE, FUSED_SMEM, load_module
-    be.k_fused = load_module(FUSED_FILE, tuple(args.define)).get_function("fused_step_kernel")
-    be.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
-    print("defines:", ", ".join(args.define))
-if args.cubin:
-    from gtmkit.matcher.backend_cuda import FUSED_SMEM
-    be.k_fused = cp.RawModule(path=args.cubin).get_function("fused_step_kernel")
-    be.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
-    print("cubin:", args.cubin)
+    print(label)
 if args.ncu_step:
     s = steps[args.ncu_step - 1]
     for prof in (False, True):

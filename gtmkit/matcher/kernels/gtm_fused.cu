@@ -130,20 +130,13 @@ __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
     return ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
 }
 
-#include "warp_bins.cuh"  // warp_bin_add
+#include "warp_bins.cuh"  // bin_add
 
 #ifdef GTMKIT_EMU
 template <class T> __device__ __forceinline__ T ld_cg(const T* p) { return *p; }
 #else
 template <class T> __device__ __forceinline__ T ld_cg(const T* p) { return __ldcg(p); }  // cached in L2, not L1
 #endif
-
-// counts[bn] += 1 for a lane with bn >= 0: one atomic a lane when `plain` (compile-time), else one a distinct bin
-// of the warp (every lane of the warp must call it then).
-__device__ __forceinline__ void bin_add(u32* counts, int bn, int lane, bool plain) {
-    if (plain) { if (bn >= 0) atomicAdd(&counts[bn], 1u); }
-    else warp_bin_add(counts, bn, lane);
-}
 
 // The graphed beam search's token history (graph.py): output row `o` gets its parent's hist_t tokens
 // (-1 for a padding row) and its own token, what beam.cu's reorder_history would do in a launch of its own.
