@@ -13,6 +13,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import gtmkit  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
+from gtmkit.matcher.kernel_params import FUSED_PROF_W  # noqa: E402
 from step_gpu import record_inputs  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -59,13 +60,14 @@ if args.ncu_step:
         cp.cuda.Device().synchronize()
     cp.cuda.profiler.stop()
     sys.exit(0)
-be.profile = cp.zeros((B, 32), cp.int64)
+be.profile = cp.zeros((B, FUSED_PROF_W), cp.int64)
 tails = []
+print("(rows from the caller's req_rows, as in the graphed search)")
 print("step | top us | expand+hist us | rounds | round us (each) | round 1: list, test, merge us | group us | rank us | total us | crowded")
 for t, s in enumerate(steps):
     for _ in range(3):  # (recorded rows come best first, as the graphed search tells the kernel)
-        be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], None, q, s["k"], True, False,
-                s["max_children"], rows_best_first=True)
+        be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True,
+                False, s["max_children"], rows_best_first=True)
     cp.cuda.Device().synchronize()
     p = cp.asnumpy(be.profile).astype(np.float64)
     n = p[:, 13].astype(int)
@@ -89,6 +91,16 @@ for t, p, n in tails:
           f"{np.median(tot) / 1e3:.1f} / {tot.max() / 1e3:.1f} | {(p[i, 0] - p[:, 0].min()) / 1e3:.1f}, "
           f"{(p[i, 1] - p[i, 0]) / 1e3:.1f}, {(p[i, 2] - p[i, 1]) / 1e3:.1f}, {n[i]}, {(last - p[i, 2]) / 1e3:.1f}, "
           f"{(p[i, 12] - last) / 1e3:.1f}")
+    # the cluster's blocks (rank < 8): expand ends and first-round tests, each against the request's block 0
+    nb = min(8, be.fused_cluster)
+    blk = p[:, 32:32 + 4 * nb].reshape(len(p), nb, 4)
+    ex, ts, te, nw = blk[..., 0], blk[..., 1], blk[..., 2], blk[..., 3]
+    print(f"   blocks: expand end spread us median {np.median(ex.max(1) - ex.min(1)) / 1e3:.1f} max "
+          f"{(ex.max(1) - ex.min(1)).max() / 1e3:.1f}; round-1 test us median {np.median(te - ts) / 1e3:.1f} max "
+          f"{(te - ts).max() / 1e3:.1f}; test end spread us median {np.median(te.max(1) - te.min(1)) / 1e3:.1f} max "
+          f"{(te.max(1) - te.min(1)).max() / 1e3:.1f}; work list median {np.median(nw):.0f} max {nw.max():.0f}; "
+          f"slowest request's lists {nw[i].astype(int).tolist()}, tests us "
+          f"{', '.join(f'{x:.1f}' for x in (te[i] - ts[i]) / 1e3)}")
     sms = p[:, 20:20 + min(8, be.fused_cluster)].astype(int)
     shared = [r for r in range(len(p)) if np.isin(sms[r], np.delete(sms, r, axis=0)).any()]
     print(f"   candidates: slowest request {int(p[i, 15])}, median {int(np.median(p[:, 15]))}, max {int(p[:, 15].max())}")

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gtmkit.matcher.backend_cuda as bc  # noqa: E402
 from gtmkit.matcher.graph import GraphedBeamSearch  # noqa: E402
+from gtmkit.matcher.kernel_params import FUSED_PROF_W  # noqa: E402
 from step_gpu import capture_step, cuda_time, variant_run  # noqa: E402
 
 NON_PORTABLE, SCHED = 14, 15  # CUfunction_attribute values (cuda.h)
@@ -90,7 +91,7 @@ def main():
         graphs = [capture_step(be, s, q, B) for s in steps]
         whole = GraphedBeamSearch(m, q, lambda step, prev, parents: recorded[step], sizes, gtm=True, postfilter=True)
         # in-kernel span and SM placement (eager, profile on)
-        be.profile = cp.zeros((B, 32), cp.int64)
+        be.profile = cp.zeros((B, FUSED_PROF_W), cp.int64)
         spans = []
         for s in steps:
             be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True,

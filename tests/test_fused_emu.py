@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.kernel_params import FUSED_SMEM, fused_scratch_slots, request_params, trie_params
+from gtmkit.matcher.kernel_params import FUSED_PROF_W, FUSED_SMEM, fused_scratch_slots, request_params, trie_params
 from gtmkit.matcher.matcher import Matcher
 
 from catalogs import random_user
@@ -23,10 +23,12 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 
 CONFIGS = {
     # expand: every candidate's row by binary search; a first GTM window of k candidates, so that small inputs
-    # take later rounds; each round's tests dealt over the cluster (TBAL)
-    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, TBAL=1),
-    # one histogram add a distinct bin of a warp (HPLAIN=0); tests dealt over the cluster (TBAL)
-    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, TBAL=1),
+    # take later rounds; each round's tests dealt over the cluster (TBAL), from work lists that carry the child
+    # nodes (WKV), their partition ids prefetched (LPF)
+    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, TBAL=1, WKV=1, LPF=1),
+    # one histogram add a distinct bin of a warp (HPLAIN=0); tests dealt over the cluster (TBAL); every
+    # partition's rows requested at once (PFALL)
+    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, TBAL=1, PFALL=1),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count
     "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),
@@ -60,7 +62,7 @@ class FusedEmu:
         out = [self._garbage((B, k), np.int32) for _ in range(3)] + [self._garbage((B, k), np.float32),
                                                                       self._garbage(B, np.int64)]
         nid64 = node_ids.dtype == np.int64
-        prof = np.zeros((B, 32), np.int64)
+        prof = np.zeros((B, FUSED_PROF_W), np.int64)
         self.n_launch = getattr(self, "n_launch", 0) + 1
         # the graphed search's token history, written by the step on every other launch (t = 2 earlier tokens)
         hist = (self.rng.integers(-1, 50, size=(R, 2)).astype(np.int32), np.int32(2),

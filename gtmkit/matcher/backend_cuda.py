@@ -113,7 +113,7 @@ class CudaBackend:
             t.excl_codes.shape[1], index.num_ads], np.int64))
         self.nbytes = int(sum(a.nbytes for a in d.values()))
         self._buffers = {}
-        # set to a CuPy int64 [B, 32] array to record the fused step's phase timestamps (profiling)
+        # set to a CuPy int64 [B, FUSED_PROF_W] array to record the fused step's phase timestamps (profiling)
         self.profile = None
 
     def batch(self, q: RequestBatch) -> DeviceBatch:

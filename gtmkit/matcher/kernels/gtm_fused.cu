@@ -83,6 +83,19 @@
 // barrier (merge 9.2 us at depth 3 with the 4k window, session 16). Costs a cluster barrier a round.
 #define TBAL 0
 #endif
+#ifndef WKV
+// WKV (off until measured): a GTM round's work list holds each candidate's child node beside its number (the
+// listing loads the children with the composites), so a test starts from its node one dependent load sooner.
+#define WKV 0
+#endif
+#ifndef LPF
+// LPF (needs WKV; off until measured): the listing also prefetches each window candidate's partition-id line
+// into L1 (its own loads bypass L1, ld.cg), so the test's first table load is an L1 hit.
+#define LPF 0
+#endif
+#if LPF && !WKV
+#error "LPF needs WKV"
+#endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
@@ -92,6 +105,7 @@
 // depth 2 42.7 -> 46.2 us, depth 3 79.1 -> 73.4 us; 5 was slower at every depth (H200, session 16).
 #define FIRST_WIN 4
 #endif
+#define PROF_W 64       // profile slots a request (FUSED_PROF_W in kernel_params.py)
 #define FB 2048         // score bins
 #ifndef GT_CAP
 #define GT_CAP 2048     // bin T ranked directly up to this many passers; a radix select beyond
@@ -132,10 +146,18 @@ __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
 
 #include "warp_bins.cuh"  // bin_add
 
+// A node's depth: from the level offsets in shared memory (S.lvl) when the trie has at most 16 levels.
+#define NODE_DEPTH(n) (t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, (i64)(n)) : depth_of(t, (i64)(n)))
+
 #ifdef GTMKIT_EMU
 template <class T> __device__ __forceinline__ T ld_cg(const T* p) { return *p; }
 #else
 template <class T> __device__ __forceinline__ T ld_cg(const T* p) { return __ldcg(p); }  // cached in L2, not L1
+#endif
+#if LPF
+#define LIST_LD(p) ld_cg(p)  // the listing's stream leaves L1 to the prefetched partition ids
+#else
+#define LIST_LD(p) (*(p))
 #endif
 
 // The graphed beam search's token history (graph.py): output row `o` gets its parent's hist_t tokens
@@ -207,18 +229,21 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     const int b = blockIdx.x / CL;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (!PDL_LATE_WAIT) GRID_DEP_WAIT();
-    // optional phase timestamps (benchmarks/gpu_fused_profile.py): prof[b * 32 + i], ns
+    // optional phase timestamps (benchmarks/gpu_fused_profile.py): prof[b * PROF_W + i], ns; slots 32 + 4 * rank on
+    // (rank < 8): that block's expand end, first-round test start and end, and first-round work list length
 #ifdef GTMKIT_EMU
     #define STAMP(i) do { } while (0)
+    #define BSTAMP(j) do { } while (0)
 #else
-    #define STAMP(i) do { if (prof && rank == 0 && tid == 0) { u64 t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); prof[b * 32 + (i)] = (i64)t_; } } while (0)
+    #define STAMP(i) do { if (prof && rank == 0 && tid == 0) { u64 t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); prof[b * PROF_W + (i)] = (i64)t_; } } while (0)
+    #define BSTAMP(j) do { if (prof && rank < 8 && tid == 0) { u64 t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); prof[b * PROF_W + 32 + 4 * rank + (j)] = (i64)t_; } } while (0)
 #endif
     STAMP(0);
 #ifndef GTMKIT_EMU
     if (prof && tid == 0 && rank < 8) {  // which SM each block runs on: do clusters share SMs?
         u32 sm_;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));
-        prof[b * 32 + 20 + rank] = (i64)sm_;
+        prof[b * PROF_W + 20 + rank] = (i64)sm_;
     }
 #endif
 
@@ -273,7 +298,11 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     int* my_child = cand_child + blk_base;
     u64* my_pass = passed + blk_base;
     u64* grp = grouped + req_base;             // the request's passers grouped by bin (phase 4)
+#if WKV
+    u64* work64 = grouped + blk_base;          // this block's GTM work list, (child << 32 | candidate number) entries
+#else
     u32* work = (u32*)(grouped + blk_base);    // this block's GTM work list (phase 3; same slots)
+#endif
 
     // (PDL) every read and write below may touch an earlier kernel's data; the request's rows above are
     // GraphedBeamSearch's fixed schedule (written before its capture), the only launches made with PDL
@@ -439,6 +468,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
     }
     if (tid == 0) S.n_cand = nc;
+    BSTAMP(0);
     cluster_wait();  // every block's arrays are zeroed before anyone adds to them
     for (int i = tid; i < FB; i += NT) if (S.cum[i]) dsm_add(remote(&S.m_cand[i], OWNER(i)), S.cum[i]);
     cluster_sync();
@@ -471,8 +501,18 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         __syncthreads();
         for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
             u64 cv[EU];
+#if WKV
+            int chv[EU];  // (loaded beside the composites: one round trip a pass either way)
+#pragma unroll
+            for (int u = 0; u < EU; ++u) {
+                const u32 i = base + u * NT + tid;
+                cv[u] = i < nc ? LIST_LD(my_cand + i) : 0ull;
+                chv[u] = i < nc ? LIST_LD(my_child + i) : 0;
+            }
+#else
 #pragma unroll
             for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
+#endif
 #pragma unroll
             for (int u = 0; u < EU; ++u) {
                 u32 i = base + u * NT + tid;
@@ -483,7 +523,16 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     u32 at = 0;
                     if (lane == 0) at = atomicAdd(&S.n_work, (u32)__popc(ballot));
                     at = __shfl_sync(0xffffffffu, at, 0);
+#if WKV
+                    if (in) {
+                        work64[at + __popc(ballot & ((1u << lane) - 1u))] = ((u64)(u32)chv[u] << 32) | i;
+#if LPF
+                        if (gtm) prefetch_part_ids(t, chv[u], NODE_DEPTH(chv[u]));
+#endif
+                    }
+#else
                     if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = i;
+#endif
                 }
             }
         }
@@ -503,7 +552,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
 #else
         const u32 nw = S.n_work;
 #endif
-        if (n_rounds == 0) STAMP(16);
+        if (n_rounds == 0) { STAMP(16); BSTAMP(1); if (prof && rank < 8 && tid == 0) prof[b * PROF_W + 35 + 4 * rank] = nw; }
         for (u32 base = 0; base < nw; base += NT) {
             u32 w = base + tid;
             bool pass = false;
@@ -517,17 +566,28 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 const u32 wb = S.woff[o];
                 // another block's lists and candidates: read through L2, where its stores are
                 const i64 d_ = ((i64)o - (i64)rank) * cap_blk;  // its regions, from this block's
+#if WKV
+                const u64 e = ld_cg(work64 + d_ + (g - wb));
+                c = ld_cg(my_cand + d_ + (u32)e);
+                const i64 child = (i64)(e >> 32);
+#else
                 const u32 i = ld_cg(work + 2 * d_ + (g - wb));
                 c = ld_cg(my_cand + d_ + i);
-                bn = bin_of<FB>(c, top);
                 i64 child = ld_cg(my_child + d_ + i);
+#endif
+                bn = bin_of<FB>(c, top);
+#elif WKV
+                const u64 e = work64[w];  // the child at once; the composite is needed only after the test
+                const i64 child = (i64)(e >> 32);
+                c = my_cand[(u32)e];
+                bn = bin_of<FB>(c, top);
 #else
                 u32 i = work[w];
                 c = my_cand[i];
                 bn = bin_of<FB>(c, top);
                 i64 child = my_child[i];
 #endif
-                pass = !gtm || node_passes_fast(t, q, b, child, t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, child) : depth_of(t, child));
+                pass = !gtm || node_passes_fast(t, q, b, child, NODE_DEPTH(child));
             }
             unsigned ballot = __ballot_sync(0xffffffffu, pass);
             if (ballot) {
@@ -539,7 +599,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             }
         }
         __syncthreads();
-        if (n_rounds == 0) STAMP(17);
+        if (n_rounds == 0) { STAMP(17); BSTAMP(2); }
         for (int i = lo + 1 + tid; i <= hi; i += NT) if (S.pcnt[i]) dsm_add(remote(&S.m_pass[i], OWNER(i)), S.pcnt[i]);
         cluster_sync();
         if (n_rounds == 0) STAMP(18);
@@ -696,6 +756,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     }
     if (rank == 0 && tid == 0) out_count[b] = !gtm ? C : (count_all ? passed_lo : -1);  // count_all tests every bin
     STAMP(12);
-    if (prof && rank == 0 && tid == 0) { prof[b * 32 + 13] = n_rounds; prof[b * 32 + 14] = crowded; prof[b * 32 + 15] = C; }
+    if (prof && rank == 0 && tid == 0) { prof[b * PROF_W + 13] = n_rounds; prof[b * PROF_W + 14] = crowded; prof[b * PROF_W + 15] = C; }
     cluster_sync();  // a block's shared memory must outlive every remote access to it
 }
