@@ -151,21 +151,9 @@ __device__ __forceinline__ void prefetch_rows(const Trie& t, int bid, int bloom0
     }
 }
 
-// The line holding a node's first partition ids (its partition range for jagged layouts), into L1.
-__device__ __forceinline__ void prefetch_part_ids(const Trie& t, i64 node, int depth) {
-    if (t.jagged) { prefetch_l1(t.part_offsets + node); return; }
-    const i64 s0 = t.level_base[depth] + (node - t.level_offsets[depth]) * t.level_width[depth];
-    prefetch_l1(t.part_bitmask + s0);
-    if (t.nb > 0) prefetch_l1(t.part_bloom + s0 * t.nb);
-}
-
-#ifndef PFALL
-// PFALL (off until measured): every loaded partition's rows requested before the first is tested, so a node
-// that fails its first partition waits no further round trip for the next ones' rows.
-#define PFALL 0
-#endif
-
-__device__ bool node_passes_fast(const Trie& t, const Req& q, int b, i64 node, int depth) {
+// Does any of the node's partitions pass `part` (partition id p, its bitmask id, its first Bloom id)?
+template <class PartTest>
+__device__ __forceinline__ bool node_passes_by(const Trie& t, i64 node, int depth, const PartTest& part) {
     i64 s0, s1;
     if (t.jagged) { s0 = t.part_offsets[node]; s1 = t.part_offsets[node + 1]; }
     else { i64 w = t.level_width[depth]; s0 = t.level_base[depth] + (node - t.level_offsets[depth]) * w; s1 = s0 + w; }
@@ -177,28 +165,29 @@ __device__ bool node_passes_fast(const Trie& t, const Req& q, int b, i64 node, i
             bl[x] = (p0 + x < s1 && t.nb > 0) ? t.part_bloom[(p0 + x) * t.nb] : 0;
         }
         if (bid[0] < 0) return false;  // fixed layouts pad at the end
-#if PFALL
-#pragma unroll
-        for (int x = 0; x < PF; ++x) if (bid[x] >= 0) prefetch_rows(t, bid[x], bl[x]);
-#pragma unroll
-        for (int x = 0; x < PF; ++x) {
-            if (bid[x] < 0) return false;
-            if (partition_passes(t, q, b, p0 + x, bid[x], bl[x])) return true;
-        }
-#else
         // the first partition's Bloom row is requested with its bitmask row, not after the bitmask test
         prefetch_rows(t, bid[0], bl[0]);
-        if (partition_passes(t, q, b, p0, bid[0], bl[0])) return true;
+        if (part(p0, bid[0], bl[0])) return true;
 #pragma unroll
         for (int x = 1; x < PF; ++x) if (bid[x] >= 0) prefetch_rows(t, bid[x], bl[x]);
 #pragma unroll
         for (int x = 1; x < PF; ++x) {
             if (bid[x] < 0) return false;
-            if (partition_passes(t, q, b, p0 + x, bid[x], bl[x])) return true;
+            if (part(p0 + x, bid[x], bl[x])) return true;
         }
-#endif
     }
     return false;
+}
+
+struct FullTest {  // node_passes_by's partition test over the request's full rows
+    const Trie& t;
+    const Req& q;
+    int b;
+    __device__ __forceinline__ bool operator()(i64 p, int bid, int bl) const { return partition_passes(t, q, b, p, bid, bl); }
+};
+
+__device__ bool node_passes_fast(const Trie& t, const Req& q, int b, i64 node, int depth) {
+    return node_passes_by(t, node, depth, FullTest{t, q, b});
 }
 
 // Depth of a node from level offsets held in shared memory (n_levels entries).

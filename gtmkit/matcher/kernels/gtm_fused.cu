@@ -75,26 +75,10 @@
 // 184.8 -> 183.1 us (H200, session 16, step_gpu_profile.md).
 #define HPLAIN 2
 #endif
-#ifndef TBAL
-// TBAL (off until measured): a GTM round's tests dealt evenly over the cluster's blocks (one work list of the
-// blocks' lists, each block testing a CL-th of it) instead of each block testing the candidates it listed. Why:
-// the best rows, whose children fill the first window, are few, so a block can list more than NT window
-// candidates and test them in two passes of the chain of dependent loads while the others wait at the merge
-// barrier (merge 9.2 us at depth 3 with the 4k window, session 16). Costs a cluster barrier a round.
-#define TBAL 0
-#endif
-#ifndef WKV
-// WKV (off until measured): a GTM round's work list holds each candidate's child node beside its number (the
-// listing loads the children with the composites), so a test starts from its node one dependent load sooner.
-#define WKV 0
-#endif
-#ifndef LPF
-// LPF (needs WKV; off until measured): the listing also prefetches each window candidate's partition-id line
-// into L1 (its own loads bypass L1, ld.cg), so the test's first table load is an L1 hit.
-#define LPF 0
-#endif
-#if LPF && !WKV
-#error "LPF needs WKV"
+#ifndef SPT
+// SPT (off until measured): GTM tests over the request's non-zero words, kept in shared memory (sparse_req.cuh):
+// the same answers from ~3 divergent loads a partition instead of ~19.
+#define SPT 0
 #endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
@@ -145,20 +129,12 @@ __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
 }
 
 #include "warp_bins.cuh"  // bin_add
+#include "sparse_req.cuh"  // SparseReq (SPT)
+
 
 // A node's depth: from the level offsets in shared memory (S.lvl) when the trie has at most 16 levels.
 #define NODE_DEPTH(n) (t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, (i64)(n)) : depth_of(t, (i64)(n)))
 
-#ifdef GTMKIT_EMU
-template <class T> __device__ __forceinline__ T ld_cg(const T* p) { return *p; }
-#else
-template <class T> __device__ __forceinline__ T ld_cg(const T* p) { return __ldcg(p); }  // cached in L2, not L1
-#endif
-#if LPF
-#define LIST_LD(p) ld_cg(p)  // the listing's stream leaves L1 to the prefetched partition ids
-#else
-#define LIST_LD(p) (*(p))
-#endif
 
 // The graphed beam search's token history (graph.py): output row `o` gets its parent's hist_t tokens
 // (-1 for a padding row) and its own token, what beam.cu's reorder_history would do in a launch of its own.
@@ -188,12 +164,12 @@ struct Smem {
     u32 n_cand, n_pass;  // this block's candidates and passers
     u32 n_work;        // this round's work list length
     int s_T, s_done;
-#if TBAL
-    u32 woff[CL + 3];  // a round's work lists of the cluster's blocks as offsets into one list; this block's share
-#endif
     u32 s_next;        // expand, warp per row: the next row of the batch to take
     u32 s_wtot;
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
+#if SPT
+    SparseReq sp;      // the request's GTM rows, non-zero words only
+#endif
 };
 
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
@@ -298,11 +274,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     int* my_child = cand_child + blk_base;
     u64* my_pass = passed + blk_base;
     u64* grp = grouped + req_base;             // the request's passers grouped by bin (phase 4)
-#if WKV
-    u64* work64 = grouped + blk_base;          // this block's GTM work list, (child << 32 | candidate number) entries
-#else
     u32* work = (u32*)(grouped + blk_base);    // this block's GTM work list (phase 3; same slots)
-#endif
 
     // (PDL) every read and write below may touch an earlier kernel's data; the request's rows above are
     // GraphedBeamSearch's fixed schedule (written before its capture), the only launches made with PDL
@@ -346,6 +318,10 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     __syncthreads();
     const float top = S.s_top;
     STAMP(1);
+    // (SPT) the last warp lists the request's non-zero words; the expand's barriers publish them
+#if SPT
+    if (gtm && warp == NT / 32 - 1) build_sparse_req(t, q, b, S.sp, lane);
+#endif
 
     // ---- 2 expand: this block's rows, flattened over its threads ----------------------------------
     // Block `rank` takes every CL-th row (r0 + rank + CL * x, x < nmine): rows come best beam first, so
@@ -501,18 +477,8 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         __syncthreads();
         for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
             u64 cv[EU];
-#if WKV
-            int chv[EU];  // (loaded beside the composites: one round trip a pass either way)
-#pragma unroll
-            for (int u = 0; u < EU; ++u) {
-                const u32 i = base + u * NT + tid;
-                cv[u] = i < nc ? LIST_LD(my_cand + i) : 0ull;
-                chv[u] = i < nc ? LIST_LD(my_child + i) : 0;
-            }
-#else
 #pragma unroll
             for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
-#endif
 #pragma unroll
             for (int u = 0; u < EU; ++u) {
                 u32 i = base + u * NT + tid;
@@ -523,35 +489,12 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     u32 at = 0;
                     if (lane == 0) at = atomicAdd(&S.n_work, (u32)__popc(ballot));
                     at = __shfl_sync(0xffffffffu, at, 0);
-#if WKV
-                    if (in) {
-                        work64[at + __popc(ballot & ((1u << lane) - 1u))] = ((u64)(u32)chv[u] << 32) | i;
-#if LPF
-                        if (gtm) prefetch_part_ids(t, chv[u], NODE_DEPTH(chv[u]));
-#endif
-                    }
-#else
                     if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = i;
-#endif
                 }
             }
         }
         __syncthreads();
-#if TBAL
-        // the cluster's work lists as one, block `rank` testing its CL-th share (passers go to its own list)
-        cluster_sync();  // every block's work list and count are final
-        if (tid == 0) {  // (kept in shared memory, not registers: the test below has none to spare)
-            u32 acc = 0;
-            for (int o = 0; o < CL; ++o) { S.woff[o] = acc; acc += dsm_load(remote(&S.n_work, o)); }
-            S.woff[CL] = acc;
-            S.woff[CL + 1] = (u32)((u64)acc * rank / CL);                         // this block's share: first
-            S.woff[CL + 2] = (u32)((u64)acc * (rank + 1) / CL) - S.woff[CL + 1];  // and length
-        }
-        __syncthreads();
-        const u32 nw = S.woff[CL + 2];
-#else
         const u32 nw = S.n_work;
-#endif
         if (n_rounds == 0) { STAMP(16); BSTAMP(1); if (prof && rank < 8 && tid == 0) prof[b * PROF_W + 35 + 4 * rank] = nw; }
         for (u32 base = 0; base < nw; base += NT) {
             u32 w = base + tid;
@@ -559,35 +502,16 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             u64 c = 0;
             int bn = -1;
             if (w < nw) {
-#if TBAL
-                const u32 g = S.woff[CL + 1] + w;
-                u32 o = 0;  // the block whose list holds entry g
-                while (o + 1 < CL && g >= S.woff[o + 1]) ++o;
-                const u32 wb = S.woff[o];
-                // another block's lists and candidates: read through L2, where its stores are
-                const i64 d_ = ((i64)o - (i64)rank) * cap_blk;  // its regions, from this block's
-#if WKV
-                const u64 e = ld_cg(work64 + d_ + (g - wb));
-                c = ld_cg(my_cand + d_ + (u32)e);
-                const i64 child = (i64)(e >> 32);
-#else
-                const u32 i = ld_cg(work + 2 * d_ + (g - wb));
-                c = ld_cg(my_cand + d_ + i);
-                i64 child = ld_cg(my_child + d_ + i);
-#endif
-                bn = bin_of<FB>(c, top);
-#elif WKV
-                const u64 e = work64[w];  // the child at once; the composite is needed only after the test
-                const i64 child = (i64)(e >> 32);
-                c = my_cand[(u32)e];
-                bn = bin_of<FB>(c, top);
-#else
                 u32 i = work[w];
                 c = my_cand[i];
                 bn = bin_of<FB>(c, top);
                 i64 child = my_child[i];
-#endif
+#if SPT
+                pass = !gtm || (S.sp.ok ? node_passes_by(t, child, NODE_DEPTH(child), SparseTest{t, S.sp})
+                                        : node_passes_fast(t, q, b, child, NODE_DEPTH(child)));
+#else
                 pass = !gtm || node_passes_fast(t, q, b, child, NODE_DEPTH(child));
+#endif
             }
             unsigned ballot = __ballot_sync(0xffffffffu, pass);
             if (ballot) {

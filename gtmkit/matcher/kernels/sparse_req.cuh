@@ -1,0 +1,104 @@
+// A request's GTM rows as the few words that matter, kept in shared memory by the fused step (gtm_fused.cu,
+// SPT). NVRTC: built-in types only. Needs gtm_common.cuh first.
+//
+// Why: partition_passes ANDs every bitmask attribute's request row with the node's row over all W words and
+// reloads the row for each attribute (A x W divergent loads a partition: 15 for the synth schema), and reloads
+// the Bloom row for every signature. A divergent warp load costs a pass of the L1 pipeline a distinct line,
+// so at depth 3 a block's ~700 tests took 12-14 us in one round of loads whose latency is ~1 us. A request
+// row holds a bit or two an attribute: testing only its non-zero words is the same test, exactly:
+//   OR_w (row[w] & rq[w]) != 0  <=>  OR over w with rq[w] != 0;  (br & sg) == sg  <=>  over w with sg[w] != 0.
+
+// Capacities (the CPU emulation shrinks them, so that some requests take the full test)
+#ifndef SP_A
+#define SP_A 16   // bitmask attributes
+#endif
+#ifndef SP_P
+#define SP_P 32   // non-zero bitmask request words, all attributes
+#endif
+#define SP_NB 4   // Bloom matchers
+#ifndef SP_S
+#define SP_S 16   // signatures, all Bloom matchers
+#endif
+#ifndef SP_Q
+#define SP_Q 64   // non-zero signature words, all signatures
+#endif
+
+struct SparseReq {
+    u64 bm_m[SP_P];     // bitmask: the request word ...
+    u64 bl_m[SP_Q];     // Bloom: the signature word ...
+    u32 bm_w[SP_P];     // ... and its index in the row
+    u32 bl_w[SP_Q];
+    u32 bm_end[SP_A];   // attribute a's words: [bm_end[a - 1], bm_end[a])
+    u32 sig_end[SP_S];  // signature s's words: [sig_end[s - 1], sig_end[s])
+    u32 k_end[SP_NB];   // Bloom matcher k's signatures: [k_end[k - 1], k_end[k])
+    int A, ok;          // ok: everything fit (else the full test, node_passes_fast)
+};
+
+// Words [0, n) of src: the non-zero ones appended to (w, m) from *at on (every lane of the warp calls it).
+__device__ __forceinline__ void sparse_append(const u64* src, int n, u32* w_out, u64* m_out, u32 cap, u32& at,
+                                              int lane) {
+    for (int w0 = 0; w0 < n; w0 += 32) {
+        const int w = w0 + lane;
+        const u64 v = w < n ? src[w] : 0ull;
+        const unsigned nz = __ballot_sync(0xffffffffu, v != 0ull);
+        const u32 slot = at + (u32)__popc(nz & ((1u << lane) - 1u));
+        if (v != 0ull && slot < cap) { w_out[slot] = (u32)w; m_out[slot] = v; }
+        at += (u32)__popc(nz);
+    }
+}
+
+// One warp builds request b's lists (lane 0 writes the bounds); the block syncs before any test reads them.
+__device__ void build_sparse_req(const Trie& t, const Req& q, int b, SparseReq& sp, int lane) {
+    bool ok = q.A <= SP_A && t.nb <= SP_NB;
+    u32 n = 0;
+    for (int a = 0; a < q.A && ok; ++a) {
+        sparse_append(q.bitmask + ((i64)b * q.A + a) * t.W, t.W, sp.bm_w, sp.bm_m, SP_P, n, lane);
+        if (lane == 0) sp.bm_end[a] = n;
+    }
+    ok = ok && n <= SP_P;
+    u32 ns = 0, ng = 0;
+    for (int k = 0; k < t.nb && ok; ++k) {
+        const i64 s1 = q.sig_off[b * (t.nb + 1) + k + 1];
+        for (i64 s = q.sig_off[b * (t.nb + 1) + k]; s < s1 && ns < SP_S; ++s, ++ns) {
+            sparse_append(q.sigs + s * t.Wb, t.Wb, sp.bl_w, sp.bl_m, SP_Q, ng, lane);
+            if (lane == 0) sp.sig_end[ns] = ng;
+        }
+        ok = ok && s1 - q.sig_off[b * (t.nb + 1)] <= SP_S;  // every signature so far had a slot
+        if (lane == 0) sp.k_end[k] = ns;
+    }
+    ok = ok && ng <= SP_Q;
+    if (lane == 0) { sp.A = q.A; sp.ok = ok; }
+}
+
+// partition_passes over the request's non-zero words (same answer).
+__device__ __forceinline__ bool partition_passes_sp(const Trie& t, const SparseReq& sp, i64 p, int bid, int bloom0) {
+    const u64* row = t.bitmask_table + (i64)bid * t.W;
+    u32 e = 0;
+    for (int a = 0; a < sp.A; ++a) {
+        u64 hit = 0;
+        for (const u32 e1 = sp.bm_end[a]; e < e1; ++e) hit |= row[sp.bm_w[e]] & sp.bm_m[e];
+        if (!hit) return false;
+    }
+    u32 s = 0;
+    for (int k = 0; k < t.nb; ++k) {
+        const int id = k == 0 ? bloom0 : t.part_bloom[p * t.nb + k];
+        const u64* br = t.bloom_table + (t.bloom_base[k] + id) * t.Wb;
+        const u32 s1 = sp.k_end[k];
+        bool found = false;
+        for (; s < s1 && !found; ++s) {
+            bool inside = true;
+            for (u32 g = s > 0 ? sp.sig_end[s - 1] : 0u; g < sp.sig_end[s] && inside; ++g)
+                inside = (br[sp.bl_w[g]] & sp.bl_m[g]) == sp.bl_m[g];
+            found = inside;
+        }
+        if (!found) return false;
+        s = s1;  // the next matcher's signatures
+    }
+    return true;
+}
+
+struct SparseTest {  // node_passes_by's partition test over the shared lists
+    const Trie& t;
+    const SparseReq& sp;
+    __device__ __forceinline__ bool operator()(i64 p, int bid, int bl) const { return partition_passes_sp(t, sp, p, bid, bl); }
+};
