@@ -151,6 +151,10 @@ __device__ __forceinline__ void prefetch_rows(const Trie& t, int bid, int bloom0
     }
 }
 
+#ifndef NOPF
+#define NOPF 0  // 1: no L1 prefetches of the partitions' rows (with sparse tests a partition loads few words; measuring)
+#endif
+
 // Does any of the node's partitions pass `part` (partition id p, its bitmask id, its first Bloom id)?
 template <class PartTest>
 __device__ __forceinline__ bool node_passes_by(const Trie& t, i64 node, int depth, const PartTest& part) {
@@ -166,10 +170,10 @@ __device__ __forceinline__ bool node_passes_by(const Trie& t, i64 node, int dept
         }
         if (bid[0] < 0) return false;  // fixed layouts pad at the end
         // the first partition's Bloom row is requested with its bitmask row, not after the bitmask test
-        prefetch_rows(t, bid[0], bl[0]);
+        if (!NOPF) prefetch_rows(t, bid[0], bl[0]);
         if (part(p0, bid[0], bl[0])) return true;
 #pragma unroll
-        for (int x = 1; x < PF; ++x) if (bid[x] >= 0) prefetch_rows(t, bid[x], bl[x]);
+        for (int x = 1; x < PF; ++x) if (!NOPF && bid[x] >= 0) prefetch_rows(t, bid[x], bl[x]);
 #pragma unroll
         for (int x = 1; x < PF; ++x) {
             if (bid[x] < 0) return false;
