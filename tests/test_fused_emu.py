@@ -13,6 +13,7 @@ import pytest
 
 from gtmkit.matcher.kernel_params import FUSED_PROF_W, FUSED_SMEM, fused_scratch_slots, request_params, trie_params
 from gtmkit.matcher.matcher import Matcher
+from gtmkit.matcher.sparse_req import Caps, sparse_images
 
 from catalogs import random_user
 from cuda_emu import KERNEL_DIR, build_emulator, garbage, launch
@@ -40,6 +41,7 @@ class FusedEmu:
 
     def __init__(self, name, lib, sigs, cfg):
         self.name, self.lib, self.sigs, self.cl, self.nt = name, lib, sigs, cfg["CL"], cfg["NT"]
+        self.caps = Caps(*(cfg.get(f"SP_{n}", d) for n, d in zip(("A", "P", "NB", "S", "Q"), Caps())))
         self.rng = np.random.default_rng(0)
         self.rounds = []
 
@@ -51,6 +53,7 @@ class FusedEmu:
         t, q = m.arrays, m.batch(requests)
         tarr = {n: np.ascontiguousarray(getattr(t, n)) for n in t._fields if n != "jagged"}
         qarr = {n: np.ascontiguousarray(getattr(q, n)) for n in q._fields}
+        qarr["sparse"] = sparse_images(q, self.caps).view(np.uint64)  # (SPT) at this configuration's capacities
         tp = trie_params(t, lambda n: tarr[n].ctypes.data)
         qp = request_params(q, lambda n: qarr[n].ctypes.data)
         R, B = len(node_ids), q.size

@@ -76,8 +76,8 @@
 #define HPLAIN 2
 #endif
 #ifndef SPT
-// SPT (off until measured): GTM tests over the request's non-zero words, kept in shared memory (sparse_req.cuh):
-// the same answers from ~3 divergent loads a partition instead of ~19.
+// SPT (off until measured): GTM tests over the request's non-zero words, copied to shared memory from the batch's
+// images (sparse_req.cuh): the same answers from ~3 divergent loads a partition instead of ~19.
 #define SPT 0
 #endif
 #ifndef TOP_R0
@@ -287,6 +287,9 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     // TOP_R0: rows that come best first (rows_best_first: the graphed search hands each step the last one's
     // ranked output) have it in their first row when that row is live: one load instead of a pass over all
     // rows. Any top is exact (above it: bin 0), so a wrong flag costs laziness, never an answer.
+#if SPT
+    if (gtm) load_sparse_req(q, b, S.sp, tid, NT);  // (published by the barrier below)
+#endif
     bool scan = true;
     if (TOP_R0 && rows_best_first) {
         if (tid == 0) {
@@ -318,10 +321,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     __syncthreads();
     const float top = S.s_top;
     STAMP(1);
-    // (SPT) the last warp lists the request's non-zero words; the expand's barriers publish them
-#if SPT
-    if (gtm && warp == NT / 32 - 1) build_sparse_req(t, q, b, S.sp, lane);
-#endif
+
 
     // ---- 2 expand: this block's rows, flattened over its threads ----------------------------------
     // Block `rank` takes every CL-th row (r0 + rank + CL * x, x < nmine): rows come best beam first, so

@@ -1,5 +1,6 @@
 // A request's GTM rows as the few words that matter, kept in shared memory by the fused step (gtm_fused.cu,
-// SPT). NVRTC: built-in types only. Needs gtm_common.cuh first.
+// SPT). NVRTC: built-in types only. Needs gtm_common.cuh first. The host builds each request's image in this
+// struct's byte layout (gtmkit/matcher/sparse_req.py, which must match: u64 arrays first, no padding).
 //
 // Why: partition_passes ANDs every bitmask attribute's request row with the node's row over all W words and
 // reloads the row for each attribute (A x W divergent loads a partition: 15 for the synth schema), and reloads
@@ -8,14 +9,16 @@
 // row holds a bit or two an attribute: testing only its non-zero words is the same test, exactly:
 //   OR_w (row[w] & rq[w]) != 0  <=>  OR over w with rq[w] != 0;  (br & sg) == sg  <=>  over w with sg[w] != 0.
 
-// Capacities (the CPU emulation shrinks them, so that some requests take the full test)
+// Capacities, as sparse_req.py's Caps (the CPU emulation shrinks them, so that some requests take the full test)
 #ifndef SP_A
 #define SP_A 16   // bitmask attributes
 #endif
 #ifndef SP_P
 #define SP_P 32   // non-zero bitmask request words, all attributes
 #endif
+#ifndef SP_NB
 #define SP_NB 4   // Bloom matchers
+#endif
 #ifndef SP_S
 #define SP_S 16   // signatures, all Bloom matchers
 #endif
@@ -34,40 +37,14 @@ struct SparseReq {
     int A, ok;          // ok: everything fit (else the full test, node_passes_fast)
 };
 
-// Words [0, n) of src: the non-zero ones appended to (w, m) from *at on (every lane of the warp calls it).
-__device__ __forceinline__ void sparse_append(const u64* src, int n, u32* w_out, u64* m_out, u32 cap, u32& at,
-                                              int lane) {
-    for (int w0 = 0; w0 < n; w0 += 32) {
-        const int w = w0 + lane;
-        const u64 v = w < n ? src[w] : 0ull;
-        const unsigned nz = __ballot_sync(0xffffffffu, v != 0ull);
-        const u32 slot = at + (u32)__popc(nz & ((1u << lane) - 1u));
-        if (v != 0ull && slot < cap) { w_out[slot] = (u32)w; m_out[slot] = v; }
-        at += (u32)__popc(nz);
-    }
-}
+static_assert(sizeof(SparseReq) == 8 * (SP_P + SP_Q) + 4 * (SP_P + SP_Q + SP_A + SP_S + SP_NB + 2), "packed as on the host");
+static_assert(sizeof(SparseReq) % 8 == 0, "copied a u64 at a time");
 
-// One warp builds request b's lists (lane 0 writes the bounds); the block syncs before any test reads them.
-__device__ void build_sparse_req(const Trie& t, const Req& q, int b, SparseReq& sp, int lane) {
-    bool ok = q.A <= SP_A && t.nb <= SP_NB;
-    u32 n = 0;
-    for (int a = 0; a < q.A && ok; ++a) {
-        sparse_append(q.bitmask + ((i64)b * q.A + a) * t.W, t.W, sp.bm_w, sp.bm_m, SP_P, n, lane);
-        if (lane == 0) sp.bm_end[a] = n;
-    }
-    ok = ok && n <= SP_P;
-    u32 ns = 0, ng = 0;
-    for (int k = 0; k < t.nb && ok; ++k) {
-        const i64 s1 = q.sig_off[b * (t.nb + 1) + k + 1];
-        for (i64 s = q.sig_off[b * (t.nb + 1) + k]; s < s1 && ns < SP_S; ++s, ++ns) {
-            sparse_append(q.sigs + s * t.Wb, t.Wb, sp.bl_w, sp.bl_m, SP_Q, ng, lane);
-            if (lane == 0) sp.sig_end[ns] = ng;
-        }
-        ok = ok && s1 - q.sig_off[b * (t.nb + 1)] <= SP_S;  // every signature so far had a slot
-        if (lane == 0) sp.k_end[k] = ns;
-    }
-    ok = ok && ng <= SP_Q;
-    if (lane == 0) { sp.A = q.A; sp.ok = ok; }
+// Request b's image (q.sparse) into shared memory, a u64 a thread; the caller syncs before reading it.
+__device__ __forceinline__ void load_sparse_req(const Req& q, int b, SparseReq& sp, int tid, int nt) {
+    const int n = (int)(sizeof(SparseReq) / 8);
+    const u64* src = q.sparse + (i64)b * n;
+    for (int i = tid; i < n; i += nt) reinterpret_cast<u64*>(&sp)[i] = src[i];
 }
 
 // partition_passes over the request's non-zero words (same answer).
