@@ -105,18 +105,11 @@ __device__ bool node_passes(const Trie& t, const Req& q, int b, i64 node, int de
 
 // ---- the same test, shaped for latency ----------------------------------------------------------
 // node_passes walks partitions one by one, and each one's table rows are only fetched once its id has
-// arrived: up to ~4 dependent memory round trips per partition. Here the ids of up to PF partitions
-// are loaded together; the first partition's bitmask and Bloom rows are requested together and it is
-// tested at once (most candidates that pass, pass there), and only if it fails are the other
-// partitions' rows prefetched into L1 together, so a candidate waits for two or three round trips
-// whatever its number of partitions, and a passing one costs no bandwidth for rows it never reads.
+// arrived. Here the ids of up to PF partitions are loaded together, then the partitions are tested in
+// order, each loading the words it needs. No prefetches: an L1 prefetch of a partition's rows costs the L1
+// pipeline a pass a distinct line, as a load does, and the divergent loads of ~700 tests a block already
+// bound the round (H200, session 17: without them the whole graphed search took 179.0 -> 171.7 us).
 #define PF 4
-
-#ifdef GTMKIT_EMU
-__device__ __forceinline__ void prefetch_l1(const void*) {}
-#else
-__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
-#endif
 
 __device__ __forceinline__ bool partition_passes(const Trie& t, const Req& q, int b, i64 p, int bid, int bloom0) {
     const u64* row = t.bitmask_table + (i64)bid * t.W;
@@ -141,21 +134,6 @@ __device__ __forceinline__ bool partition_passes(const Trie& t, const Req& q, in
     return true;
 }
 
-__device__ __forceinline__ void prefetch_rows(const Trie& t, int bid, int bloom0) {
-    const u64* row = t.bitmask_table + (i64)bid * t.W;
-    prefetch_l1(row);
-    prefetch_l1(row + t.W - 1);
-    if (t.nb > 0) {
-        const u64* br = t.bloom_table + (t.bloom_base[0] + bloom0) * t.Wb;
-        prefetch_l1(br);
-        prefetch_l1(br + t.Wb - 1);
-    }
-}
-
-#ifndef NOPF
-#define NOPF 0  // 1: no L1 prefetches of the partitions' rows (with sparse tests a partition loads few words; measuring)
-#endif
-
 // Does any of the node's partitions pass `part` (partition id p, its bitmask id, its first Bloom id)?
 template <class PartTest>
 __device__ __forceinline__ bool node_passes_by(const Trie& t, i64 node, int depth, const PartTest& part) {
@@ -169,15 +147,9 @@ __device__ __forceinline__ bool node_passes_by(const Trie& t, i64 node, int dept
             bid[x] = p0 + x < s1 ? t.part_bitmask[p0 + x] : -1;
             bl[x] = (p0 + x < s1 && t.nb > 0) ? t.part_bloom[(p0 + x) * t.nb] : 0;
         }
-        if (bid[0] < 0) return false;  // fixed layouts pad at the end
-        // the first partition's Bloom row is requested with its bitmask row, not after the bitmask test
-        if (!NOPF) prefetch_rows(t, bid[0], bl[0]);
-        if (part(p0, bid[0], bl[0])) return true;
 #pragma unroll
-        for (int x = 1; x < PF; ++x) if (!NOPF && bid[x] >= 0) prefetch_rows(t, bid[x], bl[x]);
-#pragma unroll
-        for (int x = 1; x < PF; ++x) {
-            if (bid[x] < 0) return false;
+        for (int x = 0; x < PF; ++x) {
+            if (bid[x] < 0) return false;  // past the node's partitions; fixed layouts also pad with -1
             if (part(p0 + x, bid[x], bl[x])) return true;
         }
     }

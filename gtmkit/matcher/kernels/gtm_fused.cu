@@ -76,9 +76,11 @@
 #define HPLAIN 2
 #endif
 #ifndef SPT
-// SPT (off until measured): GTM tests over the request's non-zero words, copied to shared memory from the batch's
-// images (sparse_req.cuh): the same answers from ~3 divergent loads a partition instead of ~19.
-#define SPT 0
+// SPT: GTM tests over the request's non-zero words, copied to shared memory from the batch's images
+// (sparse_req.cuh): the same answers from ~3 divergent loads a partition instead of ~19. With the prefetches
+// gone (gtm_common.cuh) the first round's tests took 11.8 -> 9.5 us at depth 3 and the whole graphed search
+// 171.7 -> 160.3 us (H200, session 17); 0: the full test for every request.
+#define SPT 1
 #endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
