@@ -13,7 +13,6 @@ import pytest
 
 from gtmkit.matcher.kernel_params import FUSED_PROF_W, FUSED_SMEM, fused_scratch_slots, request_params, trie_params
 from gtmkit.matcher.matcher import Matcher
-from gtmkit.matcher.slot_req import SlotCaps, slot_images
 from gtmkit.matcher.sparse_req import Caps, sparse_images
 
 from catalogs import random_user
@@ -32,8 +31,6 @@ CONFIGS = {
     "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, SP_P=3, SP_S=2, SP_Q=9),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count; GTM tests over the requests' non-zero words (SPT, as on the device)
-    "slot3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1, SPT=2),
-    "slotc": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, SPT=2, SL_S=2),
     "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),
 }
 
@@ -45,7 +42,6 @@ class FusedEmu:
     def __init__(self, name, lib, sigs, cfg):
         self.name, self.lib, self.sigs, self.cl, self.nt = name, lib, sigs, cfg["CL"], cfg["NT"]
         self.caps = Caps(*(cfg.get(f"SP_{n}", d) for n, d in zip(("A", "P", "NB", "S", "Q"), Caps())))
-        self.slot_caps = SlotCaps(*(cfg.get(f"SL_{n}", d) for n, d in zip(("A", "NB", "S"), SlotCaps())))
         self.rng = np.random.default_rng(0)
         self.rounds = []
 
@@ -58,7 +54,6 @@ class FusedEmu:
         tarr = {n: np.ascontiguousarray(getattr(t, n)) for n in t._fields if n != "jagged"}
         qarr = {n: np.ascontiguousarray(getattr(q, n)) for n in q._fields}
         qarr["sparse"] = sparse_images(q, self.caps).view(np.uint64)  # (SPT) at this configuration's capacities
-        qarr["slots"] = slot_images(q, self.slot_caps).view(np.uint64)
         tp = trie_params(t, lambda n: tarr[n].ctypes.data)
         qp = request_params(q, lambda n: qarr[n].ctypes.data)
         R, B = len(node_ids), q.size

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from gtmkit.matcher.arrays import RequestBatch
 from gtmkit.matcher.kernel_params import request_params
-from gtmkit.matcher.slot_req import slot_images
 from gtmkit.matcher.sparse_req import Caps, sparse_dtype, sparse_images
 
 from cuda_emu import KERNEL_DIR
@@ -93,9 +92,8 @@ def test_request_params_carry_the_images():
     q = _batch(np.random.default_rng(0), 2, 1, 1, 1, 1, 0.5)
     arrs = {n: getattr(q, n) for n in q._fields}
     arrs["sparse"] = sparse_images(q).view(np.uint64)
-    arrs["slots"] = slot_images(q).view(np.uint64)
     p = request_params(q, lambda n: arrs[n].ctypes.data)
-    assert p[6] == arrs["sparse"].ctypes.data and p[7] == arrs["slots"].ctypes.data
+    assert p[6] == arrs["sparse"].ctypes.data
 
 
 @pytest.mark.parametrize("caps", [Caps(), Caps(words=1)])

@@ -19,7 +19,6 @@ import numpy as np
 from ..errors import GtmkitError
 from .arrays import RequestBatch, TrieArrays
 from .kernel_source import kernel_source
-from .slot_req import slot_images
 from .sparse_req import sparse_images
 from .kernel_params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params,
                             trie_params)
@@ -65,8 +64,7 @@ class DeviceBatch:
         self.bitmask = cp.asarray(q.bitmask)
         self.sig_off, self.sigs = cp.asarray(q.sig_off), cp.asarray(q.sigs)
         self.code_off, self.codes = cp.asarray(q.code_off), cp.asarray(q.codes)
-        self.sparse = cp.asarray(sparse_images(q).view(np.uint64))  # the fused step's SPT=1 images
-        self.slots = cp.asarray(slot_images(q).view(np.uint64))  # SPT=2
+        self.sparse = cp.asarray(sparse_images(q).view(np.uint64))  # the fused step's SPT images
         self.params = cp.asarray(request_params(q, lambda name: _ptr(getattr(self, name))))
 
 

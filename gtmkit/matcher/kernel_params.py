@@ -25,10 +25,9 @@ def trie_params(t: TrieArrays, ptr) -> np.ndarray:
 
 
 def request_params(q: RequestBatch, ptr) -> np.ndarray:
-    """QP: load_req()'s order in gtm_common.cuh; "sparse" / "slots": the batch's sparse_req.sparse_images /
-    slot_req.slot_images."""
+    """QP: load_req()'s order in gtm_common.cuh; "sparse" is the batch's sparse_req.sparse_images."""
     return np.array([ptr("bitmask"), q.bitmask.shape[1], ptr("sig_off"), ptr("sigs"), ptr("code_off"),
-                     ptr("codes"), ptr("sparse"), ptr("slots")], np.int64)
+                     ptr("codes"), ptr("sparse")], np.int64)
 
 
 def fused_scratch_slots(R: int, B: int, D: int, cluster: int) -> int:

@@ -34,8 +34,7 @@ struct Req {
     const u64* bitmask; int A;              // [B, A, W]
     const i64* sig_off; const u64* sigs;    // [B, nb+1], [n, Wb]
     const i64* code_off; const i64* codes;  // [B, nb+1], [n]
-    const u64* sparse;                      // [B] SparseReq images (sparse_req.cuh; the fused step's SPT=1)
-    const u64* slots;                       // [B] SlotReq images (slot_req.cuh; SPT=2)
+    const u64* sparse;                      // [B] SparseReq images (sparse_req.cuh; the fused step's SPT)
 };
 
 // Kernels receive their tables as one int64 array of pointers and sizes (built once on the host:
@@ -53,7 +52,7 @@ __device__ __forceinline__ Trie load_trie(const i64* P) {
 __device__ __forceinline__ Req load_req(const i64* P) {
     Req q;
     q.bitmask = (const u64*)P[0]; q.A = (int)P[1]; q.sig_off = (const i64*)P[2]; q.sigs = (const u64*)P[3];
-    q.code_off = (const i64*)P[4]; q.codes = (const i64*)P[5]; q.sparse = (const u64*)P[6]; q.slots = (const u64*)P[7];
+    q.code_off = (const i64*)P[4]; q.codes = (const i64*)P[5]; q.sparse = (const u64*)P[6];
     return q;
 }
 

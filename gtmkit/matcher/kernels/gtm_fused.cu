@@ -131,8 +131,7 @@ __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
 }
 
 #include "warp_bins.cuh"  // bin_add
-#include "sparse_req.cuh"  // SparseReq (SPT=1)
-#include "slot_req.cuh"    // SlotReq (SPT=2)
+#include "sparse_req.cuh"  // SparseReq (SPT)
 
 
 // A node's depth: from the level offsets in shared memory (S.lvl) when the trie has at most 16 levels.
@@ -170,10 +169,8 @@ struct Smem {
     u32 s_next;        // expand, warp per row: the next row of the batch to take
     u32 s_wtot;
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
-#if SPT == 1
+#if SPT
     SparseReq sp;      // the request's GTM rows, non-zero words only
-#elif SPT == 2
-    SlotReq sp;        // the request's GTM rows, in slots
 #endif
 };
 
@@ -292,10 +289,8 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     // TOP_R0: rows that come best first (rows_best_first: the graphed search hands each step the last one's
     // ranked output) have it in their first row when that row is live: one load instead of a pass over all
     // rows. Any top is exact (above it: bin 0), so a wrong flag costs laziness, never an answer.
-#if SPT == 1
+#if SPT
     if (gtm) load_sparse_req(q, b, S.sp, tid, NT);  // (published by the barrier below)
-#elif SPT == 2
-    if (gtm) load_slot_req(q, b, S.sp, tid, NT);
 #endif
     bool scan = true;
     if (TOP_R0 && rows_best_first) {
@@ -513,10 +508,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 c = my_cand[i];
                 bn = bin_of<FB>(c, top);
                 i64 child = my_child[i];
-#if SPT == 2
-                pass = !gtm || (S.sp.ok ? node_passes_by(t, child, NODE_DEPTH(child), SlotTest{t, S.sp})
-                                        : node_passes_fast(t, q, b, child, NODE_DEPTH(child)));
-#elif SPT
+#if SPT
                 pass = !gtm || (S.sp.ok ? node_passes_by(t, child, NODE_DEPTH(child), SparseTest{t, S.sp})
                                         : node_passes_fast(t, q, b, child, NODE_DEPTH(child)));
 #else
