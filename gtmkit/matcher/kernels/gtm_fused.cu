@@ -82,13 +82,6 @@
 // 171.7 -> 160.3 us (H200, session 17); 0: the full test for every request.
 #define SPT 1
 #endif
-#ifndef ROWLIST
-// ROWLIST (off until measured): when a block's rows took one wide batch, the expand keeps each row's best bin
-// (in row_j0, which the row's warp no longer reads) and a round lists a warp per row, skipping rows whose
-// candidates all lie below the window. Why: at depth 3 ~2/3 of a request's rows hold no candidate of the first
-// window (benchmarks/results/step_gpu_profile.md, session 17), and the listing read every composite (5.4 us).
-#define ROWLIST 0
-#endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
@@ -141,16 +134,6 @@ __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
 #include "sparse_req.cuh"  // SparseReq (SPT)
 
 
-// A round's listing: the warp's lanes with `in` append their candidate number i to the block's work list.
-__device__ __forceinline__ void list_put(bool in, u32 i, u32* n_work, u32* work, int lane) {
-    const unsigned ballot = __ballot_sync(0xffffffffu, in);
-    if (!ballot) return;  // (warp-uniform)
-    u32 at = 0;
-    if (lane == 0) at = atomicAdd(n_work, (u32)__popc(ballot));
-    at = __shfl_sync(0xffffffffu, at, 0);
-    if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = i;
-}
-
 // A node's depth: from the level offsets in shared memory (S.lvl) when the trie has at most 16 levels.
 #define NODE_DEPTH(n) (t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, (i64)(n)) : depth_of(t, (i64)(n)))
 
@@ -189,9 +172,6 @@ struct Smem {
 #if SPT
     SparseReq sp;      // the request's GTM rows, non-zero words only
 #endif
-    // ROWLIST: the block's one wide batch (rows, candidates); rl_rows 0: list flat. (Last: the same two fields
-    // before r_lo raised the kernel's spills from 12 to 24 bytes, ptxas for sm_90.)
-    u32 rl_rows, rl_total;
 };
 
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
@@ -280,7 +260,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     }
     for (int i = tid; i < FB; i += NT) { S.cum[i] = 0; S.pcnt[i] = 0; S.m_cand[i] = 0; S.m_pass[i] = 0; S.m_fill[i] = 0; }
     for (int i = tid; i < RAD_PASSES * 256; i += NT) (&S.m_rad[0][0])[i] = 0;
-    if (tid == 0) { S.m_topn = 0; S.n_cand = 0; S.n_pass = 0; S.rl_rows = 0; }
+    if (tid == 0) { S.m_topn = 0; S.n_cand = 0; S.n_pass = 0; }
     if (tid < t.n_levels && tid < 16) S.lvl[tid] = t.level_offsets[tid];
     __syncthreads();
     cluster_arrive();  // "my shared arrays are zeroed"; waited for just before the first remote add
@@ -376,7 +356,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             // lanes on consecutive children, so no candidate searches for its row (below: about a quarter
             // of the expand's instructions, ncu) and the row's values are loaded once per warp. Measured
             // on the H200: ~4% off the whole search (benchmarks/results/step_gpu_profile.md).
-            if (ROWLIST && tid == 0 && x0 == 0 && nmine <= NT) { S.rl_rows = (u32)nr; S.rl_total = total; }
             for (;;) {
                 int x = 0;
                 if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
@@ -392,7 +371,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 u64* oc = my_cand + nc + off;
                 int* och = my_child + nc + off;
                 const int* ct = t.child_tokens + j0;
-                int best = FB;  // (ROWLIST) the lane's best bin of the row
                 for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (warp_bin_add when HPLAIN=0)
                     int tk[EU];
                     float sv[EU];
@@ -412,14 +390,9 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                             oc[c] = cc;
                             och[c] = (int)(j0 + c + 1);
                             bn = bin_of<FB>(cc, top);
-                            best = bn < best ? bn : best;
                         }
                         bin_add(S.cum, bn, lane, HPLAIN >= 1);
                     }
-                }
-                if (ROWLIST) {
-                    for (int o = 16; o > 0; o >>= 1) { const int v = __shfl_xor_sync(0xffffffffu, best, o); best = v < best ? v : best; }
-                    if (lane == 0) S.row_j0[x] = best;  // (the row's warp read its j0 above; no one reads it again)
                 }
             }
             nc += total;
@@ -504,39 +477,21 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         // the scan would leave one test's memory latency per scanned slice on the critical path.
         if (tid == 0) S.n_work = 0;
         __syncthreads();
-#if ROWLIST
-        if (S.rl_rows) {  // block-uniform: a warp per row of the one wide batch, rows below the window skipped
-            const u32 rl = S.rl_rows;
-            for (u32 x = warp; x < rl; x += NT / 32) {
-                if ((int)S.row_j0[x] > hi) continue;  // the row's best bin: every candidate below the window
-                const u32 off = S.row_off[x];
-                const u32 deg = (x + 1 < rl ? S.row_off[x + 1] : S.rl_total) - off;
-                for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (ballots)
-                    u64 cv[EU];
+        for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
+            u64 cv[EU];
 #pragma unroll
-                    for (int u = 0; u < EU; ++u) { const u32 c = c0 + u * 32 + lane; cv[u] = c < deg ? my_cand[off + c] : 0ull; }
+            for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
 #pragma unroll
-                    for (int u = 0; u < EU; ++u) {
-                        const u32 c = c0 + u * 32 + lane;
-                        bool in = false;
-                        if (c < deg) { const int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
-                        list_put(in, off + c, &S.n_work, work, lane);
-                    }
-                }
-            }
-        } else
-#endif
-        {
-            for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
-                u64 cv[EU];
-#pragma unroll
-                for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
-#pragma unroll
-                for (int u = 0; u < EU; ++u) {
-                    u32 i = base + u * NT + tid;
-                    bool in = false;
-                    if (i < nc) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
-                    list_put(in, i, &S.n_work, work, lane);
+            for (int u = 0; u < EU; ++u) {
+                u32 i = base + u * NT + tid;
+                bool in = false;
+                if (i < nc) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
+                unsigned ballot = __ballot_sync(0xffffffffu, in);
+                if (ballot) {
+                    u32 at = 0;
+                    if (lane == 0) at = atomicAdd(&S.n_work, (u32)__popc(ballot));
+                    at = __shfl_sync(0xffffffffu, at, 0);
+                    if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = i;
                 }
             }
         }
