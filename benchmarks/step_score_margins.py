@@ -1,7 +1,8 @@
 """Where a step's candidate scores lie (CPU, no GPU needed): per step, how far the final threshold (the k-th
 passer's score) is below the request's best beam score and below its worst live beam, and the share of CD
 candidates within M nats of the best beam. The question it answers: how many candidates could an expand that
-keeps only those above a threshold estimate skip, and how tight must the estimate be?
+keeps only those above a threshold estimate skip, and how tight must the estimate be? And how many rows hold no
+candidate of the fused step's first GTM window (what a listing by rows could skip)?
 
     python benchmarks/step_score_margins.py INDEX     (same users, decoder and beams as step_gpu.py's search)"""
 import sys
@@ -40,9 +41,12 @@ for t in range(idx.sid_length):
         for r in np.nonzero(live)[0] + r0:
             j0, j1 = no[node_ids[r]], no[node_ids[r] + 1]
             cs.append(scores[r] + lp[r, ct[j0:j1]])
+        # rows without a candidate in the fused step's first GTM window (the 4k best candidates)
+        edge = np.sort(np.concatenate(cs))[::-1][min(4 * k, sum(map(len, cs))) - 1]
+        below = float(np.mean([len(c) == 0 or c.max() < edge for c in cs]))
         cs = np.concatenate(cs)
         fr = {M: float((cs >= top - M).mean()) for M in (4, 8, 12, 16, 24)}
-        out.append((len(cs), top - thr[b], fr, top - low))
+        out.append((len(cs), top - thr[b], fr, top - low, below))
     gaps = np.array([o[1] for o in out])
     spread = np.array([o[3] for o in out])
     print(f"step {t + 1}: top - worst live beam: median {np.median(spread):.2f} max {spread.max():.2f}; "
@@ -50,5 +54,8 @@ for t in range(idx.sid_length):
     print(f"step {t + 1}: cand/req median {np.median([o[0] for o in out]):.0f}; top - threshold: median {np.median(gaps):.2f} "
           f"max {gaps.max():.2f} nats; share of candidates within M of top (median over requests): " +
           ", ".join(f"M={M}: {np.median([o[2][M] for o in out]):.3f}" for M in (4, 8, 12, 16, 24)))
+    below = np.array([o[4] for o in out])
+    print(f"step {t + 1}: rows without a candidate in the first 4k-candidate window: median {np.median(below):.3f} "
+          f"min {below.min():.3f} max {below.max():.3f}")
     node_ids, scores = st.nodes.reshape(-1).astype(np.int64), st.scores.reshape(-1)
     prev, parents = st.tokens.reshape(-1), st.parent_rows.reshape(-1)
