@@ -133,10 +133,8 @@ __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
 #include "warp_bins.cuh"  // bin_add
 #include "sparse_req.cuh"  // SparseReq (SPT)
 
-
 // A node's depth: from the level offsets in shared memory (S.lvl) when the trie has at most 16 levels.
 #define NODE_DEPTH(n) (t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, (i64)(n)) : depth_of(t, (i64)(n)))
-
 
 // The graphed beam search's token history (graph.py): output row `o` gets its parent's hist_t tokens
 // (-1 for a padding row) and its own token, what beam.cu's reorder_history would do in a launch of its own.
@@ -323,7 +321,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     __syncthreads();
     const float top = S.s_top;
     STAMP(1);
-
 
     // ---- 2 expand: this block's rows, flattened over its threads ----------------------------------
     // Block `rank` takes every CL-th row (r0 + rank + CL * x, x < nmine): rows come best beam first, so
