@@ -60,7 +60,7 @@ class FusedEmu:
         D = int(max(m.index.max_degree))
         slots = fused_scratch_slots(R, B, D, self.cl)
         scratch = [self._garbage(slots, np.uint64), self._garbage(slots, np.int32), self._garbage(slots, np.uint64),
-                   self._garbage(slots, np.uint64), self._garbage((B, k), np.uint64), self._garbage(slots, np.int32)]
+                   self._garbage(slots, np.uint64), self._garbage((B, k), np.uint64)]
         out = [self._garbage((B, k), np.int32) for _ in range(3)] + [self._garbage((B, k), np.float32),
                                                                       self._garbage(B, np.int64)]
         nid64 = node_ids.dtype == np.int64

@@ -217,13 +217,12 @@ class CudaBackend:
         passed = self._buf("passed", (cap,), cp.uint64, scratch)
         grouped = self._buf("grouped", (cap,), cp.uint64, scratch)
         topsel = self._buf("topsel", (B, k), cp.uint64, scratch)
-        pass_child = self._buf("pass_child", (cap,), cp.int32, scratch)
         parent, token, node, score, out_count = out
         h_in, h_t, h_out = history if history is not None else (None, 0, np.uint64(0))
         self._launch(self.k_fused, (B * self.fused_cluster,), (self.fused_threads,),
                      (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
-                      np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel, pass_child,
+                      np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,
                       parent, token, node, score, out_count,
                       self.profile if self.profile is not None else np.uint64(0),
                       req_rows if req_rows is not None else np.uint64(0),

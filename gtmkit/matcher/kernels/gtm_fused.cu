@@ -82,11 +82,6 @@
 // 171.7 -> 160.3 us (H200, session 17); 0: the full test for every request.
 #define SPT 1
 #endif
-#ifndef PCH
-// PCH: a passer's child node travels with it (pass_child, then the request's child slots), so its output row
-// loads one value (the child's token) instead of three (the row's node, its first child, the token).
-#define PCH 1
-#endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
@@ -193,7 +188,7 @@ extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, MINB
 fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
                   int V, const float* beam_scores, const i64* row_req, i64 R, int D, int k, int gtm, int count_all,
                   u64* __restrict__ cand, int* __restrict__ cand_child, u64* __restrict__ passed,
-                  u64* __restrict__ grouped, u64* __restrict__ topsel, int* __restrict__ pass_child,
+                  u64* __restrict__ grouped, u64* __restrict__ topsel,
                   int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count,
                   i64* prof, const i64* req_rows, const int* hist_in, int hist_t, int* hist_out,
                   int rows_best_first) {
@@ -278,8 +273,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     u64* my_cand = cand + blk_base;            // this block's compacted candidates
     int* my_child = cand_child + blk_base;
     u64* my_pass = passed + blk_base;
-    int* my_pchild = pass_child + blk_base;    // (PCH) each passer's child node, beside my_pass
-    int* grp_child = cand_child + req_base;    // (PCH) ... beside grp: the candidates' children are dead by then
     u64* grp = grouped + req_base;             // the request's passers grouped by bin (phase 4)
     u32* work = (u32*)(grouped + blk_base);    // this block's GTM work list (phase 3; same slots)
 
@@ -507,12 +500,11 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             bool pass = false;
             u64 c = 0;
             int bn = -1;
-            i64 child = 0;
             if (w < nw) {
                 u32 i = work[w];
                 c = my_cand[i];
                 bn = bin_of<FB>(c, top);
-                child = my_child[i];
+                i64 child = my_child[i];
 #if SPT
                 pass = !gtm || (S.sp.ok ? node_passes_by(t, child, NODE_DEPTH(child), SparseTest{t, S.sp})
                                         : node_passes_fast(t, q, b, child, NODE_DEPTH(child)));
@@ -525,11 +517,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 u32 at = 0;
                 if (lane == 0) at = atomicAdd(&S.n_pass, (u32)__popc(ballot));
                 at = __shfl_sync(0xffffffffu, at, 0);
-                if (pass) {
-                    const u32 slot = at + __popc(ballot & ((1u << lane) - 1u));
-                    my_pass[slot] = c;
-                    if (PCH) my_pchild[slot] = (int)child;
-                }
+                if (pass) my_pass[at + __popc(ballot & ((1u << lane) - 1u))] = c;
                 bin_add(S.pcnt, pass ? bn : -1, lane, HPLAIN >= 2);
             }
         }
@@ -596,27 +584,22 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     for (u32 base = 0; base < np; base += NT) {
         u32 i = base + tid;
         u64 c = i < np ? my_pass[i] : 0;
-        const int ch = PCH && i < np ? my_pchild[i] : 0;
         int bn = i < np ? bin_of<FB>(c, top) : -1;
         if (bn > T) bn = -1;
         // one remote atomic a lane: a warp's match of equal bins first cost more than it saved (GPLAIN=0 in session
         // 16: 1.4% slower whole search, step_gpu_profile.md); the order within a bin does not matter (ranked below)
-        if (bn >= 0) {
-            const u32 slot = S.cum[bn] + dsm_fetch_add(remote(&S.m_fill[bn], OWNER(bn)), 1u);
-            grp[slot] = c;
-            if (PCH) grp_child[slot] = ch;
-        }
+        if (bn >= 0) grp[S.cum[bn] + dsm_fetch_add(remote(&S.m_fill[bn], OWNER(bn)), 1u)] = c;
     }
     cluster_sync();
     STAMP(11);
     const u32 gtid = rank * NT + tid, gstride = CL * NT;
     const i64 ob = (i64)b * k;
-    // a passer -> the output slot at `pos`; j: its CSR child index (-1: found from its row, three dependent loads)
-    #define EMIT(c, pos, j)                                                                           \
+    // a passer -> the output slot at `pos`
+    #define EMIT(c, pos)                                                                              \
         do {                                                                                          \
             u32 idx_ = 0xFFFFFFFFu - (u32)((c) & 0xFFFFFFFFull);                                      \
             i64 row_ = r0 + idx_ / (u32)D;                                                            \
-            i64 j_ = (j) >= 0 ? (i64)(j) : t.node_offsets[node_at(node_ids, nid64, row_)] + idx_ % (u32)D; \
+            i64 j_ = t.node_offsets[node_at(node_ids, nid64, row_)] + idx_ % (u32)D;                  \
             const int tok_ = t.child_tokens[j_];                                                      \
             out_parent[ob + (pos)] = (int)row_;                                                       \
             out_token[ob + (pos)] = tok_;                                                             \
@@ -627,12 +610,11 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     const u32 ranked = crowded ? c_lt : total;  // grouped entries ranked directly
     for (u32 s = gtid; s < ranked; s += gstride) {
         u64 c = grp[s];
-        const i64 jc = PCH ? (i64)grp_child[s] - 1 : -1;  // (loaded beside the composite)
         int bn = bin_of<FB>(c, top);
         u32 g0 = S.cum[bn], g1 = g0 + S.pcnt[bn], r = 0;
         for (u32 x = g0; x < g1; ++x) r += grp[x] > c;
         u32 pos = g0 + r;
-        if (pos < n_out) EMIT(c, pos, jc);
+        if (pos < n_out) EMIT(c, pos);
     }
     if (crowded) {
         // radix select: the need_T-th largest composite of bin T, 8 bits at a time from the top
@@ -686,7 +668,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             u64 c = topsel[ob + s];
             u32 r = 0;
             for (u32 x = 0; x < need_T; ++x) r += topsel[ob + x] > c;
-            EMIT(c, c_lt + r, -1);
+            EMIT(c, c_lt + r);
         }
     }
     #undef EMIT
