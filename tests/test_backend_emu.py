@@ -7,11 +7,13 @@ the CPU matcher."""
 from __future__ import annotations
 
 import shutil
+import sys
 
 import numpy as np
 import pytest
 
 from gtmkit.matcher.matcher import Matcher
+from gtmkit.matcher.sparse_req import Caps, sparse_images
 
 from catalogs import random_user
 from fake_cupy import installed
@@ -21,19 +23,38 @@ from test_build import MODES, _build
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
 
-@pytest.mark.parametrize("path", ["multi", "fused"])
+# gtm_step.cu's compile-time configurations besides the device's (GTM over the requests' sparse images, SPT):
+# the full rows (SPT=0); sparse capacities that one of the test's requests exceeds (2 signatures), so that it
+# takes the full test and the others the sparse one, read from global memory by the round kernel too. Each runs
+# in the static mode only (~15 s a mode).
+CROWDED = Caps(words=3, sigs=1, sig_words=8)
+STEP_DEFINES = {"multi-spt0": ("SPT=0",),
+                "multi-crowded": (f"SP_P={CROWDED.words}", f"SP_S={CROWDED.sigs}", f"SP_Q={CROWDED.sig_words}",
+                                  "SPT_SMEM=0")}
+
+
+@pytest.mark.parametrize("path", ["multi", *STEP_DEFINES, "fused"])
 @pytest.mark.parametrize("mode,kw", MODES)
 def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw, path):
-    """Both step paths of the backend: the multi-kernel one, and the fused one with clusters of 2 blocks
-    of 256 threads (the backend's own launch, scratch sizing and pointer tables)."""
-    if path == "fused" and mode != "static":
-        pytest.skip("test_fused_emu.py runs the fused kernel in every mode; here its host side, once")
+    """Both step paths of the backend: the multi-kernel one (also compiled as in STEP_DEFINES), and the fused
+    one with clusters of 2 blocks of 256 threads (the backend's own launch, scratch sizing and pointer tables)."""
+    if path != "multi" and mode != "static":
+        pytest.skip("test_fused_emu.py runs the fused kernel in every mode; here its host side, once" if path == "fused"
+                    else "the other configurations of the multi-kernel step run the static mode only")
     idx, _, _ = _build(tmp_path, 72, mode, kw, n_ads=300, L=3, V=9)
     with installed(monkeypatch, fused_cluster=2 if path == "fused" else 0):
+        defines = STEP_DEFINES.get(path, ())
         cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
         rng = np.random.default_rng(3)
         B = 3
         reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
+        if defines:
+            gpu.cuda.use_step(defines)
+        if path == "multi-crowded":  # the host's images at the kernel's capacities (DeviceBatch builds them)
+            monkeypatch.setattr(sys.modules[type(gpu.cuda).__module__], "sparse_images",
+                                lambda q: sparse_images(q, CROWDED))
+            ok = sparse_images(cpu.batch(reqs), CROWDED)["ok"]
+            assert ok.any() and not ok.all(), ok  # both tests run
         flags = [(True, False), (False, False), (True, True)]  # (gtm, count) in turn
         n = 0
         for depth in range(idx.sid_length):
@@ -46,6 +67,8 @@ def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw, path):
                 for name, x, y in zip(a._fields, a, b):
                     assert np.array_equal(x, np.asarray(y)), (depth, kind, name)
             assert np.array_equal(cpu.mask(nodes, rr, reqs, gtm), np.asarray(gpu.mask(nodes, rr, reqs, gtm)))
+        if defines:
+            return  # the post-filter does not depend on them
         leaves = rng.integers(idx.first_leaf - 2, idx.num_nodes, size=(B, 12))
         for exact, dtype in ((True, np.int64), (False, np.int64), (True, np.int32)):  # int32: the fused step's nodes
             got = gpu.postfilter(leaves.astype(dtype), reqs, exact)

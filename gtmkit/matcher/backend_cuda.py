@@ -32,6 +32,7 @@ MAX_K = 2048
 NB = 4096      # score bins (kernels/gtm_step.cu)
 ST = 8         # per-request state words
 ROUNDS = 4     # lazy-GTM rounds; the last one opens every remaining bin
+STEP_KERNELS = ("count", "base", "expand", "hist", "plan", "round", "replan", "finish", "count_pass", "gather", "mask")
 _modules = {}
 
 
@@ -45,10 +46,6 @@ def load_module(path: Path, defines: tuple = ()) -> cp.RawModule:
         options = ("--std=c++14", f"-I{KERNEL_DIR}") + tuple(f"-D{d}" for d in defines)
         _modules[key] = cp.RawModule(code=kernel_source(path), options=options)
     return _modules[key]
-
-
-def module() -> cp.RawModule:
-    return load_module(KERNEL_FILE)
 
 
 def _ptr(a) -> int:
@@ -73,19 +70,8 @@ class CudaBackend:
         # set by GraphedBeamSearch(pdl=True) around its own launches: the fused step and the post-filter go
         # through matcher/pdl.py (programmatic dependent launch); everyone else's stay plain CuPy launches
         self.pdl = False
-        self.mod = module()
-        self.k_count = self.mod.get_function("count_kernel")
-        self.k_base = self.mod.get_function("base_kernel")
-        self.k_expand = self.mod.get_function("expand_kernel")
-        self.k_hist = self.mod.get_function("hist_kernel")
-        self.k_plan = self.mod.get_function("plan_kernel")
-        self.k_round = self.mod.get_function("round_kernel")
-        self.k_replan = self.mod.get_function("replan_kernel")
-        self.k_finish = self.mod.get_function("finish_kernel")
-        self.k_count_pass = self.mod.get_function("count_pass_kernel")
+        self.use_step()
         self.sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-        self.k_gather = self.mod.get_function("gather_kernel")
-        self.k_mask = self.mod.get_function("mask_kernel")
         post = load_module(POST_FILE)
         self.k_post_count = post.get_function("post_count_kernel")
         self.k_post_fill = post.get_function("post_fill_kernel")
@@ -117,6 +103,13 @@ class CudaBackend:
         self._buffers = {}
         # set to a CuPy int64 [B, FUSED_PROF_W] array to record the fused step's phase timestamps (profiling)
         self.profile = None
+
+    def use_step(self, defines: tuple = ()) -> None:
+        """The multi-kernel step (and mask) from gtm_step.cu compiled with these defines ("NAME=VALUE", e.g. SPT=0),
+        for A/B benchmarks and the CPU emulation tests."""
+        self.mod = load_module(KERNEL_FILE, tuple(defines))
+        for name in STEP_KERNELS:
+            setattr(self, "k_" + name, self.mod.get_function(name + "_kernel"))
 
     def batch(self, q: RequestBatch) -> DeviceBatch:
         return q if isinstance(q, DeviceBatch) else DeviceBatch(q)

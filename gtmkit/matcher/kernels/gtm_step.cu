@@ -9,7 +9,50 @@
 #define NB 4096            // linear score bins of the select kernel (best first)
 #define SEL_CAP 2048       // most outputs a request can ask for (k <= SEL_CAP)
 #define RADIX 2048
+#ifndef SPT
+#define SPT 1              // GTM over the requests' SparseReq images (sparse_req.cuh); 0: node_passes, full rows
+#endif
+#ifndef SPT_SMEM
+#define SPT_SMEM 1         // round_kernel's image in shared memory; 0: read from global memory (benchmarks)
+#endif
 #include "gtm_common.cuh"
+
+#if SPT
+#include "sparse_req.cuh"
+
+// Why: node_passes loads A x W request and table words a partition, and a Bloom row a signature; the image
+// holds only the request's non-zero words (the same answer, sparse_req.cuh). Where the image did not fit
+// (ok == 0), or there is none (a QP without one), the full test.
+__device__ __forceinline__ bool gtm_passes(const Trie& t, const Req& q, int b, const SparseReq* sp, i64 node, int depth) {
+    return sp && sp->ok ? node_passes_by(t, node, depth, SparseTest{t, *sp}) : node_passes_fast(t, q, b, node, depth);
+}
+
+// Request b's image in global memory: every thread of the request reads the same words, which L1 keeps.
+__device__ __forceinline__ const SparseReq* sparse_of(const Req& q, int b) {
+    return q.sparse ? reinterpret_cast<const SparseReq*>(q.sparse + (i64)b * (sizeof(SparseReq) / 8)) : nullptr;
+}
+
+// Request b's image in shared memory, for a block that serves request b alone (every thread calls it): the
+// table rows' divergent loads cannot evict it there, at the cost of a round trip and a barrier a block.
+__device__ __forceinline__ const SparseReq* block_sparse(const Req& q, int b, bool want) {
+#if SPT_SMEM
+    __shared__ SparseReq sp;
+    const bool use = want && q.sparse;
+    if (use) load_sparse_req(q, b, sp, threadIdx.x, blockDim.x);
+    __syncthreads();
+    return use ? &sp : nullptr;
+#else
+    return want ? sparse_of(q, b) : nullptr;
+#endif
+}
+#else
+struct SparseReq;
+__device__ __forceinline__ bool gtm_passes(const Trie& t, const Req& q, int b, const SparseReq*, i64 node, int depth) {
+    return node_passes(t, q, b, node, depth);
+}
+__device__ __forceinline__ const SparseReq* sparse_of(const Req&, int) { return nullptr; }
+__device__ __forceinline__ const SparseReq* block_sparse(const Req&, int, bool) { return nullptr; }
+#endif
 
 // One block per request: exclusive prefix sums of the live rows' child counts.
 extern "C" __global__ void __launch_bounds__(1024) count_kernel(const i64* TP, const i64* node_ids, const i64* req_rows, int B,
@@ -180,6 +223,7 @@ extern "C" __global__ void __launch_bounds__(256) round_kernel(const i64* TP, co
     if (s[S_DONE]) return;
     Trie t = load_trie(TP);
     Req q = load_req(QP);
+    const SparseReq* sp = block_sparse(q, b, gtm);
     i64 lo = s[S_LO], hi = s[S_HI], C = s[S_C];
     const u64* cb = cand + cand_base[b];
     const int* ch = cand_child + cand_base[b];
@@ -196,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(256) round_kernel(const i64* TP, co
             int bn = bin_of<NB>(c, top);
             if (bn > lo && bn <= hi) {
                 i64 child = ch[i];
-                pass = !gtm || node_passes(t, q, b, child, depth_of(t, child));
+                pass = !gtm || gtm_passes(t, q, b, sp, child, depth_of(t, child));
             }
         }
         unsigned ballot = __ballot_sync(0xffffffffu, pass);
@@ -267,12 +311,14 @@ extern "C" __global__ void __launch_bounds__(256) count_pass_kernel(const i64* T
     int b = blockIdx.x, g = blockIdx.y, G = gridDim.y;
     Trie t = load_trie(TP);
     Req q = load_req(QP);
+    // (not block_sparse: with it ptxas gives this kernel 48 registers and 132 bytes of spills, 76 here)
+    const SparseReq* sp = gtm ? sparse_of(q, b) : nullptr;
     i64 C = cand_count[b];
     const int* ch = cand_child + cand_base[b];
     int local = 0;
     for (i64 i = (i64)g * blockDim.x + threadIdx.x; i < C; i += (i64)G * blockDim.x) {
         i64 child = ch[i];
-        local += !gtm || node_passes(t, q, b, child, depth_of(t, child));
+        local += !gtm || gtm_passes(t, q, b, sp, child, depth_of(t, child));
     }
     for (int o = 16; o > 0; o >>= 1) local += __shfl_xor_sync(0xffffffffu, local, o);
     if ((threadIdx.x & 31) == 0 && local) atomicAdd((unsigned long long*)(out_count + b), (unsigned long long)local);
@@ -314,8 +360,9 @@ extern "C" __global__ void mask_kernel(const i64* TP, const i64* QP, const i64* 
     if (n < 0 || n >= t.n_internal) return;
     int d = depth_of(t, n) + 1;
     int b = (int)row_req[r];
+    const SparseReq* sp = gtm ? sparse_of(q, b) : nullptr;  // a block's rows may belong to several requests
     for (i64 j = t.node_offsets[n] + lane; j < t.node_offsets[n + 1]; j += 32) {
-        if (!gtm || node_passes(t, q, b, j + 1, d)) {
+        if (!gtm || gtm_passes(t, q, b, sp, j + 1, d)) {
             int v = t.child_tokens[j];
             atomicOr(out + r * words + (v >> 5), 1u << (v & 31));
         }
