@@ -46,7 +46,9 @@ for t in range(idx.sid_length):
         below = float(np.mean([len(c) == 0 or c.max() < edge for c in cs]))
         cs = np.concatenate(cs)
         fr = {M: float((cs >= top - M).mean()) for M in (4, 8, 12, 16, 24)}
-        out.append((len(cs), top - thr[b], fr, top - low, below))
+        # a list kept by the expand of candidates above (worst live beam - M): does it hold the first window, how big?
+        fw = {M: float((cs >= low - M).mean()) for M in (0, 2, 4, 6, 8)}
+        out.append((len(cs), top - thr[b], fr, top - low, below, low - edge, fw))
     gaps = np.array([o[1] for o in out])
     spread = np.array([o[3] for o in out])
     print(f"step {t + 1}: top - worst live beam: median {np.median(spread):.2f} max {spread.max():.2f}; "
@@ -54,6 +56,10 @@ for t in range(idx.sid_length):
     print(f"step {t + 1}: cand/req median {np.median([o[0] for o in out]):.0f}; top - threshold: median {np.median(gaps):.2f} "
           f"max {gaps.max():.2f} nats; share of candidates within M of top (median over requests): " +
           ", ".join(f"M={M}: {np.median([o[2][M] for o in out]):.3f}" for M in (4, 8, 12, 16, 24)))
+    ew = np.array([o[5] for o in out])
+    print(f"step {t + 1}: worst live beam - first-window edge: min {ew.min():.2f} median {np.median(ew):.2f} "
+          f"max {ew.max():.2f}; share of candidates above worst beam - M (median / max over requests): " +
+          ", ".join(f"M={M}: {np.median([o[6][M] for o in out]):.3f} / {max(o[6][M] for o in out):.3f}" for M in (0, 2, 4, 6, 8)))
     below = np.array([o[4] for o in out])
     print(f"step {t + 1}: rows without a candidate in the first 4k-candidate window: median {np.median(below):.3f} "
           f"min {below.min():.3f} max {below.max():.3f}")
