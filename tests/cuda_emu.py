@@ -105,16 +105,6 @@ static inline unsigned __match_any_sync(unsigned mask, int v) {
     emu_full(mask);
     return emu_lanes_where((unsigned long long)(unsigned)v, true);
 }
-static inline unsigned __reduce_min_sync(unsigned mask, unsigned v) {
-    emu_full(mask);
-    EmuWarp& w = emu_warp();
-    w.v[threadIdx.x & 31] = v;
-    pthread_barrier_wait(&w.bar);
-    unsigned long long r = w.v[0];
-    for (int i = 1; i < 32; ++i) r = w.v[i] < r ? w.v[i] : r;
-    pthread_barrier_wait(&w.bar);
-    return (unsigned)r;
-}
 static inline int __syncthreads_count(int pred) {
     EmuBlock& b = emu_blocks[emu_rank];
     __syncthreads();  // the previous call's reset is done
@@ -132,11 +122,6 @@ template <class T, class V> static inline T atomicExch(T* a, V v) { return __ato
 template <class T, class V> static inline T atomicMax(T* a, V v) {
     T old = __atomic_load_n(a, __ATOMIC_SEQ_CST);
     while (old < (T)v && !__atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
-    return old;
-}
-template <class T, class V> static inline T atomicMin(T* a, V v) {
-    T old = __atomic_load_n(a, __ATOMIC_SEQ_CST);
-    while (old > (T)v && !__atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
     return old;
 }
 template <class T, class V, class W> static inline T atomicCAS(T* a, V expected, W v) {

@@ -27,8 +27,8 @@ CONFIGS = {
     # take later rounds; GTM tests over the requests' full rows (SPT=0)
     "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, SPT=0),
     # one histogram add a distinct bin of a warp (HPLAIN=0); sparse request lists too short for some requests,
-    # which take the full test; best bins kept for the first two chunks only (NCH), the listing reads the rest
-    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, SP_P=3, SP_S=2, SP_Q=9, NCH=2),
+    # which take the full test
+    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, SP_P=3, SP_S=2, SP_Q=9),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count; GTM tests over the requests' non-zero words (SPT, as on the device)
     "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),
@@ -163,17 +163,16 @@ def test_later_gtm_rounds(tmp_path, emu):
         assert max(emu.rounds) >= 3, emu.rounds
 
 
-def test_listing_passes_over_chunks(tmp_path, emu):
-    """Many rows a block and a small k: a round's window holds a few of a block's candidates, and the listing
-    skips the 32-slot chunks whose kept best bin lies outside it (CSKIP); rows straddle chunks. Same results
-    as on the CPU."""
+def test_many_rows_small_window(tmp_path, emu):
+    """Many rows a block and a small k: a round's window holds a few of a block's candidates, spread over the
+    block's warps as the listing finds them. Same results as on the CPU."""
     idx, _, _ = _build(tmp_path, 75, "static", {"k": [2, 3, 2]}, n_ads=300, L=3, V=9)
     m = Matcher(idx, "cpu")
     rng = np.random.default_rng(6)
     reqs = [idx.encode_request(random_user(rng)) for _ in range(2)]
     for depth in (1, 2):
         # without GTM the window is the k best candidates, and every one of them is output: a candidate the
-        # listing wrongly passed over changes the answer
+        # listing loses changes the answer
         for k, kind, gtm in ((1, "normal", True), (12, "normal", False), (6, "wide", False)):
             nodes, rr, lp, bs = step_case(idx, rng, 2, 90, depth, kind)
             want = m.step(nodes, lp, bs, rr, reqs, k, gtm=gtm)

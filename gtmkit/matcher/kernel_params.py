@@ -11,7 +11,7 @@ from .arrays import RequestBatch, TrieArrays
 
 FUSED_CLUSTER = 6              # blocks per request (CL in gtm_fused.cu)
 FUSED_THREADS = 1024           # threads per block (NT in gtm_fused.cu)
-FUSED_SMEM = 80 * 1024         # dynamic shared memory per block, >= sizeof(Smem) (static_assert there)
+FUSED_SMEM = 64 * 1024         # dynamic shared memory per block, >= sizeof(Smem) (static_assert there)
 FUSED_PROF_W = 64              # profile slots a request (PROF_W in gtm_fused.cu)
 
 

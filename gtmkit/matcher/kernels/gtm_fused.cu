@@ -82,15 +82,6 @@
 // 171.7 -> 160.3 us (H200, session 17); 0: the full test for every request.
 #define SPT 1
 #endif
-#ifndef CSKIP
-// CSKIP: the expand keeps each 32-slot chunk's best bin (chunk_note), and a round's listing reads only the chunks
-// that may hold a candidate of its window. At depth 3 about 2/3 of the rows hold none of the first window's
-// (benchmarks/step_score_margins.py), so most chunks are passed over; 0: every composite is read.
-#define CSKIP 1
-#endif
-#ifndef NCH
-#define NCH 2048        // chunks with a kept best bin (64k candidates a block); the listing reads any beyond
-#endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
@@ -179,12 +170,9 @@ struct Smem {
 #if SPT
     SparseReq sp;      // the request's GTM rows, non-zero words only
 #endif
-#if CSKIP
-    u32 cmin[NCH];     // best bin of each 32-slot chunk of this block's candidates (CSKIP)
-#endif
 };
 
-static_assert(sizeof(Smem) <= 80 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
+static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
 // PDL (GraphedBeamSearch): PDL_EARLY lets the next kernel's blocks be scheduled as soon as this one starts;
@@ -270,9 +258,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     }
     for (int i = tid; i < FB; i += NT) { S.cum[i] = 0; S.pcnt[i] = 0; S.m_cand[i] = 0; S.m_pass[i] = 0; S.m_fill[i] = 0; }
     for (int i = tid; i < RAD_PASSES * 256; i += NT) (&S.m_rad[0][0])[i] = 0;
-#if CSKIP
-    for (int i = tid; i < NCH; i += NT) S.cmin[i] = 0xFFFFFFFFu;
-#endif
     if (tid == 0) { S.m_topn = 0; S.n_cand = 0; S.n_pass = 0; }
     if (tid < t.n_levels && tid < 16) S.lvl[tid] = t.level_offsets[tid];
     __syncthreads();
@@ -404,9 +389,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                             bn = bin_of<FB>(cc, top);
                         }
                         bin_add(S.cum, bn, lane, HPLAIN >= 1);
-#if CSKIP
-                        chunk_note(S.cmin, NCH, nc + off + c0 + u * 32, bn, lane);
-#endif
                     }
                 }
             }
@@ -455,9 +437,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     bn = bin_of<FB>(c, top);
                 }
                 bin_add(S.cum, bn, lane, HPLAIN >= 2);
-#if CSKIP
-                chunk_note(S.cmin, NCH, nc + f0 + u * NT + warp * 32, bn, lane);
-#endif
             }
         }
         nc += total;
@@ -497,20 +476,10 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         __syncthreads();
         for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
             u64 cv[EU];
-            bool rd[EU];  // (warp-uniform) the warp's 32-slot chunk may hold a candidate of the window
+#pragma unroll
+            for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
 #pragma unroll
             for (int u = 0; u < EU; ++u) {
-                const u32 c = (base + u * NT) / 32 + warp;
-#if CSKIP
-                rd[u] = c * 32 < nc && (c >= NCH || S.cmin[c] <= (u32)hi);
-#else
-                rd[u] = c * 32 < nc;
-#endif
-                cv[u] = rd[u] && base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
-            }
-#pragma unroll
-            for (int u = 0; u < EU; ++u) {
-                if (!rd[u]) continue;
                 u32 i = base + u * NT + tid;
                 bool in = false;
                 if (i < nc) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
