@@ -82,13 +82,6 @@
 // 171.7 -> 160.3 us (H200, session 17); 0: the full test for every request.
 #define SPT 1
 #endif
-#ifndef WPL
-// WPL: a round's listing writes each warp's entries to a region of its own at offsets the warp counts in a
-// register, so no entry waits for a shared atomic on the list's length (one a warp a pass of EU, all 32 warps on
-// one word) and the shuffle of its result; the tests find an entry's region from a prefix over the warps. Used
-// when the regions fit the block's work slots; 0: one list, appended to with atomics.
-#define WPL 1
-#endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
@@ -177,8 +170,6 @@ struct Smem {
 #if SPT
     SparseReq sp;      // the request's GTM rows, non-zero words only
 #endif
-    u32 wpre[33];      // WPL: the warps' work-list entries, exclusive prefix (wpre[32]: the round's list length)
-    u32 capw;          // WPL: slots a warp region (0: one list, appended to with atomics)
 };
 
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
@@ -481,15 +472,8 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     for (;;) {
         // First list the window's candidates, then test them with every thread at once: testing in
         // the scan would leave one test's memory latency per scanned slice on the critical path.
-        {
-            // WPL: warp w's entries go to work[w * capw ...]; it lists at most capw slots (32 of every NT)
-            const u32 capw = (nc + NT - 1) / NT * 32;
-            const bool wpl = WPL && (i64)capw * (NT / 32) <= 2 * cap_blk;  // (block-uniform) work: 2 u32 a slot
-            if (tid == 0) { S.n_work = 0; S.capw = wpl ? capw : 0u; }
-        }
+        if (tid == 0) S.n_work = 0;
         __syncthreads();
-        // (warp-uniform) WPL: where this warp's next entry goes, in its region (~0: one list, atomics)
-        u32 wpos = S.capw ? warp * S.capw : ~0u;
         for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
             u64 cv[EU];
 #pragma unroll
@@ -500,10 +484,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 bool in = false;
                 if (i < nc) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
                 unsigned ballot = __ballot_sync(0xffffffffu, in);
-                if (wpos != ~0u) {
-                    if (in) work[wpos + __popc(ballot & ((1u << lane) - 1u))] = i;
-                    wpos += __popc(ballot);
-                } else if (ballot) {
+                if (ballot) {
                     u32 at = 0;
                     if (lane == 0) at = atomicAdd(&S.n_work, (u32)__popc(ballot));
                     at = __shfl_sync(0xffffffffu, at, 0);
@@ -511,16 +492,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 }
             }
         }
-        if (wpos != ~0u && lane == 0) S.warp_tot[warp] = wpos - warp * S.capw;
         __syncthreads();
-        if (S.capw && warp == 0) {  // exclusive prefix over the warps' counts
-            const u32 v = lane < NT / 32 ? S.warp_tot[lane] : 0u;
-            u32 incl = v;
-            for (int o = 1; o < 32; o <<= 1) { u32 y = __shfl_up_sync(0xffffffffu, incl, o); if (lane >= o) incl += y; }
-            S.wpre[lane] = incl - v;
-            if (lane == 31) { S.wpre[32] = incl; S.n_work = incl; }
-        }
-        if (S.capw) __syncthreads();
         const u32 nw = S.n_work;
         if (n_rounds == 0) { STAMP(16); BSTAMP(1); if (prof && rank < 8 && tid == 0) prof[b * PROF_W + 35 + 4 * rank] = nw; }
         for (u32 base = 0; base < nw; base += NT) {
@@ -529,15 +501,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             u64 c = 0;
             int bn = -1;
             if (w < nw) {
-                u32 i;
-                if (const u32 cw = S.capw) {  // (from shared: kept in a register, it spilled) WPL
-                    // the warp region holding entry w: the last with wpre <= w
-                    int a = 0, z = NT / 32 - 1;
-                    while (a < z) { int m = (a + z + 1) >> 1; if (S.wpre[m] <= w) a = m; else z = m - 1; }
-                    i = work[a * cw + (w - S.wpre[a])];
-                } else {
-                    i = work[w];
-                }
+                u32 i = work[w];
                 c = my_cand[i];
                 bn = bin_of<FB>(c, top);
                 i64 child = my_child[i];
