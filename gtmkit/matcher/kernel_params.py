@@ -11,18 +11,8 @@ from .arrays import RequestBatch, TrieArrays
 
 FUSED_CLUSTER = 6              # blocks per request (CL in gtm_fused.cu)
 FUSED_THREADS = 1024           # threads per block (NT in gtm_fused.cu)
-FUSED_TSTAGE = 16384           # child tokens a block stages in shared memory (TSTAGE in gtm_fused.cu)
+FUSED_SMEM = 64 * 1024         # dynamic shared memory per block, >= sizeof(Smem) (static_assert there)
 FUSED_PROF_W = 64              # profile slots a request (PROF_W in gtm_fused.cu)
-
-
-def fused_smem(defines=()) -> int:
-    """Dynamic shared memory a fused-step block needs (>= sizeof(Smem): static_assert there), built with these
-    defines ("NAME=VALUE"; only TSTAGE changes it)."""
-    ts = next((int(d.split("=", 1)[1]) for d in defines if d.startswith("TSTAGE=")), FUSED_TSTAGE)
-    return 64 * 1024 + 4 * ts
-
-
-FUSED_SMEM = fused_smem()      # the default build's
 
 
 def trie_params(t: TrieArrays, ptr) -> np.ndarray:

@@ -82,13 +82,6 @@
 // 171.7 -> 160.3 us (H200, session 17); 0: the full test for every request.
 #define SPT 1
 #endif
-#ifndef TSTAGE
-// TSTAGE: a wide batch's child tokens, up to this many, are copied to shared memory first (cp.async, all of the
-// block's copies in flight at once), so that a row's log-prob gathers wait on one global round trip, not two:
-// at depth 3 a warp works ~5 rows one after another, and taking the token load out of the chain took the
-// expand 19.7 -> 12.8 us (H200, session 18, gpu_expand_ablation.sh). 0: the tokens are loaded row by row.
-#define TSTAGE 16384
-#endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
@@ -124,23 +117,6 @@ __device__ __forceinline__ int first_bin_f(const u32* cum, int lo, i64 target) {
     int a = lo + 1, z = FB - 1;
     while (a < z) { int m = (a + z) >> 1; if ((i64)cum[m] >= target) z = m; else a = m + 1; }
     return a;
-}
-
-// A 4-byte copy from global to shared memory that completes asynchronously (sm_80+: no register holds it, so a
-// thread can have many in flight); cp_async_wait_all waits for the thread's copies.
-__device__ __forceinline__ void cp_async4(void* smem_dst, const void* src) {
-#ifdef GTMKIT_EMU
-    memcpy(smem_dst, src, 4);
-#else
-    u64 s;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(s) : "l"(smem_dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"((u32)s), "l"(src) : "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#ifndef GTMKIT_EMU
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
 }
 
 __device__ __forceinline__ i64 node_at(const void* node_ids, int nid64, i64 r) {
@@ -194,12 +170,9 @@ struct Smem {
 #if SPT
     SparseReq sp;      // the request's GTM rows, non-zero words only
 #endif
-#if TSTAGE
-    int tok[TSTAGE];   // a wide batch's child tokens, by child number (TSTAGE)
-#endif
 };
 
-static_assert(sizeof(Smem) <= 64 * 1024 + 4 * TSTAGE, "fused_smem() in kernel_params.py must cover Smem");
+static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
 // PDL (GraphedBeamSearch): PDL_EARLY lets the next kernel's blocks be scheduled as soon as this one starts;
@@ -376,18 +349,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         const u32 total = S.s_wtot;
         const int nr = nmine - x0 < NT ? nmine - x0 : NT;
         if (WEXP && nr >= WEXP_MIN_ROWS && total >= (u32)WEXP_MIN_DEG * (u32)nr) {
-#if TSTAGE
-            const bool staged = total <= (u32)TSTAGE;  // (block-uniform)
-            if (staged) {  // a warp a row, every copy issued before any is waited for
-                for (int x = warp; x < nr; x += NT / 32) {
-                    const u32 off = S.row_off[x], deg = (x + 1 < nr ? S.row_off[x + 1] : total) - off;
-                    const int* ct = t.child_tokens + S.row_j0[x];
-                    for (u32 c = lane; c < deg; c += 32) cp_async4(&S.tok[off + c], ct + c);
-                }
-                cp_async_wait_all();
-                __syncthreads();
-            }
-#endif
             // Wide rows (deep beams over dense levels): a warp per row, taken from a shared counter, its
             // lanes on consecutive children, so no candidate searches for its row (below: about a quarter
             // of the expand's instructions, ncu) and the row's values are loaded once per warp. Measured
@@ -411,14 +372,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     int tk[EU];
                     float sv[EU];
 #pragma unroll
-                    for (int u = 0; u < EU; ++u) {
-                        u32 c = c0 + u * 32 + lane;
-#if TSTAGE
-                        tk[u] = c < deg ? (staged ? S.tok[off + c] : ct[c]) : 0;
-#else
-                        tk[u] = c < deg ? ct[c] : 0;
-#endif
-                    }
+                    for (int u = 0; u < EU; ++u) { u32 c = c0 + u * 32 + lane; tk[u] = c < deg ? ct[c] : 0; }
 #pragma unroll
                     for (int u = 0; u < EU; ++u) {
                         u32 c = c0 + u * 32 + lane;
