@@ -54,7 +54,8 @@ class Variant:
             if tok.startswith("NT="):
                 self.nt = int(tok[3:])
         fn = bc.load_module(bc.FUSED_FILE, tuple(self.defines)).get_function("fused_step_kernel")
-        fn.max_dynamic_shared_size_bytes = bc.FUSED_SMEM
+        self.smem = bc.fused_smem(self.defines)
+        fn.max_dynamic_shared_size_bytes = self.smem
         if self.cl > 8:
             set_attr(fn, NON_PORTABLE, 1)
         if self.sched is not None:
@@ -62,7 +63,8 @@ class Variant:
         self.fn = fn
 
     def use(self, be):
-        be.k_fused, be.fused_cluster, be.fused_threads = self.fn, self.cl, self.nt
+        be.use_fused(self.fn, self.smem)
+        be.fused_cluster, be.fused_threads = self.cl, self.nt
 
 
 def main():
