@@ -33,7 +33,7 @@ m = gtmkit.Matcher(idx, "cuda")
 steps, _, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users, (1, 512, 1024, 1024))
 be = m.cuda
 if args.sub or args.define or args.cubin:
-    from gtmkit.matcher.backend_cuda import FUSED_FILE, KERNEL_DIR, fused_smem, load_module
+    from gtmkit.matcher.backend_cuda import FUSED_FILE, FUSED_SMEM, KERNEL_DIR, load_module
     from gtmkit.matcher.kernel_source import kernel_source
     if args.cubin:
         mod, label = cp.RawModule(path=args.cubin), f"cubin: {args.cubin}"
@@ -47,7 +47,8 @@ if args.sub or args.define or args.cubin:
         label = "variant: " + "; ".join(args.sub)
     else:
         mod, label = load_module(FUSED_FILE, tuple(args.define)), "defines: " + ", ".join(args.define)
-    be.use_fused(mod.get_function("fused_step_kernel"), fused_smem(args.define))
+    be.k_fused = mod.get_function("fused_step_kernel")
+    be.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
     print(label)
 if args.ncu_step:
     s = steps[args.ncu_step - 1]

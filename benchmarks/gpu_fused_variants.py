@@ -54,8 +54,7 @@ class Variant:
             if tok.startswith("NT="):
                 self.nt = int(tok[3:])
         fn = bc.load_module(bc.FUSED_FILE, tuple(self.defines)).get_function("fused_step_kernel")
-        self.smem = bc.fused_smem(self.defines)
-        fn.max_dynamic_shared_size_bytes = self.smem
+        fn.max_dynamic_shared_size_bytes = bc.FUSED_SMEM
         if self.cl > 8:
             set_attr(fn, NON_PORTABLE, 1)
         if self.sched is not None:
@@ -63,8 +62,7 @@ class Variant:
         self.fn = fn
 
     def use(self, be):
-        be.use_fused(self.fn, self.smem)
-        be.fused_cluster, be.fused_threads = self.cl, self.nt
+        be.k_fused, be.fused_cluster, be.fused_threads = self.fn, self.cl, self.nt
 
 
 def main():

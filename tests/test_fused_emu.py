@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.kernel_params import FUSED_PROF_W, fused_scratch_slots, fused_smem, request_params, trie_params
+from gtmkit.matcher.kernel_params import FUSED_PROF_W, FUSED_SMEM, fused_scratch_slots, request_params, trie_params
 from gtmkit.matcher.matcher import Matcher
 from gtmkit.matcher.sparse_req import Caps, sparse_images
 
@@ -24,13 +24,11 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 
 CONFIGS = {
     # expand: every candidate's row by binary search; a first GTM window of k candidates, so that small inputs
-    # take later rounds; GTM tests over the requests' full rows (SPT=0); work lists and passers in global memory
-    # only (WCAP=0)
-    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, SPT=0, WCAP=0),
+    # take later rounds; GTM tests over the requests' full rows (SPT=0)
+    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, SPT=0),
     # one histogram add a distinct bin of a warp (HPLAIN=0); sparse request lists too short for some requests,
-    # which take the full test; the first 5 work-list entries and passers of a block in shared memory, the rest in
-    # global memory (WCAP)
-    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, SP_P=3, SP_S=2, SP_Q=9, WCAP=5),
+    # which take the full test
+    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, SP_P=3, SP_S=2, SP_Q=9),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count; GTM tests over the requests' non-zero words (SPT, as on the device)
     "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),
@@ -43,7 +41,6 @@ class FusedEmu:
 
     def __init__(self, name, lib, sigs, cfg):
         self.name, self.lib, self.sigs, self.cl, self.nt = name, lib, sigs, cfg["CL"], cfg["NT"]
-        self.smem = fused_smem([f"{k}={v}" for k, v in cfg.items()])
         self.caps = Caps(*(cfg.get(f"SP_{n}", d) for n, d in zip(("A", "P", "NB", "S", "Q"), Caps())))
         self.rng = np.random.default_rng(0)
         self.rounds = []
@@ -83,7 +80,7 @@ class FusedEmu:
                 np.int32(lp_dtype), np.int32(m.vocab_size), np.ascontiguousarray(beam_scores, np.float32),
                 np.ascontiguousarray(row_request, np.int64), np.int64(R), np.int32(D), np.int32(k), np.int32(gtm),
                 np.int32(count), *scratch, *out, prof, req_rows, *hist, best_first), cluster=self.cl,
-               smem=self.smem)
+               smem=FUSED_SMEM)
         self.rounds.extend(int(x) for x in prof[:, 13])  # GTM rounds a request took (the kernel's profile slot)
         if hist[2] is not None:  # each output row: its parent's history row (-1s for padding), then its token
             parent, token = out[0].reshape(-1), out[1].reshape(-1)

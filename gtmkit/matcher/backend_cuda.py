@@ -20,7 +20,7 @@ from ..errors import GtmkitError
 from .arrays import RequestBatch, TrieArrays
 from .kernel_source import kernel_source
 from .sparse_req import sparse_images
-from .kernel_params import (FUSED_CLUSTER, FUSED_THREADS, fused_smem, fused_scratch_slots, request_params,
+from .kernel_params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params,
                             trie_params)
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
@@ -86,7 +86,8 @@ class CudaBackend:
             self.fused_threads = int(os.environ.get("GTMKIT_FUSED_THREADS", FUSED_THREADS))
             defines = (() if self.fused_cluster == FUSED_CLUSTER else (f"CL={self.fused_cluster}",)) + \
                 (() if self.fused_threads == FUSED_THREADS else (f"NT={self.fused_threads}",))
-            self.use_fused(load_module(FUSED_FILE, defines).get_function("fused_step_kernel"), fused_smem(defines))
+            self.k_fused = load_module(FUSED_FILE, defines).get_function("fused_step_kernel")
+            self.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
         d = {name: cp.asarray(np.ascontiguousarray(getattr(t, name))) for name in t._fields if name != "jagged"}
         self.d = d
         self.vocab = index.vocab_size
@@ -102,11 +103,6 @@ class CudaBackend:
         self._buffers = {}
         # set to a CuPy int64 [B, FUSED_PROF_W] array to record the fused step's phase timestamps (profiling)
         self.profile = None
-
-    def use_fused(self, fn, smem: int) -> None:
-        """The fused step's kernel function and the dynamic shared memory it needs (kernel_params.fused_smem)."""
-        fn.max_dynamic_shared_size_bytes = smem
-        self.k_fused, self.fused_smem = fn, smem
 
     def use_step(self, defines: tuple = ()) -> None:
         """The multi-kernel step (and mask) from gtm_step.cu compiled with these defines ("NAME=VALUE", e.g. SPT=0),
@@ -224,7 +220,7 @@ class CudaBackend:
                       self.profile if self.profile is not None else np.uint64(0),
                       req_rows if req_rows is not None else np.uint64(0),
                       h_in if h_in is not None else np.uint64(0), np.int32(h_t), h_out,
-                      np.int32(bool(rows_best_first))), self.fused_smem)
+                      np.int32(bool(rows_best_first))), FUSED_SMEM)
         return out
 
     def _launch(self, func, grid, block, args, shared_mem: int = 0) -> None:

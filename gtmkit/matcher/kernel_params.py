@@ -11,18 +11,8 @@ from .arrays import RequestBatch, TrieArrays
 
 FUSED_CLUSTER = 6              # blocks per request (CL in gtm_fused.cu)
 FUSED_THREADS = 1024           # threads per block (NT in gtm_fused.cu)
-FUSED_WCAP = 2048              # work-list entries and passers a block keeps in shared memory (WCAP in gtm_fused.cu)
+FUSED_SMEM = 64 * 1024         # dynamic shared memory per block, >= sizeof(Smem) (static_assert there)
 FUSED_PROF_W = 64              # profile slots a request (PROF_W in gtm_fused.cu)
-
-
-def fused_smem(defines=()) -> int:
-    """Dynamic shared memory a fused-step block needs (>= sizeof(Smem): static_assert there), built with these
-    defines ("NAME=VALUE"; only WCAP changes it): 20 bytes an entry (work composite, child, passer)."""
-    wcap = next((int(d.split("=", 1)[1]) for d in defines if d.startswith("WCAP=")), FUSED_WCAP)
-    return 64 * 1024 + 20 * wcap
-
-
-FUSED_SMEM = fused_smem()      # the default build's
 
 
 def trie_params(t: TrieArrays, ptr) -> np.ndarray:

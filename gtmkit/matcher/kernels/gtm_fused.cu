@@ -82,14 +82,6 @@
 // 171.7 -> 160.3 us (H200, session 17); 0: the full test for every request.
 #define SPT 1
 #endif
-#ifndef WCAP
-// WCAP: a round's first WCAP work-list entries (composite and child) and a block's first WCAP passers are kept in
-// shared memory: the listing copies an entry's child there asynchronously (cp.async), so a GTM test starts at its
-// partition ids instead of after two global round trips (the list entry, then the candidate), and the grouping
-// reads its passers from shared memory. Entries and passers beyond go through the global scratch as before.
-// 0: everything through global memory.
-#define WCAP 2048
-#endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
@@ -125,23 +117,6 @@ __device__ __forceinline__ int first_bin_f(const u32* cum, int lo, i64 target) {
     int a = lo + 1, z = FB - 1;
     while (a < z) { int m = (a + z) >> 1; if ((i64)cum[m] >= target) z = m; else a = m + 1; }
     return a;
-}
-
-// A 4-byte copy from global to shared memory that completes asynchronously (sm_80+: no register waits for it);
-// cp_async_wait_all waits for the thread's copies (a barrier after it publishes them).
-__device__ __forceinline__ void cp_async4(void* smem_dst, const void* src) {
-#ifdef GTMKIT_EMU
-    memcpy(smem_dst, src, 4);
-#else
-    u64 s;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(s) : "l"(smem_dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"((u32)s), "l"(src) : "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#ifndef GTMKIT_EMU
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
 }
 
 __device__ __forceinline__ i64 node_at(const void* node_ids, int nid64, i64 r) {
@@ -195,14 +170,9 @@ struct Smem {
 #if SPT
     SparseReq sp;      // the request's GTM rows, non-zero words only
 #endif
-#if WCAP
-    u64 w_comp[WCAP];  // a round's work list: the candidates' composites ...
-    int w_child[WCAP]; // ... and child nodes
-    u64 p_comp[WCAP];  // this block's passers
-#endif
 };
 
-static_assert(sizeof(Smem) <= 64 * 1024 + 20 * WCAP, "FUSED_SMEM in kernel_params.py must cover Smem");
+static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
 // PDL (GraphedBeamSearch): PDL_EARLY lets the next kernel's blocks be scheduled as soon as this one starts;
@@ -518,18 +488,10 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     u32 at = 0;
                     if (lane == 0) at = atomicAdd(&S.n_work, (u32)__popc(ballot));
                     at = __shfl_sync(0xffffffffu, at, 0);
-                    if (in) {
-                        const u32 e = at + __popc(ballot & ((1u << lane) - 1u));
-#if WCAP
-                        if (e < WCAP) { S.w_comp[e] = cv[u]; cp_async4(&S.w_child[e], &my_child[i]); }
-                        else
-#endif
-                        work[e] = i;
-                    }
+                    if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = i;
                 }
             }
         }
-        cp_async_wait_all();
         __syncthreads();
         const u32 nw = S.n_work;
         if (n_rounds == 0) { STAMP(16); BSTAMP(1); if (prof && rank < 8 && tid == 0) prof[b * PROF_W + 35 + 4 * rank] = nw; }
@@ -539,17 +501,10 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             u64 c = 0;
             int bn = -1;
             if (w < nw) {
-                i64 child;
-#if WCAP
-                if (w < WCAP) { c = S.w_comp[w]; child = S.w_child[w]; }
-                else
-#endif
-                {
-                    u32 i = work[w];
-                    c = my_cand[i];
-                    child = my_child[i];
-                }
+                u32 i = work[w];
+                c = my_cand[i];
                 bn = bin_of<FB>(c, top);
+                i64 child = my_child[i];
 #if SPT
                 pass = !gtm || (S.sp.ok ? node_passes_by(t, child, NODE_DEPTH(child), SparseTest{t, S.sp})
                                         : node_passes_fast(t, q, b, child, NODE_DEPTH(child)));
@@ -562,14 +517,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 u32 at = 0;
                 if (lane == 0) at = atomicAdd(&S.n_pass, (u32)__popc(ballot));
                 at = __shfl_sync(0xffffffffu, at, 0);
-                if (pass) {
-                    const u32 e = at + __popc(ballot & ((1u << lane) - 1u));
-#if WCAP
-                    if (e < WCAP) S.p_comp[e] = c;
-                    else
-#endif
-                    my_pass[e] = c;
-                }
+                if (pass) my_pass[at + __popc(ballot & ((1u << lane) - 1u))] = c;
                 bin_add(S.pcnt, pass ? bn : -1, lane, HPLAIN >= 2);
             }
         }
@@ -635,11 +583,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     const u32 np = S.n_pass;
     for (u32 base = 0; base < np; base += NT) {
         u32 i = base + tid;
-#if WCAP
-        u64 c = i < np ? (i < WCAP ? S.p_comp[i] : my_pass[i]) : 0;
-#else
         u64 c = i < np ? my_pass[i] : 0;
-#endif
         int bn = i < np ? bin_of<FB>(c, top) : -1;
         if (bn > T) bn = -1;
         // one remote atomic a lane: a warp's match of equal bins first cost more than it saved (GPLAIN=0 in session
