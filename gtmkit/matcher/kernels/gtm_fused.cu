@@ -82,13 +82,6 @@
 // 171.7 -> 160.3 us (H200, session 17); 0: the full test for every request.
 #define SPT 1
 #endif
-#ifndef SPLIT
-// SPLIT: the request's first CL rows (the best beams, whose children fill much of the first GTM window) are shared
-// by all the cluster's blocks, block `rank` taking their children rank, rank + CL, ...; the other rows go a block a
-// row. Dealt a row a block, the best row's candidates gave one block >1024 window entries at depth 2 (two test
-// passes, 6.4-8.7 us against 3.3-3.6, session 18). 0: every row to one block.
-#define SPLIT 0
-#endif
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
@@ -330,38 +323,22 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     STAMP(1);
 
     // ---- 2 expand: this block's rows, flattened over its threads ----------------------------------
-    // Block `rank` takes every CL-th row (r0 + rank + CL * x; with SPLIT, after its share of the first CL rows):
-    // rows come best beam first, so
+    // Block `rank` takes every CL-th row (r0 + rank + CL * x, x < nmine): rows come best beam first, so
     // contiguous slices would hand block 0 most of the best bins' candidates, and every block would wait
     // at the cluster barriers for block 0's GTM tests. A block scan of the rows' out-degrees numbers
     // their children; thread f takes child f, finds its row by binary search in shared memory, and
     // writes the composite, the child and its bin count.
-    // The block's entries e: e < NS, the split row r0 + e (children ENT_F(e) + ENT_ST(e) * c); then its own rows.
-#if SPLIT
-    const int NS = nrows >= 2 * CL ? CL : 0;
-    #define ENT_ROW(e) ((e) < NS ? r0 + (e) : r0 + NS + rank + (i64)CL * ((e) - NS))
-    #define ENT_F(e) ((e) < NS ? rank : 0u)
-    #define ENT_ST(e) ((e) < NS ? (u32)CL : 1u)
-#else
-    const int NS = 0;
-    #define ENT_ROW(e) (r0 + rank + (i64)CL * (e))
-    #define ENT_F(e) 0u
-    #define ENT_ST(e) 1u
-#endif
-    const int nent = NS + (nrows - NS > (int)rank ? (nrows - NS - (int)rank + CL - 1) / CL : 0);
+    const int nmine = nrows > (int)rank ? (nrows - (int)rank + CL - 1) / CL : 0;
     const float* lp32 = (const float*)logprobs;
     u32 nc = 0;
-    for (int xb = 0; xb < nent; xb += NT) {  // batches of NT entries: entry x of the batch is xb + x
+    for (int x0 = 0; x0 < nmine; x0 += NT) {
+        const i64 q0 = r0 + rank + (i64)CL * x0;  // row of batch entry x: q0 + CL * x
+        i64 r = q0 + (i64)CL * tid;
         u32 deg = 0;
         i64 j0 = 0;
-        if (xb + tid < nent) {
-            const int e = xb + tid;
-            i64 n = node_at(node_ids, nid64, ENT_ROW(e));
-            if (n >= 0 && n < t.n_internal) {
-                j0 = t.node_offsets[n];
-                const u32 dg = (u32)(t.node_offsets[n + 1] - j0), f = ENT_F(e), st = ENT_ST(e);
-                deg = dg > f ? (dg - f + st - 1) / st : 0u;  // this block's share
-            }
+        if (x0 + tid < nmine) {
+            i64 n = node_at(node_ids, nid64, r);
+            if (n >= 0 && n < t.n_internal) { j0 = t.node_offsets[n]; deg = (u32)(t.node_offsets[n + 1] - j0); }
         }
         u32 incl = block_scan(deg, S.warp_tot);
         S.row_off[tid] = incl - deg;
@@ -370,7 +347,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         if (tid == 0) S.s_next = 0;
         __syncthreads();
         const u32 total = S.s_wtot;
-        const int nr = nent - xb < NT ? nent - xb : NT;
+        const int nr = nmine - x0 < NT ? nmine - x0 : NT;
         if (WEXP && nr >= WEXP_MIN_ROWS && total >= (u32)WEXP_MIN_DEG * (u32)nr) {
             // Wide rows (deep beams over dense levels): a warp per row, taken from a shared counter, its
             // lanes on consecutive children, so no candidate searches for its row (below: about a quarter
@@ -383,11 +360,10 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 if (x >= nr) break;  // warp-uniform
                 const u32 off = S.row_off[x];
                 const u32 deg = (x + 1 < nr ? S.row_off[x + 1] : total) - off;
-                const i64 row = ENT_ROW(xb + x);
-                const u32 f = ENT_F(xb + x), st = ENT_ST(xb + x);  // local child c is the node's child f + st * c
-                const i64 j0 = S.row_j0[x] + f;
+                const i64 j0 = S.row_j0[x];
+                const i64 row = q0 + (i64)CL * x;
                 const float bs = beam_scores[row];
-                const u32 id0 = (u32)(row - r0) * (u32)D + f;
+                const u32 id0 = (u32)(row - r0) * (u32)D;
                 const i64 lp0 = row * (i64)V;
                 u64* oc = my_cand + nc + off;
                 int* och = my_child + nc + off;
@@ -396,7 +372,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     int tk[EU];
                     float sv[EU];
 #pragma unroll
-                    for (int u = 0; u < EU; ++u) { u32 c = c0 + u * 32 + lane; tk[u] = c < deg ? ct[c * st] : 0; }
+                    for (int u = 0; u < EU; ++u) { u32 c = c0 + u * 32 + lane; tk[u] = c < deg ? ct[c] : 0; }
 #pragma unroll
                     for (int u = 0; u < EU; ++u) {
                         u32 c = c0 + u * 32 + lane;
@@ -407,9 +383,9 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                         u32 c = c0 + u * 32 + lane;
                         int bn = -1;
                         if (c < deg) {
-                            u64 cc = candidate_key(sv[u], id0 + c * st);
+                            u64 cc = candidate_key(sv[u], id0 + c);
                             oc[c] = cc;
-                            och[c] = (int)(j0 + c * st + 1);
+                            och[c] = (int)(j0 + c + 1);
                             bn = bin_of<FB>(cc, top);
                         }
                         bin_add(S.cum, bn, lane, HPLAIN >= 1);
@@ -437,7 +413,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     while (x0 < x1) { int m = (x0 + x1 + 1) >> 1; if (S.row_off[m] <= f) x0 = m; else x1 = m - 1; }
                 }
                 xr[u] = x0;
-                jj[u] = S.row_j0[x0] + ENT_F(xb + x0) + ENT_ST(xb + x0) * (f - S.row_off[x0]);
+                jj[u] = S.row_j0[x0] + (f - S.row_off[x0]);
             }
 #pragma unroll
             for (int u = 0; u < EU; ++u) tk[u] = f0 + u * NT + tid < total ? t.child_tokens[jj[u]] : 0;
@@ -445,7 +421,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             for (int u = 0; u < EU; ++u) {
                 sv[u] = 0.0f;
                 if (f0 + u * NT + tid < total) {
-                    i64 row = ENT_ROW(xb + xr[u]), at = row * (i64)V + tk[u];
+                    i64 row = q0 + (i64)CL * xr[u], at = row * (i64)V + tk[u];
                     sv[u] = beam_scores[row] + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at));
                 }
             }
@@ -454,7 +430,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 u32 f = f0 + u * NT + tid;
                 int bn = -1;
                 if (f < total) {
-                    u32 idx = (u32)(ENT_ROW(xb + xr[u]) - r0) * (u32)D + (u32)(jj[u] - S.row_j0[xr[u]]);
+                    u32 idx = (u32)(q0 + (i64)CL * xr[u] - r0) * (u32)D + (u32)(jj[u] - S.row_j0[xr[u]]);
                     u64 c = candidate_key(sv[u], idx);
                     my_cand[nc + f] = c;
                     my_child[nc + f] = (int)(jj[u] + 1);
@@ -466,9 +442,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         nc += total;
         __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
     }
-    #undef ENT_ROW
-    #undef ENT_F
-    #undef ENT_ST
     if (tid == 0) S.n_cand = nc;
     BSTAMP(0);
     cluster_wait();  // every block's arrays are zeroed before anyone adds to them
