@@ -1,6 +1,5 @@
 """The multi-kernel step (kernels/gtm_step.cu, the path for GPUs without thread block clusters) with GTM over
-the requests' sparse images (SPT=1, the default; also with the round kernel reading the image from global
-memory, SPT_SMEM=0) against their full rows (SPT=0), on one recorded search (B=16, beams 1, 512, 1024, 1024:
+the requests' sparse images (SPT=1, the default) against their full rows (SPT=0), on one recorded search (B=16, beams 1, 512, 1024, 1024:
 step_gpu.py's inputs). Every variant must return the same outputs (step with and without the full count, and
 the token mask) at every step; then each step alone as a CUDA graph, timed in interleaved rounds (every variant
 sees the same machine state): median per depth and the ratio to the first variant.
@@ -17,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # name -> gtm_step.cu defines; the first is the base
-VARIANTS = {"SPT=1": ("SPT=1",), "SPT_SMEM=0": ("SPT=1", "SPT_SMEM=0"), "SPT=0": ("SPT=0",)}
+VARIANTS = {"SPT=1": ("SPT=1",), "SPT=0": ("SPT=0",)}
 
 
 def outputs(be, steps, q):

@@ -25,12 +25,11 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 
 # gtm_step.cu's compile-time configurations besides the device's (GTM over the requests' sparse images, SPT):
 # the full rows (SPT=0); sparse capacities that one of the test's requests exceeds (2 signatures), so that it
-# takes the full test and the others the sparse one, read from global memory by the round kernel too. Each runs
+# takes the full test and the others the sparse one. Each runs
 # in the static mode only (~15 s a mode).
 CROWDED = Caps(words=3, sigs=1, sig_words=8)
 STEP_DEFINES = {"multi-spt0": ("SPT=0",),
-                "multi-crowded": (f"SP_P={CROWDED.words}", f"SP_S={CROWDED.sigs}", f"SP_Q={CROWDED.sig_words}",
-                                  "SPT_SMEM=0")}
+                "multi-crowded": (f"SP_P={CROWDED.words}", f"SP_S={CROWDED.sigs}", f"SP_Q={CROWDED.sig_words}")}
 
 
 @pytest.mark.parametrize("path", ["multi", *STEP_DEFINES, "fused"])

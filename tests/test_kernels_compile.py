@@ -44,11 +44,10 @@ def test_fused_step_options_compile(defines, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("defines", ["SPT=1", "SPT=0", "SPT_SMEM=0"])
+@pytest.mark.parametrize("defines", ["SPT=1", "SPT=0"])
 def test_multi_step_options_compile(defines, tmp_path):
     """The multi-kernel step's GTM tests that benchmarks/gpu_multi_ab.py compares (SPT=1: over the requests'
-    sparse images; SPT=0: their full rows; SPT_SMEM=0: the round kernel reads the image from global memory)
-    compile for sm_90 without warnings."""
+    sparse images; SPT=0: their full rows) compile for sm_90 without warnings."""
     src = next(p for p in SOURCES if p.name == "gtm_step.cu")
     r = subprocess.run(["nvcc", "-arch=sm_90", f"-D{defines}", "-c", str(src), "-o", str(tmp_path / "k.o")],
                        capture_output=True, text=True)

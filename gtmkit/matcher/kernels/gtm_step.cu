@@ -12,9 +12,6 @@
 #ifndef SPT
 #define SPT 1              // GTM over the requests' SparseReq images (sparse_req.cuh); 0: node_passes, full rows
 #endif
-#ifndef SPT_SMEM
-#define SPT_SMEM 1         // round_kernel's image in shared memory; 0: read from global memory (benchmarks)
-#endif
 #include "gtm_common.cuh"
 
 #if SPT
@@ -33,17 +30,14 @@ __device__ __forceinline__ const SparseReq* sparse_of(const Req& q, int b) {
 }
 
 // Request b's image in shared memory, for a block that serves request b alone (every thread calls it): the
-// table rows' divergent loads cannot evict it there, at the cost of a round trip and a barrier a block.
+// table rows' divergent loads cannot evict it there, at the cost of a round trip and a barrier a block (0.7%
+// faster than reading it from global memory on the H200, benchmarks/results/step_gpu_variants_session18.md).
 __device__ __forceinline__ const SparseReq* block_sparse(const Req& q, int b, bool want) {
-#if SPT_SMEM
     __shared__ SparseReq sp;
     const bool use = want && q.sparse;
     if (use) load_sparse_req(q, b, sp, threadIdx.x, blockDim.x);
     __syncthreads();
     return use ? &sp : nullptr;
-#else
-    return want ? sparse_of(q, b) : nullptr;
-#endif
 }
 #else
 struct SparseReq;
