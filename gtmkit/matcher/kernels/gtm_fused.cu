@@ -85,12 +85,6 @@
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
-#ifndef L2PF
-#define L2PF 0          // (measuring) the block's log-prob rows prefetched into L2 at the start
-#endif
-#ifndef L2PF_EARLY
-#define L2PF_EARLY 0    // (measuring) ... before GRID_DEP_WAIT (L2 is the point of coherence: a hint only)
-#endif
 #ifndef FIRST_WIN
 // First GTM window, in multiples of k. 4 (was 3): at depth 3 some requests' pass rates (~0.25-0.33) took a
 // second round with 3 (~20 us on the slowest request), none with 4; whole graphed search 181.8 -> 176.6 us,
@@ -284,26 +278,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
 
     // (PDL) every read and write below may touch an earlier kernel's data; the request's rows above are
     // GraphedBeamSearch's fixed schedule (written before its capture), the only launches made with PDL
-    // L2PF: every log-prob line of this block's rows requested into L2 before the best score and the row batches,
-    // so that the expand's scattered gathers find them there (hints: no registers held, no answer changes); with
-    // L2PF_EARLY before the wait, while the kernel before still runs (pass 0), else after it (pass 1).
-    for (int pf_pass = 0; pf_pass < 2; ++pf_pass) {
-        if (pf_pass == 1 && PDL_LATE_WAIT) GRID_DEP_WAIT();
-#if L2PF && !defined(GTMKIT_EMU)
-        if (pf_pass == (L2PF_EARLY ? 0 : 1)) {
-            const int nm = nrows > (int)rank ? (nrows - (int)rank + CL - 1) / CL : 0;
-            const int esz = lp_dtype == 0 ? 4 : 2;
-            const i64 rb = (i64)V * esz;
-            const u32 lpr = (u32)((rb + 127) >> 7);  // lines a row (the last one clamped into the row)
-            const char* lpb = (const char*)logprobs;
-            for (u32 f = tid; f < (u32)nm * lpr; f += NT) {
-                const u32 x = f / lpr, l = f - x * lpr;
-                const i64 row = r0 + rank + (i64)CL * x, at = (i64)l << 7;
-                asm volatile("prefetch.global.L2 [%0];" :: "l"(lpb + row * rb + (at < rb ? at : rb - 1)));
-            }
-        }
-#endif
-    }
+    if (PDL_LATE_WAIT) GRID_DEP_WAIT();
 
     // ---- 1 score bins: below the best live beam score ------------------------------------------
     // Log-probs are <= 0, so no candidate beats its row's beam score: the best live beam score bounds
@@ -365,10 +340,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             i64 n = node_at(node_ids, nid64, r);
             if (n >= 0 && n < t.n_internal) { j0 = t.node_offsets[n]; deg = (u32)(t.node_offsets[n + 1] - j0); }
         }
-#if L2PF >= 2 && !defined(GTMKIT_EMU)
-        for (u32 c = 0; c < deg; c += 32)  // (measuring) the row's child tokens, a line at a time
-            asm volatile("prefetch.global.L2 [%0];" :: "l"(t.child_tokens + j0 + c));
-#endif
         u32 incl = block_scan(deg, S.warp_tot);
         S.row_off[tid] = incl - deg;
         S.row_j0[tid] = j0;
