@@ -26,6 +26,8 @@ ap.add_argument("--sub", action="append", default=[], metavar="OLD=>NEW",
 ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
                 help="profile gtm_fused.cu built with this define (repeatable), as gpu_fused_variants.py builds it")
 ap.add_argument("--cubin", help="run this nvcc-built cubin of gtm_fused.cu (e.g. with -lineinfo, for ncu's source view)")
+ap.add_argument("--windows", default="none", help="first GTM window a step: none (FIRST_WIN x k), auto (calibrated "
+                "from the recorded search's pass rates, as GraphedBeamSearch does) or W1/W2/W3/W4")
 args = ap.parse_args()
 idx = gtmkit.load_index(args.index, verify=False)
 users = synth_users(idx.manifest["schema"], args.requests, seed=11)
@@ -60,6 +62,14 @@ if args.ncu_step:
         cp.cuda.Device().synchronize()
     cp.cuda.profiler.stop()
     sys.exit(0)
+if args.windows == "auto":
+    from gtmkit.matcher.windows import calibrate_windows
+    counts = [tuple(be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"],
+                            g, g, s["max_children"])[4] for g in (False, True)) for s in steps]
+    windows = calibrate_windows(counts, (1, 512, 1024, 1024))
+else:
+    windows = [0] * len(steps) if args.windows == "none" else [int(x) for x in args.windows.split("/")]
+print(f"first GTM windows: {windows} (0: FIRST_WIN x k)")
 be.profile = cp.zeros((B, FUSED_PROF_W), cp.int64)
 tails = []
 print("(rows from the caller's req_rows, as in the graphed search)")
@@ -67,7 +77,7 @@ print("step | top us | expand+hist us | rounds | round us (each) | round 1: list
 for t, s in enumerate(steps):
     for _ in range(3):  # (recorded rows come best first, as the graphed search tells the kernel)
         be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True,
-                False, s["max_children"], rows_best_first=True)
+                False, s["max_children"], rows_best_first=True, first_window=windows[t])
     cp.cuda.Device().synchronize()
     p = cp.asnumpy(be.profile).astype(np.float64)
     n = p[:, 13].astype(int)

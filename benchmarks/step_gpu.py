@@ -25,6 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import gtmkit  # noqa: E402
 from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch  # noqa: E402
+from gtmkit.matcher.windows import calibrate_windows  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
 
 
@@ -207,18 +208,23 @@ def main():
         R = int(s["node_ids"].shape[0])
         M = R // B
         row = {"step": t + 1, "rows": R, "k": s["k"], "max_children": s["max_children"]}
-        for gtm in (False, True):
-            # (the recorded rows come best first, as in the search: rows_best_first, as GraphedBeamSearch sets it)
-            fn = lambda gtm=gtm: be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"],  # noqa: E731
-                                         s["req_rows"], q, s["k"], gtm, False, s["max_children"], rows_best_first=True)
-            row["gpu_ms_" + ("gtm" if gtm else "cd")] = cuda_time(fn)
         cnt = be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True,
                       True, s["max_children"])[4]
         row["candidates_per_request_gtm"] = float(cp.asnumpy(cnt).mean())
         cd_cnt = be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], False,
                          False, s["max_children"])[4]
         row["candidates_per_request_cd"] = float(cp.asnumpy(cd_cnt).mean())
-        row["gpu_graph_ms_gtm"] = graph_step_ms(be, s, q, B)
+        # the first GTM window GraphedBeamSearch's gtm_windows="auto" takes from these pass rates
+        win = row["first_window"] = calibrate_windows([(cd_cnt, cnt)], [1, s["k"]])[0] if be.fused else 0
+        for gtm in (False, True):
+            # (the recorded rows come best first, as in the search: rows_best_first, as GraphedBeamSearch sets it)
+            fn = lambda gtm=gtm: be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"],  # noqa: E731
+                                         s["req_rows"], q, s["k"], gtm, False, s["max_children"], rows_best_first=True,
+                                         first_window=win)
+            row["gpu_ms_" + ("gtm" if gtm else "cd")] = cuda_time(fn)
+        row["gpu_graph_ms_gtm"] = graph_step_ms(be, s, q, B, win)
+        if be.fused:  # the same with the kernel's default window (FIRST_WIN x k), side by side
+            row["gpu_graph_ms_gtm_default_window"] = graph_step_ms(be, s, q, B, 0)
         if be.fused:  # the multi-kernel pipeline (pre-Hopper path) on the same inputs, for the ratio
             be.fused = False
             try:
@@ -281,14 +287,15 @@ def main():
     finish(args, idx, m, B, sizes, bw, upload_s, rows, whole)
 
 
-def graph_step_ms(be, s, q, B):
+def graph_step_ms(be, s, q, B, first_window=0):
     """One CD+GTM step captured alone in a CUDA graph: its device time without host launch gaps."""
-    graph, stream = capture_step(be, s, q, B)
+    graph, stream = capture_step(be, s, q, B, first_window)
     return cuda_time(lambda: graph.launch(stream), reps=50, stream=stream)
 
 
-def capture_step(be, s, q, B):
-    """-> (graph, stream): one recorded CD+GTM step captured alone, with its own buffers."""
+def capture_step(be, s, q, B, first_window=0):
+    """-> (graph, stream): one recorded CD+GTM step captured alone, with its own buffers (first_window: the
+    first GTM window, 0 the kernel's default)."""
     k = s["k"]
     out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
            cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
@@ -297,10 +304,11 @@ def capture_step(be, s, q, B):
     with stream:
         args = (s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, k, True, False,
                 s["max_children"])
-        be.step(*args, out=out, scratch=scratch, rows_best_first=True)  # recorded rows come best first
+        kw = dict(out=out, scratch=scratch, rows_best_first=True, first_window=first_window)
+        be.step(*args, **kw)  # recorded rows come best first
         stream.synchronize()
         stream.begin_capture()
-        be.step(*args, out=out, scratch=scratch, rows_best_first=True)
+        be.step(*args, **kw)
         graph = stream.end_capture()
     return graph, stream
 
@@ -318,6 +326,10 @@ def whole_search(m, q, steps, res, sizes):
             lambda gtm=gtm: gtmkit.beam_search(m, q, replayed, sizes, gtm=gtm, postfilter=False), reps=10)
     g = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True)
     whole["graph_ms_gtm_postfilter"] = cuda_time(g.launch, reps=50, stream=g.stream)
+    whole["gtm_windows"] = g.windows
+    # side by side: the kernel's default first window (FIRST_WIN x k) at every step
+    gd = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True, gtm_windows=None)
+    whole["graph_ms_gtm_postfilter_default_windows"] = cuda_time(gd.launch, reps=50, stream=gd.stream)
     g2 = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=False)
     whole["graph_ms_gtm"] = cuda_time(g2.launch, reps=50, stream=g2.stream)
     g3 = GraphedBeamSearch(m, q, replayed, sizes, gtm=False, postfilter=False)
@@ -333,7 +345,7 @@ def whole_search(m, q, steps, res, sizes):
     # the graphed search must give the eager answer
     eager = gtmkit.beam_search(m, q, replayed, sizes, gtm=True)
     whole["graph_equals_eager"] = True
-    for gg in (g, ga):
+    for gg in (g, gd, ga):
         gr = gg.replay()
         whole["graph_equals_eager"] &= bool(cp.array_equal(gr.sids, eager.sids) and cp.array_equal(gr.scores, eager.scores))
     print(json.dumps(whole), flush=True)
@@ -365,8 +377,9 @@ def markdown(r):
              f"Copy bandwidth {r['copy_bandwidth_gbs']:.0f} GB/s. Index on GPU: {r['device_bytes'] / 1e6:.0f} MB.", "",
              "| step | rows | cand/req CD | cand/req GTM | ours CD ms | ours CD+GTM ms | ours CD+GTM as graph ms | floor ms | "
              "(a) torch CD+GTM ms | (a) compiled ms | (a) compiled+graph ms | (b) STATIC CD ms | (c) CPU CD+GTM ms | "
-             "(a)/ours | (b)/ours | multi-kernel ms | multi-kernel as graph ms |",
-             "|" + "---|" * 17]
+             "(a)/ours | (b)/ours | multi-kernel ms | multi-kernel as graph ms | first GTM window | "
+             "as graph, window FIRST_WIN x k ms |",
+             "|" + "---|" * 19]
     for s in r["steps"]:
         ours = s["gpu_ms_gtm"]
         a = s.get("torch_compiled_graph_ms_gtm") or s.get("torch_compiled_ms_gtm") or s.get("torch_ms_gtm")
@@ -376,10 +389,11 @@ def markdown(r):
                      f"{f(s.get('torch_ms_gtm'))} | "
                      f"{f(s.get('torch_compiled_ms_gtm'))} | {f(s.get('torch_compiled_graph_ms_gtm'))} | {f(b)} | "
                      f"{f(s['cpu_ms_gtm'])} | {f(a / ours) if a else 'n/a'} | {f(b / ours) if b else 'n/a'} | "
-                     f"{f(s.get('multi_ms_gtm'))} | {f(s.get('multi_graph_ms_gtm'))} |")
+                     f"{f(s.get('multi_ms_gtm'))} | {f(s.get('multi_graph_ms_gtm'))} | {s.get('first_window', 'n/a')} | "
+                     f"{f(s.get('gpu_graph_ms_gtm_default_window'))} |")
     w = r["whole"]
-    lines += ["", "| whole search | ms |", "|---|---|"] + [f"| {k} | {v if isinstance(v, bool) else f'{v:.3f}'} |"
-                                                           for k, v in w.items()]
+    lines += ["", "| whole search | ms |", "|---|---|"] + [
+        f"| {k} | {v if isinstance(v, (bool, list)) else f'{v:.3f}'} |" for k, v in w.items()]
     lines += ["", "Targets (issue 4):"] + targets(r)
     return "\n".join(lines) + "\n"
 

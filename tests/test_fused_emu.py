@@ -49,7 +49,7 @@ class FusedEmu:
         return garbage(shape, dtype, self.rng)
 
     def step(self, m: Matcher, node_ids, logprobs, beam_scores, row_request, requests, k, gtm=True, count=False,
-             lp_dtype=0):
+             lp_dtype=0, first_win=None):
         t, q = m.arrays, m.batch(requests)
         tarr = {n: np.ascontiguousarray(getattr(t, n)) for n in t._fields if n != "jagged"}
         qarr = {n: np.ascontiguousarray(getattr(q, n)) for n in q._fields}
@@ -75,11 +75,14 @@ class FusedEmu:
         # every third launch says its rows come best first whether they do or not: the top it then takes from
         # the first row (low, high or a dead row's) must not change the answer
         best_first = np.int32(self.n_launch % 3 == 0)
+        # the caller's first GTM window (0: the build's FIRST_WIN x k; None: one at random): any size must give the
+        # same answer
+        first_win = np.int32(self.rng.choice([0, 0, 1, k, 3 * k]) if first_win is None else first_win)
         launch(self.lib, self.sigs, "fused_step_kernel", B * self.cl, self.nt,
                (tp, qp, np.ascontiguousarray(node_ids), np.int32(nid64), np.ascontiguousarray(logprobs),
                 np.int32(lp_dtype), np.int32(m.vocab_size), np.ascontiguousarray(beam_scores, np.float32),
                 np.ascontiguousarray(row_request, np.int64), np.int64(R), np.int32(D), np.int32(k), np.int32(gtm),
-                np.int32(count), *scratch, *out, prof, req_rows, *hist, best_first), cluster=self.cl,
+                np.int32(count), *scratch, *out, prof, req_rows, *hist, best_first, first_win), cluster=self.cl,
                smem=FUSED_SMEM)
         self.rounds.extend(int(x) for x in prof[:, 13])  # GTM rounds a request took (the kernel's profile slot)
         if hist[2] is not None:  # each output row: its parent's history row (-1s for padding), then its token
@@ -158,7 +161,7 @@ def test_later_gtm_rounds(tmp_path, emu):
             lp = rng.uniform(-8, 0, size=(len(nodes), idx.vocab_size)).astype(np.float32)
             bs = rng.uniform(-3, 0, size=len(nodes)).astype(np.float32)
             want = m.step(nodes, lp, bs, rr, reqs, k)
-            _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k), want)
+            _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, first_win=0), want)
     if emu.name == "cl2":
         assert max(emu.rounds) >= 3, emu.rounds
 
@@ -180,3 +183,22 @@ def test_many_rows_small_window(tmp_path, emu):
             nodes, rr, lp, bs = step_case(idx, rng, 2, 90, depth, kind)
             want = m.step(nodes, lp, bs, rr, reqs, k, gtm=gtm)
             _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, gtm), want)
+
+
+def test_caller_first_window(tmp_path, emu):
+    """The caller's first window (GraphedBeamSearch's gtm_windows) sets the first GTM round: a window of one
+    candidate takes more rounds than the build's default, a window of every candidate one round; all three
+    give the CPU's answer."""
+    idx, _, _ = _build(tmp_path, 76, "static", {"k": [2, 3, 2]}, n_ads=300, L=3, V=9)
+    m = Matcher(idx, "cpu")
+    rng = np.random.default_rng(7)
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(2)]
+    nodes, rr, lp, bs = step_case(idx, rng, 2, 9, 2, "wide")
+    want = m.step(nodes, lp, bs, rr, reqs, 6)
+    rounds = {}
+    for win in (0, 1, 10**6):
+        emu.rounds.clear()
+        _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, 6, first_win=win), want)
+        rounds[win] = list(emu.rounds)
+    assert sum(rounds[1]) > sum(rounds[0]), rounds
+    assert max(rounds[10**6]) == 1, rounds

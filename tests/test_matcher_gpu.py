@@ -148,6 +148,33 @@ def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded):
             assert np.array_equal(cp.asnumpy(r.sid_rank[b, :counts[b]]), cp.asnumpy(rank))
 
 
+def test_graph_gtm_windows(synth_index):
+    """gtm_windows: calibrated from the warm-up ("auto", the default), the kernel's FIRST_WIN x k (None) and one
+    candidate a step (every GTM step takes later rounds) all replay the eager answer; calibrated windows lie
+    between k and FIRST_WIN x k; malformed windows are refused."""
+    from gtmkit.errors import GtmkitError
+    from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch
+    from gtmkit.matcher.kernel_params import FUSED_FIRST_WIN
+
+    idx = synth_index
+    users = synth_users(idx.manifest["schema"], 4, seed=6)
+    reqs = [idx.encode_request(u) for u in users]
+    m = Matcher(idx, "cuda")
+    sizes = (1, 32, 64, 64)
+    eager = gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
+    for w in ("auto", None, [1] * len(sizes)):
+        g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, gtm_windows=w)
+        r = g.replay()
+        assert np.array_equal(cp.asnumpy(r.sids), cp.asnumpy(eager.sids)), w
+        assert np.array_equal(cp.asnumpy(r.scores), cp.asnumpy(eager.scores)), w
+        if w == "auto" and m.cuda.fused:
+            ks = list(sizes[1:]) + [sizes[-1]]
+            assert all(k <= x <= FUSED_FIRST_WIN * k for x, k in zip(g.windows, ks)), g.windows
+    for bad in ("fast", [1, 2], [-1] * len(sizes)):
+        with pytest.raises(GtmkitError, match="gtm_windows"):
+            GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, gtm_windows=bad)
+
+
 def test_pdl_off_by_environment(synth_index, monkeypatch):
     """GTMKIT_PDL=0: the default graph launches plainly and says why; asking for PDL then is an error."""
     from gtmkit.errors import GtmkitError

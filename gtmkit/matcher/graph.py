@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import GtmkitError
 from ..logits import DEFAULT_PEAK
 from .backend_cuda import load_module
+from .windows import calibrate_windows
 
 BEAM_KERNELS = Path(__file__).with_name("kernels") / "beam.cu"
 
@@ -84,10 +85,14 @@ class GraphedBeamSearch:
     pdl: the fused steps and the post-filter kernels are launched with programmatic dependent launch
     (matcher/pdl.py), so each one's blocks are scheduled while the kernel before it still runs; None (the
     default) does so wherever the fused step runs (Hopper) and the driver can (else plainly, the reason in
-    self.pdl_off; GTMKIT_PDL=0 turns it off)."""
+    self.pdl_off; GTMKIT_PDL=0 turns it off).
+    gtm_windows: candidates the fused step's first GTM round tests at each step. "auto" (the default): sized
+    from the pass rates the warm-up search sees (calibrate_windows); None: FIRST_WIN x k at every step; or one
+    int per step (0: FIRST_WIN x k). Only the speed depends on it: a window too small for a request costs that
+    request a second round, never an answer. The windows used are in self.windows."""
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
-                 postfilter: bool = True, fuse_history: bool = True, pdl: bool = None):
+                 postfilter: bool = True, fuse_history: bool = True, pdl: bool = None, gtm_windows="auto"):
         if matcher.cuda is None:
             raise GtmkitError("GraphedBeamSearch needs a Matcher on device 'cuda'")
         index = matcher.index
@@ -110,11 +115,24 @@ class GraphedBeamSearch:
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.scratch = {}
         be = matcher.cuda
+        auto = isinstance(gtm_windows, str)
+        if auto and gtm_windows != "auto":
+            raise GtmkitError(f"gtm_windows must be 'auto', None or one int per step, got {gtm_windows!r}")
+        if gtm_windows is None or auto:
+            self.windows = [0] * L
+        else:
+            self.windows = [int(w) for w in gtm_windows]
+            if len(self.windows) != L or min(self.windows) < 0:
+                raise GtmkitError(f"gtm_windows must hold {L} ints >= 0, got {tuple(gtm_windows)}")
+        self._rates = [] if auto and self.gtm and be.fused else None  # (CD, CD+GTM) counts a step, warm-up only
         with self.stream:
             self._allocate(index, L)
             keep, be.pdl = be.pdl, self.pdl
             try:
                 self._run()                      # eager warm-up: compiles kernels, sizes every buffer
+                if self._rates is not None:
+                    self.windows = calibrate_windows(self._rates, self.sizes)
+                    self._rates = None
                 self.stream.synchronize()
                 self.stream.begin_capture()
                 try:
@@ -157,9 +175,13 @@ class GraphedBeamSearch:
             # the fused step writes the token history itself (one launch a step fewer in the graph)
             history = (hist, t, self.hist[t]) if be.fused and self.fuse_history else None
             # rows come best first: one start row a request, then each step's ranked output
-            out = be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, self.gtm, False,
-                          int(index.max_degree[t]), out=self.outs[t], scratch=self.scratch, history=history,
-                          rows_best_first=True)
+            D = int(index.max_degree[t])
+            if self._rates is not None:  # warm-up of gtm_windows="auto": the candidates, and those that pass GTM
+                self._rates.append(tuple(be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, g, g, D,
+                                                 scratch=self.scratch, rows_best_first=True)[4] for g in (False, True)))
+            out = be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, self.gtm, False, D,
+                          out=self.outs[t], scratch=self.scratch, history=history, rows_best_first=True,
+                          first_window=self.windows[t])
             p, tok, node, sc, _ = out
             R = p.size
             if history is None:

@@ -191,7 +191,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                   u64* __restrict__ grouped, u64* __restrict__ topsel,
                   int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count,
                   i64* prof, const i64* req_rows, const int* hist_in, int hist_t, int* hist_out,
-                  int rows_best_first) {
+                  int rows_best_first, int first_win) {
 #ifdef GTMKIT_EMU
     unsigned char* smem_raw = emu_dyn_smem();
 #else
@@ -465,8 +465,10 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     int lo = -1;
     // First window: k candidates suffice without GTM; with it, FIRST_WIN * k (a pass rate down to
     // 1 / FIRST_WIN in one round: the tests run side by side, so a wider first window costs little, a
-    // second round a lot).
-    int hi = (count_all || C == 0) ? FB - 1 : first_bin_f(S.cum, -1, gtm ? FIRST_WIN * (i64)k : (i64)k);
+    // second round a lot), or the caller's first_win candidates (> 0: a window sized from the pass rates
+    // earlier searches saw; any size is exact, later rounds widen it).
+    const i64 win = gtm ? (first_win > 0 ? (i64)first_win : FIRST_WIN * (i64)k) : (i64)k;
+    int hi = (count_all || C == 0) ? FB - 1 : first_bin_f(S.cum, -1, win);
     i64 passed_lo = 0;  // passers in bins <= lo
     int T = FB - 1;
     for (;;) {
