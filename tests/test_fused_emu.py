@@ -28,10 +28,10 @@ CONFIGS = {
     "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, SPT=0),
     # one histogram add a distinct bin of a warp (HPLAIN=0); sparse request lists too short for some requests,
     # which take the full test
-    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, SP_P=3, SP_S=2, SP_Q=9),
+    "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, SP_P=3, SP_S=2, SP_Q=9, KWIN=1),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
     # not divide the bin count; GTM tests over the requests' non-zero words (SPT, as on the device)
-    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),
+    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1, KWIN=1),
 }
 
 
