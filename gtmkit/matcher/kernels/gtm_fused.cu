@@ -90,6 +90,9 @@
 // a warp's 32-way searches: bin_of is monotone in the key) instead of computing its bin; the same entries.
 #define KWIN 0
 #endif
+#ifndef KWIN_MIN
+#define KWIN_MIN 2      // KWIN: from this many listing passes (EU x NT candidates each) on
+#endif
 #ifndef BSC
 #define BSC 0           // the expand bins a candidate from its score, not from its composite (the same bin)
 #endif
@@ -127,23 +130,6 @@ __device__ __forceinline__ int first_bin_f(const u32* cum, int lo, i64 target) {
     return a;
 }
 
-// KWIN: the smallest sortable score key in [a, z) whose bin is <= bin_max (z if none), by a warp: bin_of is non-increasing
-// in the key over the keys of non-NaN scores (the caller's [a, z)), so a round's 32 probes narrow the range 32-fold.
-// Every lane of the warp calls it and gets the answer.
-__device__ __forceinline__ u32 warp_first_key(u32 a, u32 z, int bin_max, float top, int lane) {
-    while (a < z) {  // warp-uniform
-        const u64 n = (u64)(z - a);
-        const u32 p = a + (u32)((n * (u64)lane) >> 5);  // probe 0 is a itself
-        const unsigned bal = __ballot_sync(0xffffffffu, bin_of<FB>((u64)p << 32, top) <= bin_max);
-        if (bal & 1u) return a;
-        if (!bal) { a = a + (u32)((n * 31u) >> 5) + 1; continue; }  // after the last probe
-        const int j = __ffs(bal) - 1;  // first probe inside; the answer lies in (probe j-1, probe j]
-        z = a + (u32)((n * (u64)j) >> 5);
-        a = a + (u32)((n * (u64)(j - 1)) >> 5) + 1;
-    }
-    return z;
-}
-
 __device__ __forceinline__ i64 node_at(const void* node_ids, int nid64, i64 r) {
     return nid64 ? ((const i64*)node_ids)[r] : (i64)((const int*)node_ids)[r];
 }
@@ -156,6 +142,7 @@ __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
 }
 
 #include "warp_bins.cuh"  // bin_add
+#include "window_keys.cuh"  // warp_first_key (KWIN)
 #include "sparse_req.cuh"  // SparseReq (SPT)
 
 // A node's depth: from the level offsets in shared memory (S.lvl) when the trie has at most 16 levels.
@@ -504,9 +491,11 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         // the scan would leave one test's memory latency per scanned slice on the critical path.
         if (tid == 0) S.n_work = 0;
 #if KWIN
-        if (warp < 2) {  // warp 0: the first key in the window (bin <= hi), warp 1: the first key past it (bin <= lo)
+        // (only a block with more than KWIN_MIN listing passes: the searches cost ~0.5 us, a pass saves ~0.3 us)
+        const bool kw = nc > (u32)KWIN_MIN * EU * NT;  // block-uniform
+        if (kw && warp < 2) {  // warp 0: the first key in the window (bin <= hi), warp 1: the first key past it (bin <= lo)
             const u32 ka = 0x007FFFFFu, kz = 0xFF800001u;  // sortable(-inf), sortable(+inf) + 1
-            const u32 kf = warp_first_key(ka, kz, warp == 0 ? hi : lo, top, lane);
+            const u32 kf = warp_first_key<FB>(ka, kz, warp == 0 ? hi : lo, top, lane);
             if (lane == 0) { if (warp == 0) S.k_lo = kf; else S.k_hi = kf - 1u; }
         }
 #endif
@@ -523,7 +512,10 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 u32 i = base + u * NT + tid;
                 bool in = false;
 #if KWIN
-                if (i < nc) { const u32 hw = (u32)(cv[u] >> 32); in = hw >= k_lo && hw <= k_hi; }
+                if (i < nc) {
+                    if (kw) { const u32 hw = (u32)(cv[u] >> 32); in = hw >= k_lo && hw <= k_hi; }
+                    else { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
+                }
 #else
                 if (i < nc) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
 #endif
