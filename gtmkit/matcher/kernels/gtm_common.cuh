@@ -189,18 +189,14 @@ __device__ __forceinline__ float load_lp(const void* lp, int dtype, i64 idx) {
 
 // Linear score bins below the request's best score `top` (bin 0 = best): a lower bin never holds a
 // lower score, so scanning bins in order visits candidates best first, bin by bin.
-// bin_of_score(s) == bin_of(composite of s) for every s (NaN and -inf, -0 and +0 share their bins), so a caller
-// that holds the score need not decode it from the composite.
 template <int NBINS>
-__device__ __forceinline__ int bin_of_score(float s, float top) {
+__device__ __forceinline__ int bin_of(u64 comp, float top) {
+    float s = unsortable((u32)(comp >> 32));
     if (!(s > -3.0e38f)) return NBINS - 1;
     float x = (top - s) * (NBINS / SPAN);
     if (!(x > 0.0f)) return 0;  // at or above top (inputs that are not log-probs)
     return x < (float)(NBINS - 1) ? (int)x : NBINS - 1;  // NaN (no finite best) lands in the last bin too
 }
-
-template <int NBINS>
-__device__ __forceinline__ int bin_of(u64 comp, float top) { return bin_of_score<NBINS>(unsortable((u32)(comp >> 32)), top); }
 
 // Inclusive prefix sum over the block (blockDim.x == 1024) in thread order; warp shuffles, two barriers.
 __device__ u32 block_scan(u32 v, u32* warp_tot) {

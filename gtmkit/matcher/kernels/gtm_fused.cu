@@ -85,17 +85,6 @@
 #ifndef TOP_R0
 #define TOP_R0 1        // the request's best live score from its first row when rows come best first
 #endif
-#ifndef KWIN
-// KWIN: a round's listing tests a composite's high word against the window's two key bounds (found once a round by
-// a warp's 32-way searches: bin_of is monotone in the key) instead of computing its bin; the same entries.
-#define KWIN 0
-#endif
-#ifndef KWIN_MIN
-#define KWIN_MIN 2      // KWIN: from this many listing passes (EU x NT candidates each) on
-#endif
-#ifndef BSC
-#define BSC 0           // the expand bins a candidate from its score, not from its composite (the same bin)
-#endif
 #ifndef FIRST_WIN
 // First GTM window, in multiples of k. 4 (was 3): at depth 3 some requests' pass rates (~0.25-0.33) took a
 // second round with 3 (~20 us on the slowest request), none with 4; whole graphed search 181.8 -> 176.6 us,
@@ -142,7 +131,6 @@ __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
 }
 
 #include "warp_bins.cuh"  // bin_add
-#include "window_keys.cuh"  // warp_first_key (KWIN)
 #include "sparse_req.cuh"  // SparseReq (SPT)
 
 // A node's depth: from the level offsets in shared memory (S.lvl) when the trie has at most 16 levels.
@@ -178,9 +166,6 @@ struct Smem {
     int s_T, s_done;
     u32 s_next;        // expand, warp per row: the next row of the batch to take
     u32 s_wtot;
-#if KWIN
-    u32 k_lo, k_hi;    // a round's window: the composites whose high word lies in [k_lo, k_hi]
-#endif
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
 #if SPT
     SparseReq sp;      // the request's GTM rows, non-zero words only
@@ -401,7 +386,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                             u64 cc = candidate_key(sv[u], id0 + c);
                             oc[c] = cc;
                             och[c] = (int)(j0 + c + 1);
-                            bn = BSC ? bin_of_score<FB>(sv[u], top) : bin_of<FB>(cc, top);
+                            bn = bin_of<FB>(cc, top);
                         }
                         bin_add(S.cum, bn, lane, HPLAIN >= 1);
                     }
@@ -449,7 +434,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     u64 c = candidate_key(sv[u], idx);
                     my_cand[nc + f] = c;
                     my_child[nc + f] = (int)(jj[u] + 1);
-                    bn = BSC ? bin_of_score<FB>(sv[u], top) : bin_of<FB>(c, top);
+                    bn = bin_of<FB>(c, top);
                 }
                 bin_add(S.cum, bn, lane, HPLAIN >= 2);
             }
@@ -490,20 +475,8 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         // First list the window's candidates, then test them with every thread at once: testing in
         // the scan would leave one test's memory latency per scanned slice on the critical path.
         if (tid == 0) S.n_work = 0;
-#if KWIN
-        // (only a block with more than KWIN_MIN listing passes: the searches cost ~0.5 us, a pass saves ~0.3 us)
-        const bool kw = nc > (u32)KWIN_MIN * EU * NT;  // block-uniform
-        if (kw && warp < 2) {  // warp 0: the first key in the window (bin <= hi), warp 1: the first key past it (bin <= lo)
-            const u32 ka = 0x007FFFFFu, kz = 0xFF800001u;  // sortable(-inf), sortable(+inf) + 1
-            const u32 kf = warp_first_key<FB>(ka, kz, warp == 0 ? hi : lo, top, lane);
-            if (lane == 0) { if (warp == 0) S.k_lo = kf; else S.k_hi = kf - 1u; }
-        }
-#endif
         __syncthreads();
         for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
-#if KWIN
-            const u32 k_lo = S.k_lo, k_hi = S.k_hi;  // (re-read a pass: two registers fewer held across the rounds)
-#endif
             u64 cv[EU];
 #pragma unroll
             for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
@@ -511,14 +484,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
             for (int u = 0; u < EU; ++u) {
                 u32 i = base + u * NT + tid;
                 bool in = false;
-#if KWIN
-                if (i < nc) {
-                    if (kw) { const u32 hw = (u32)(cv[u] >> 32); in = hw >= k_lo && hw <= k_hi; }
-                    else { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
-                }
-#else
                 if (i < nc) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
-#endif
                 unsigned ballot = __ballot_sync(0xffffffffu, in);
                 if (ballot) {
                     u32 at = 0;
