@@ -202,3 +202,41 @@ def test_caller_first_window(tmp_path, emu):
         rounds[win] = list(emu.rounds)
     assert sum(rounds[1]) > sum(rounds[0]), rounds
     assert max(rounds[10**6]) == 1, rounds
+
+
+def _edge_scores(top: float, bins) -> np.ndarray:
+    """For each bin b: the lowest float32 score in bins <= b and the highest in bins > b, as the kernels bin them
+    (bin = floor((top - s) * FB / SPAN), in float32): the scores a round's window bounds fall between."""
+    c = np.float32(2048 / 64.0)
+    def bin_of(x):
+        return np.floor((np.float32(top) - np.float32(x)) * c)
+    out = []
+    for b in bins:
+        x = np.float32(top - (b + 1) / c)
+        while bin_of(x) <= b:
+            x = np.nextafter(x, np.float32(-np.inf))
+        while bin_of(x) > b:
+            x = np.nextafter(x, np.float32(np.inf))
+        out += [x, np.nextafter(x, np.float32(-np.inf))]  # in bin <= b, and the next score down in a bin > b
+    return np.array(out, np.float32)
+
+
+def test_scores_on_bin_edges(tmp_path, emu):
+    """Every candidate's score on one side or the other of a bin edge, and a first window of one candidate: each
+    round's window starts and ends between two adjacent floats, so a candidate binned differently by the expand and
+    by a round's listing is tested twice or never. Results as on the CPU."""
+    idx, _, _ = _build(tmp_path, 77, "static", {"k": [2, 3, 2]}, n_ads=300, L=3, V=9)
+    m = Matcher(idx, "cpu")
+    rng = np.random.default_rng(8)
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(2)]
+    edges = _edge_scores(0.0, range(0, 40))
+    for depth in (1, 2):
+        nodes, rr, _, _ = step_case(idx, rng, 2, 9, depth)
+        nodes[::9] = idx.level_offsets[depth]  # each request's first row live: its beam score (0) is the top
+        lp = rng.choice(edges, size=(len(nodes), idx.vocab_size)).astype(np.float32)
+        bs = np.zeros(len(nodes), np.float32)
+        for k in (3, 7):
+            want = m.step(nodes, lp, bs, rr, reqs, k, gtm=False)
+            _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, False, first_win=1), want)
+            want = m.step(nodes, lp, bs, rr, reqs, k)
+            _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, first_win=1), want)
