@@ -22,7 +22,9 @@ requests = matcher.batch([index.encode_request(u) for u in users])   # uploaded 
 sizes = (1, 512, 1024, 1024)
 
 # The decoder must be capturable: no host sync, no allocation after its first call.
+# Its warm-up search also sizes each step's first GTM window from the pass rates it sees (gtm_windows="auto").
 searcher = GraphedBeamSearch(matcher, requests, GpuSyntheticDecoder(users, index.vocab_size), sizes)
+print("first GTM window a step:", searcher.windows)
 result = searcher.replay()                                            # device arrays, rewritten per replay
 eager = gtmkit.beam_search(matcher, requests, GpuSyntheticDecoder(users, index.vocab_size), sizes)
 assert cp.array_equal(result.sids, eager.sids) and cp.array_equal(result.scores, eager.scores)
