@@ -170,7 +170,7 @@ def test_graph_gtm_windows(synth_index):
         if w == "auto" and m.cuda.fused:
             ks = list(sizes[1:]) + [sizes[-1]]
             assert all(k <= x <= FUSED_FIRST_WIN * k for x, k in zip(g.windows, ks)), g.windows
-    for bad in ("fast", [1, 2], [-1] * len(sizes)):
+    for bad in ("fast", [1, 2], [-1] * len(sizes), 4096, ["a"] * len(sizes)):
         with pytest.raises(GtmkitError, match="gtm_windows"):
             GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, gtm_windows=bad)
 

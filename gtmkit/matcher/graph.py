@@ -121,7 +121,10 @@ class GraphedBeamSearch:
         if gtm_windows is None or auto:
             self.windows = [0] * L
         else:
-            self.windows = [int(w) for w in gtm_windows]
+            try:
+                self.windows = [int(w) for w in gtm_windows]
+            except (TypeError, ValueError):
+                raise GtmkitError(f"gtm_windows must be 'auto', None or {L} ints >= 0, got {gtm_windows!r}") from None
             if len(self.windows) != L or min(self.windows) < 0:
                 raise GtmkitError(f"gtm_windows must hold {L} ints >= 0, got {tuple(gtm_windows)}")
         self._rates = [] if auto and self.gtm and be.fused else None  # (CD, CD+GTM) counts a step, warm-up only
