@@ -63,9 +63,9 @@ if args.ncu_step:
     cp.cuda.profiler.stop()
     sys.exit(0)
 if args.windows == "auto":
-    from gtmkit.matcher.windows import calibrate_windows
-    counts = [tuple(be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"],
-                            g, g, s["max_children"])[4] for g in (False, True)) for s in steps]
+    from gtmkit.matcher.windows import calibrate_windows, pass_counts
+    counts = [pass_counts(be, s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"],
+                          s["max_children"]) for s in steps]
     windows = calibrate_windows(counts, (1, 512, 1024, 1024))
 else:
     windows = [0] * len(steps) if args.windows == "none" else [int(x) for x in args.windows.split("/")]

@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import gtmkit  # noqa: E402
 from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch  # noqa: E402
-from gtmkit.matcher.windows import calibrate_windows  # noqa: E402
+from gtmkit.matcher.windows import calibrate_windows, pass_counts  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
 
 
@@ -208,11 +208,9 @@ def main():
         R = int(s["node_ids"].shape[0])
         M = R // B
         row = {"step": t + 1, "rows": R, "k": s["k"], "max_children": s["max_children"]}
-        cnt = be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True,
-                      True, s["max_children"])[4]
+        cd_cnt, cnt = pass_counts(be, s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q,
+                                  s["k"], s["max_children"])
         row["candidates_per_request_gtm"] = float(cp.asnumpy(cnt).mean())
-        cd_cnt = be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], False,
-                         False, s["max_children"])[4]
         row["candidates_per_request_cd"] = float(cp.asnumpy(cd_cnt).mean())
         # the first GTM window GraphedBeamSearch's gtm_windows="auto" takes from these pass rates
         win = row["first_window"] = calibrate_windows([(cd_cnt, cnt)], [1, s["k"]])[0] if be.fused else 0

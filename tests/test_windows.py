@@ -43,3 +43,19 @@ def test_each_step_uses_its_own_k():
     counts = [(np.array([512]), np.array([512])), (np.array([90000]), np.array([90000])),
               (np.array([86000]), np.array([30000]))]
     assert calibrate_windows(counts, [1, 512, 1024]) == [512, 1280, 3670]
+
+
+def test_pass_counts_runs_the_step_without_and_with_gtm():
+    from gtmkit.matcher.windows import pass_counts
+
+    calls = []
+
+    class Backend:  # records each step's (gtm, count_all) and returns a count naming the call
+        def step(self, *args, **kw):
+            gtm, count_all = args[8], args[9]
+            calls.append((gtm, count_all, kw))
+            return (None,) * 4 + (np.array([10 + gtm]),)
+
+    cd, passed = pass_counts(Backend(), "n", "lp", 0, "bs", "rr", "qr", "q", 7, 9, rows_best_first=True)
+    assert (cd[0], passed[0]) == (10, 11)
+    assert calls == [(False, False, {"rows_best_first": True}), (True, True, {"rows_best_first": True})]

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import GtmkitError
 from ..logits import DEFAULT_PEAK
 from .backend_cuda import load_module
-from .windows import calibrate_windows
+from .windows import calibrate_windows, pass_counts
 
 BEAM_KERNELS = Path(__file__).with_name("kernels") / "beam.cu"
 
@@ -180,8 +180,8 @@ class GraphedBeamSearch:
             # rows come best first: one start row a request, then each step's ranked output
             D = int(index.max_degree[t])
             if self._rates is not None:  # warm-up of gtm_windows="auto": the candidates, and those that pass GTM
-                self._rates.append(tuple(be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, g, g, D,
-                                                 scratch=self.scratch, rows_best_first=True)[4] for g in (False, True)))
+                self._rates.append(pass_counts(be, nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, D,
+                                               scratch=self.scratch, rows_best_first=True))
             out = be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, self.gtm, False, D,
                           out=self.outs[t], scratch=self.scratch, history=history, rows_best_first=True,
                           first_window=self.windows[t])

@@ -13,6 +13,13 @@ from .kernel_params import FUSED_FIRST_WIN
 WINDOW_MARGIN = 1.25  # first window = this x k over the lowest pass rate, so that rates a little lower still fit
 
 
+def pass_counts(backend, node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, max_children, **kw):
+    """-> (candidates, candidates passing GTM) of each request at one step, as device arrays: the step run without
+    GTM (its count is every candidate) and with GTM counting every bin (count_all). `backend` is a CudaBackend."""
+    return tuple(backend.step(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, g, g, max_children,
+                              **kw)[4] for g in (False, True))
+
+
 def calibrate_windows(counts, sizes) -> list:
     """counts: per step, (candidates, candidates passing GTM) of each request (numpy or CuPy) -> the first GTM
     window of each step, in candidates: WINDOW_MARGIN x k over the lowest pass rate among the requests with more
