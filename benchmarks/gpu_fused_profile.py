@@ -28,8 +28,6 @@ ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
 ap.add_argument("--cubin", help="run this nvcc-built cubin of gtm_fused.cu (e.g. with -lineinfo, for ncu's source view)")
 ap.add_argument("--windows", default="none", help="first GTM window a step: none (FIRST_WIN x k), auto (calibrated "
                 "from the recorded search's pass rates, as GraphedBeamSearch does) or W1/W2/W3/W4")
-ap.add_argument("--hot", default="none", help="hot bin a step: none (no hot list), auto (calibrated from where the "
-                "first windows end, as GraphedBeamSearch does) or H1/H2/H3/H4")
 args = ap.parse_args()
 idx = gtmkit.load_index(args.index, verify=False)
 users = synth_users(idx.manifest["schema"], args.requests, seed=11)
@@ -72,12 +70,6 @@ if args.windows == "auto":
 else:
     windows = [0] * len(steps) if args.windows == "none" else [int(x) for x in args.windows.split("/")]
 print(f"first GTM windows: {windows} (0: FIRST_WIN x k)")
-if args.hot == "auto":
-    from step_gpu import hot_bin_of
-    hots = [hot_bin_of(be, s, q, B, w) for s, w in zip(steps, windows)]
-else:
-    hots = [-1] * len(steps) if args.hot == "none" else [int(x) for x in args.hot.split("/")]
-print(f"hot bins: {hots} (-1: none)")
 be.profile = cp.zeros((B, FUSED_PROF_W), cp.int64)
 tails = []
 print("(rows from the caller's req_rows, as in the graphed search)")
@@ -85,7 +77,7 @@ print("step | top us | expand+hist us | rounds | round us (each) | round 1: list
 for t, s in enumerate(steps):
     for _ in range(3):  # (recorded rows come best first, as the graphed search tells the kernel)
         be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True,
-                False, s["max_children"], rows_best_first=True, first_window=windows[t], hot_bin=hots[t])
+                False, s["max_children"], rows_best_first=True, first_window=windows[t])
     cp.cuda.Device().synchronize()
     p = cp.asnumpy(be.profile).astype(np.float64)
     n = p[:, 13].astype(int)
@@ -122,7 +114,5 @@ for t, p, n in tails:
     sms = p[:, 20:20 + min(8, be.fused_cluster)].astype(int)
     shared = [r for r in range(len(p)) if np.isin(sms[r], np.delete(sms, r, axis=0)).any()]
     print(f"   candidates: slowest request {int(p[i, 15])}, median {int(np.median(p[:, 15]))}, max {int(p[:, 15].max())}")
-    print(f"   hot list (block 0): entries median {int(np.median(p[:, 28]))}, max {int(p[:, 28].max())}; round 1 listed "
-          f"from it in {int(p[:, 29].sum())} of {len(p)} requests (slowest request: {bool(p[i, 29])})")
     print(f"   SMs: {len(np.unique(sms))} distinct for {sms.size} blocks; requests sharing an SM with another: "
           f"{shared}; slowest request {i}")

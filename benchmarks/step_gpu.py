@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import gtmkit  # noqa: E402
 from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch  # noqa: E402
-from gtmkit.matcher.windows import calibrate_hot_bins, calibrate_window, pass_counts  # noqa: E402
+from gtmkit.matcher.windows import calibrate_window, pass_counts  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
 
 
@@ -214,18 +214,15 @@ def main():
         row["candidates_per_request_cd"] = float(cp.asnumpy(cd_cnt).mean())
         # the first GTM window GraphedBeamSearch's gtm_windows="auto" takes from these pass rates
         win = row["first_window"] = calibrate_window(cd_cnt, cnt, s["k"]) if be.fused else 0
-        # and the hot bins its hot_bins="auto" takes from where that window ends
-        hot = row["hot_bin"] = hot_bin_of(be, s, q, B, win) if be.fused else -1
         for gtm in (False, True):
             # (the recorded rows come best first, as in the search: rows_best_first, as GraphedBeamSearch sets it)
             fn = lambda gtm=gtm: be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"],  # noqa: E731
                                          s["req_rows"], q, s["k"], gtm, False, s["max_children"], rows_best_first=True,
-                                         first_window=win, hot_bin=hot if gtm else -1)
+                                         first_window=win)
             row["gpu_ms_" + ("gtm" if gtm else "cd")] = cuda_time(fn)
-        row["gpu_graph_ms_gtm"] = graph_step_ms(be, s, q, B, win, hot)
-        if be.fused:  # side by side: the kernel's default window (FIRST_WIN x k), and no hot list
-            row["gpu_graph_ms_gtm_default_window"] = graph_step_ms(be, s, q, B, 0, hot)
-            row["gpu_graph_ms_gtm_no_hot"] = graph_step_ms(be, s, q, B, win, -1)
+        row["gpu_graph_ms_gtm"] = graph_step_ms(be, s, q, B, win)
+        if be.fused:  # the same with the kernel's default window (FIRST_WIN x k), side by side
+            row["gpu_graph_ms_gtm_default_window"] = graph_step_ms(be, s, q, B, 0)
         if be.fused:  # the multi-kernel pipeline (pre-Hopper path) on the same inputs, for the ratio
             be.fused = False
             try:
@@ -288,23 +285,15 @@ def main():
     finish(args, idx, m, B, sizes, bw, upload_s, rows, whole)
 
 
-def hot_bin_of(be, s, q, B, first_window):
-    """The hot bin GraphedBeamSearch's hot_bins="auto" would take at this recorded step (calibrate_hot_bins)."""
-    his = cp.empty(B, cp.int32)
-    be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True, False,
-            s["max_children"], rows_best_first=True, first_window=first_window, first_hi=his)
-    return calibrate_hot_bins([his])[0]
-
-
-def graph_step_ms(be, s, q, B, first_window=0, hot_bin=-1):
+def graph_step_ms(be, s, q, B, first_window=0):
     """One CD+GTM step captured alone in a CUDA graph: its device time without host launch gaps."""
-    graph, stream = capture_step(be, s, q, B, first_window, hot_bin)
+    graph, stream = capture_step(be, s, q, B, first_window)
     return cuda_time(lambda: graph.launch(stream), reps=50, stream=stream)
 
 
-def capture_step(be, s, q, B, first_window=0, hot_bin=-1):
+def capture_step(be, s, q, B, first_window=0):
     """-> (graph, stream): one recorded CD+GTM step captured alone, with its own buffers (first_window: the
-    first GTM window, 0 the kernel's default; hot_bin: the expand's hot bins, -1 none)."""
+    first GTM window, 0 the kernel's default)."""
     k = s["k"]
     out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
            cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
@@ -313,7 +302,7 @@ def capture_step(be, s, q, B, first_window=0, hot_bin=-1):
     with stream:
         args = (s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, k, True, False,
                 s["max_children"])
-        kw = dict(out=out, scratch=scratch, rows_best_first=True, first_window=first_window, hot_bin=hot_bin)
+        kw = dict(out=out, scratch=scratch, rows_best_first=True, first_window=first_window)
         be.step(*args, **kw)  # recorded rows come best first
         stream.synchronize()
         stream.begin_capture()
@@ -339,10 +328,6 @@ def whole_search(m, q, steps, res, sizes):
     # side by side: the kernel's default first window (FIRST_WIN x k) at every step
     gd = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True, gtm_windows=None)
     whole["graph_ms_gtm_postfilter_default_windows"] = cuda_time(gd.launch, reps=50, stream=gd.stream)
-    whole["hot_bins"] = g.hot_bins
-    # side by side: no hot lists
-    gn = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True, hot_bins=None)
-    whole["graph_ms_gtm_postfilter_no_hot"] = cuda_time(gn.launch, reps=50, stream=gn.stream)
     g2 = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=False)
     whole["graph_ms_gtm"] = cuda_time(g2.launch, reps=50, stream=g2.stream)
     g3 = GraphedBeamSearch(m, q, replayed, sizes, gtm=False, postfilter=False)
@@ -358,7 +343,7 @@ def whole_search(m, q, steps, res, sizes):
     # the graphed search must give the eager answer
     eager = gtmkit.beam_search(m, q, replayed, sizes, gtm=True)
     whole["graph_equals_eager"] = True
-    for gg in (g, gd, gn, ga):
+    for gg in (g, gd, ga):
         gr = gg.replay()
         whole["graph_equals_eager"] &= bool(cp.array_equal(gr.sids, eager.sids) and cp.array_equal(gr.scores, eager.scores))
     print(json.dumps(whole), flush=True)
@@ -391,8 +376,8 @@ def markdown(r):
              "| step | rows | cand/req CD | cand/req GTM | ours CD ms | ours CD+GTM ms | ours CD+GTM as graph ms | floor ms | "
              "(a) torch CD+GTM ms | (a) compiled ms | (a) compiled+graph ms | (b) STATIC CD ms | (c) CPU CD+GTM ms | "
              "(a)/ours | (b)/ours | multi-kernel ms | multi-kernel as graph ms | first GTM window | "
-             "as graph, window FIRST_WIN x k ms | hot bin | as graph, no hot list ms |",
-             "|" + "---|" * 21]
+             "as graph, window FIRST_WIN x k ms |",
+             "|" + "---|" * 19]
     for s in r["steps"]:
         ours = s["gpu_ms_gtm"]
         a = s.get("torch_compiled_graph_ms_gtm") or s.get("torch_compiled_ms_gtm") or s.get("torch_ms_gtm")
@@ -403,8 +388,7 @@ def markdown(r):
                      f"{f(s.get('torch_compiled_ms_gtm'))} | {f(s.get('torch_compiled_graph_ms_gtm'))} | {f(b)} | "
                      f"{f(s['cpu_ms_gtm'])} | {f(a / ours) if a else 'n/a'} | {f(b / ours) if b else 'n/a'} | "
                      f"{f(s.get('multi_ms_gtm'))} | {f(s.get('multi_graph_ms_gtm'))} | {s.get('first_window', 'n/a')} | "
-                     f"{f(s.get('gpu_graph_ms_gtm_default_window'))} | {s.get('hot_bin', 'n/a')} | "
-                     f"{f(s.get('gpu_graph_ms_gtm_no_hot'))} |")
+                     f"{f(s.get('gpu_graph_ms_gtm_default_window'))} |")
     w = r["whole"]
     lines += ["", "| whole search | ms |", "|---|---|"] + [
         f"| {k} | {v if isinstance(v, (bool, list)) else f'{v:.3f}'} |" for k, v in w.items()]

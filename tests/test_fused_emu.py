@@ -24,9 +24,8 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 
 CONFIGS = {
     # expand: every candidate's row by binary search; a first GTM window of k candidates, so that small inputs
-    # take later rounds; GTM tests over the requests' full rows (SPT=0); a hot list of 24 candidates a block, which
-    # many launches overflow
-    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, SPT=0, HOT_CAP=24),
+    # take later rounds; GTM tests over the requests' full rows (SPT=0)
+    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, SPT=0),
     # one histogram add a distinct bin of a warp (HPLAIN=0); sparse request lists too short for some requests,
     # which take the full test
     "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, SP_P=3, SP_S=2, SP_Q=9),
@@ -45,13 +44,12 @@ class FusedEmu:
         self.caps = Caps(*(cfg.get(f"SP_{n}", d) for n, d in zip(("A", "P", "NB", "S", "Q"), Caps())))
         self.rng = np.random.default_rng(0)
         self.rounds = []
-        self.hot_used = []  # per request: did its first GTM round list its work from the hot list (block 0)
 
     def _garbage(self, shape, dtype):
         return garbage(shape, dtype, self.rng)
 
     def step(self, m: Matcher, node_ids, logprobs, beam_scores, row_request, requests, k, gtm=True, count=False,
-             lp_dtype=0, first_win=None, hot_bin=None):
+             lp_dtype=0, first_win=None):
         t, q = m.arrays, m.batch(requests)
         tarr = {n: np.ascontiguousarray(getattr(t, n)) for n in t._fields if n != "jagged"}
         qarr = {n: np.ascontiguousarray(getattr(q, n)) for n in q._fields}
@@ -80,21 +78,13 @@ class FusedEmu:
         # the caller's first GTM window (0: the build's FIRST_WIN x k; None: one at random): any size must give the
         # same answer
         first_win = np.int32(self.rng.choice([0, 0, 1, k, 3 * k]) if first_win is None else first_win)
-        # the bins the expand lists in shared memory (-1: none; None: at random, from none to every bin): any set must
-        # give the same answer
-        hot_bin = np.int32(self.rng.choice([-1, 0, int(self.rng.integers(0, 200)), 2047, 10**6])
-                           if hot_bin is None else hot_bin)
-        self.first_hi = self._garbage(B, np.int32)
         launch(self.lib, self.sigs, "fused_step_kernel", B * self.cl, self.nt,
                (tp, qp, np.ascontiguousarray(node_ids), np.int32(nid64), np.ascontiguousarray(logprobs),
                 np.int32(lp_dtype), np.int32(m.vocab_size), np.ascontiguousarray(beam_scores, np.float32),
                 np.ascontiguousarray(row_request, np.int64), np.int64(R), np.int32(D), np.int32(k), np.int32(gtm),
-                np.int32(count), *scratch, *out, prof, req_rows, *hist, best_first, first_win, hot_bin, self.first_hi),
-               cluster=self.cl,
+                np.int32(count), *scratch, *out, prof, req_rows, *hist, best_first, first_win), cluster=self.cl,
                smem=FUSED_SMEM)
         self.rounds.extend(int(x) for x in prof[:, 13])  # GTM rounds a request took (the kernel's profile slot)
-        self.hot_used.extend(bool(x) for x in prof[:, 29])
-        assert ((self.first_hi >= 0) & (self.first_hi < 2048)).all(), self.first_hi
         if hist[2] is not None:  # each output row: its parent's history row (-1s for padding), then its token
             parent, token = out[0].reshape(-1), out[1].reshape(-1)
             want = np.where(parent[:, None] >= 0, hist[0][np.maximum(parent, 0)], -1)
@@ -250,24 +240,3 @@ def test_scores_on_bin_edges(tmp_path, emu):
             _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, False, first_win=1), want)
             want = m.step(nodes, lp, bs, rr, reqs, k)
             _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, first_win=1), want)
-
-
-def test_hot_list(tmp_path, emu):
-    """The expand's hot list (GraphedBeamSearch's hot_bins): with every bin hot it serves the first round wherever
-    the block's candidates fit (cl2 keeps 24 a block, so wide rows overflow it and list as before), with none it
-    never does, and with one bin hot later windows pass it; every answer is the CPU's."""
-    idx, _, _ = _build(tmp_path, 78, "static", {"k": [2, 3, 2]}, n_ads=300, L=3, V=9)
-    m = Matcher(idx, "cpu")
-    rng = np.random.default_rng(9)
-    reqs = [idx.encode_request(random_user(rng)) for _ in range(2)]
-    used = {}
-    for per_req, k, kind in ((2, 3, "normal"), (60, 6, "wide")):
-        nodes, rr, lp, bs = step_case(idx, rng, 2, per_req, 2, kind)
-        want = m.step(nodes, lp, bs, rr, reqs, k)
-        for hb in (-1, 0, 10**6):
-            emu.hot_used.clear()
-            _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, hot_bin=hb), want)
-            used[kind, hb] = list(emu.hot_used)
-    assert not any(used["normal", -1] + used["wide", -1]), used
-    assert all(used["normal", 10**6]), used
-    assert emu.name != "cl2" or not any(used["wide", 10**6]), used

@@ -175,33 +175,6 @@ def test_graph_gtm_windows(synth_index):
             GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, gtm_windows=bad)
 
 
-def test_graph_hot_bins(synth_index):
-    """hot_bins: calibrated from the warm-up ("auto", the default), none (None), every bin and only the best bin
-    all replay the eager answer; calibrated bins are bins; malformed ones are refused."""
-    from gtmkit.errors import GtmkitError
-    from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch
-    from gtmkit.matcher.kernel_params import FUSED_BINS
-
-    idx = synth_index
-    users = synth_users(idx.manifest["schema"], 4, seed=7)
-    reqs = [idx.encode_request(u) for u in users]
-    m = Matcher(idx, "cuda")
-    sizes = (1, 32, 64, 64)
-    eager = gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
-    for gtm_w in ("auto", [1] * len(sizes)):
-        for hb in ("auto", None, [FUSED_BINS - 1] * len(sizes), [0] * len(sizes)):
-            g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes,
-                                  gtm_windows=gtm_w, hot_bins=hb)
-            r = g.replay()
-            assert np.array_equal(cp.asnumpy(r.sids), cp.asnumpy(eager.sids)), (gtm_w, hb)
-            assert np.array_equal(cp.asnumpy(r.scores), cp.asnumpy(eager.scores)), (gtm_w, hb)
-            if hb == "auto" and m.cuda.fused:
-                assert all(0 <= x < FUSED_BINS for x in g.hot_bins), g.hot_bins
-    for bad in ("all", [1, 2], [-2] * len(sizes)):
-        with pytest.raises(GtmkitError, match="hot_bins"):
-            GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, hot_bins=bad)
-
-
 def test_pdl_off_by_environment(synth_index, monkeypatch):
     """GTMKIT_PDL=0: the default graph launches plainly and says why; asking for PDL then is an error."""
     from gtmkit.errors import GtmkitError

@@ -1,5 +1,5 @@
-"""calibrate_windows and calibrate_hot_bins: the fused step's first GTM window and hot bins per step from what a search
-saw; per_step_setting: GraphedBeamSearch's per-step options."""
+"""calibrate_windows: the fused step's first GTM window per step from the pass rates a search saw; per_step_setting:
+GraphedBeamSearch's per-step options."""
 
 from __future__ import annotations
 
@@ -63,34 +63,14 @@ def test_pass_counts_runs_the_step_without_and_with_gtm():
     assert calls == [(False, False, {"rows_best_first": True}), (True, True, {"rows_best_first": True})]
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(st.integers(-1, 2047), min_size=1, max_size=8), min_size=1, max_size=4))
-def test_hot_bins_cover_every_first_window(steps):
-    from gtmkit.matcher.kernel_params import FUSED_BINS
-    from gtmkit.matcher.windows import HOT_MARGIN, calibrate_hot_bins
-
-    got = calibrate_hot_bins([np.array(h, np.int32) for h in steps])
-    assert len(got) == len(steps)
-    for hb, his in zip(got, steps):
-        assert isinstance(hb, int) and 0 <= hb <= FUSED_BINS - 1
-        inner = [h for h in his if 0 <= h < FUSED_BINS - 1]
-        if not inner:
-            assert hb == FUSED_BINS - 1  # nothing to go by: every bin hot
-            continue
-        # every request's first window lies within the hot bins, with the margin, unless every bin is hot
-        assert hb >= max(inner)
-        assert hb == FUSED_BINS - 1 or hb + 1 >= HOT_MARGIN * (max(inner) + 1) - 1e-9
-        # and no more bins than the margin asks for
-        assert hb < HOT_MARGIN * (max(inner) + 1)
-
-
 def test_per_step_settings():
     from gtmkit.errors import GtmkitError
     from gtmkit.matcher.windows import per_step_setting
 
-    assert per_step_setting("hot_bins", "auto", 3, -1, -1) == [-1, -1, -1]
+    assert per_step_setting("gtm_windows", "auto", 3, 0, 0) == [0, 0, 0]
     assert per_step_setting("gtm_windows", None, 2, 0, 0) == [0, 0]
-    assert per_step_setting("hot_bins", (5, -1, np.int64(7)), 3, -1, -1) == [5, -1, 7]
-    for bad in ("fast", [1, 2], [-2, 0, 0], 4096, ["a"] * 3):
-        with pytest.raises(GtmkitError, match="hot_bins must be 'auto', None or 3 ints >= -1"):
-            per_step_setting("hot_bins", bad, 3, -1, -1)
+    assert per_step_setting("gtm_windows", (5, 0, np.int64(7)), 3, 0, 0) == [5, 0, 7]
+    assert per_step_setting("x", [-1, 2], 2, -1, -1) == [-1, 2]
+    for bad in ("fast", [1, 2], [-1, 0, 0], 4096, ["a"] * 3, np.zeros(3) - 1):
+        with pytest.raises(GtmkitError, match="gtm_windows must be 'auto', None or 3 ints >= 0"):
+            per_step_setting("gtm_windows", bad, 3, 0, 0)

@@ -128,16 +128,13 @@ class CudaBackend:
     # --- step -----------------------------------------------------------------------------
     def step(self, node_ids, logprobs, lp_dtype: int, beam_scores, row_req, req_rows, q: DeviceBatch, k: int,
              gtm: bool, count_all: bool, max_children: int, out=None, scratch=None, history=None,
-             rows_best_first: bool = False, first_window: int = 0, hot_bin: int = -1, first_hi=None):
+             rows_best_first: bool = False, first_window: int = 0):
         """-> (parent, token, node, score, count); `out` (same tuple, preallocated) makes the step
         allocation-free, as graph capture needs. `history` = (hist_in int32 [R, t], t, hist_out int32
         [B * k, t + 1]): the fused step also writes each output row's token history (its parent's row of
         hist_in, then its token; -1s for padding rows); only when self.fused. first_window (fused step, with
         GTM): candidates the first GTM round tests (0: the kernel's FIRST_WIN x k); speed only, any value gives
-        the same answer. hot_bin (fused step): the score bins the expand keeps a short list of, so that rounds whose
-        window lies within them list their candidates from it (-1: none; speed only). first_hi (fused step; int32
-        [B] or None): receives the last bin of each request's first GTM window, what calibrate_hot_bins sizes
-        hot_bin from."""
+        the same answer."""
         if not 1 <= k <= MAX_K:
             raise GtmkitError(f"k must be in [1, {MAX_K}] on the GPU, got {k}")
         R = int(node_ids.shape[0])
@@ -149,7 +146,7 @@ class CudaBackend:
         if self.fused:
             return self._step_fused(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm,
                                     count_all, int(max_children), cap, out, scratch, history, rows_best_first,
-                                    first_window, hot_bin, first_hi)
+                                    first_window)
         if history is not None:
             raise GtmkitError("the multi-kernel GPU step does not write token histories")
         if node_ids.dtype != cp.int64:
@@ -200,7 +197,7 @@ class CudaBackend:
         return out
 
     def _step_fused(self, node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm, count_all, D, cap,
-                    out, scratch, history=None, rows_best_first=False, first_window=0, hot_bin=-1, first_hi=None):
+                    out, scratch, history=None, rows_best_first=False, first_window=0):
         """The step as one cluster launch (kernels/gtm_fused.cu); node_ids int32 or int64; req_rows (int64 [B + 1],
         each request's first row) may be None (the kernel then finds them in row_req). rows_best_first: each
         request's rows come best score first (a ranked step output), so the kernel reads its best live score
@@ -226,9 +223,7 @@ class CudaBackend:
                       self.profile if self.profile is not None else np.uint64(0),
                       req_rows if req_rows is not None else np.uint64(0),
                       h_in if h_in is not None else np.uint64(0), np.int32(h_t), h_out,
-                      np.int32(bool(rows_best_first)), np.int32(min(max(int(first_window), 0), 2**31 - 1)),
-                      np.int32(min(max(int(hot_bin), -1), 2**31 - 1)),
-                      first_hi if first_hi is not None else np.uint64(0)),
+                      np.int32(bool(rows_best_first)), np.int32(min(max(int(first_window), 0), 2**31 - 1))),
                      FUSED_SMEM)
         return out
 

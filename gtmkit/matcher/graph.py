@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import GtmkitError
 from ..logits import DEFAULT_PEAK
 from .backend_cuda import load_module
-from .windows import calibrate_hot_bins, calibrate_window, pass_counts, per_step_setting
+from .windows import calibrate_window, pass_counts, per_step_setting
 
 BEAM_KERNELS = Path(__file__).with_name("kernels") / "beam.cu"
 
@@ -89,16 +89,10 @@ class GraphedBeamSearch:
     gtm_windows: candidates the fused step's first GTM round tests at each step. "auto" (the default): sized
     from the pass rates the warm-up search sees (calibrate_windows); None: FIRST_WIN x k at every step; or one
     int per step (0: FIRST_WIN x k). Only the speed depends on it: a window too small for a request costs that
-    request a second round, never an answer. The windows used are in self.windows.
-    hot_bins: the score bins (0 = the best, FUSED_BINS - 1 the last) whose candidates the fused step's expand
-    lists in shared memory, so that a GTM round whose window lies within them lists its work from there instead
-    of re-reading every candidate. "auto" (the default): HOT_MARGIN x the bins the warm-up's first windows reached
-    (calibrate_hot_bins); None: no hot list; or one int per step (-1: none). Speed only, as for the windows; the
-    bins used are in self.hot_bins."""
+    request a second round, never an answer. The windows used are in self.windows."""
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
-                 postfilter: bool = True, fuse_history: bool = True, pdl: bool = None, gtm_windows="auto",
-                 hot_bins="auto"):
+                 postfilter: bool = True, fuse_history: bool = True, pdl: bool = None, gtm_windows="auto"):
         if matcher.cuda is None:
             raise GtmkitError("GraphedBeamSearch needs a Matcher on device 'cuda'")
         index = matcher.index
@@ -122,21 +116,14 @@ class GraphedBeamSearch:
         self.scratch = {}
         be = matcher.cuda
         self.windows = per_step_setting("gtm_windows", gtm_windows, L, 0, 0)
-        self.hot_bins = per_step_setting("hot_bins", hot_bins, L, -1, -1)
-        # warm-up only: each step's (CD, CD+GTM) counts (gtm_windows="auto") and its first windows' last bins
-        # (hot_bins="auto")
+        # gtm_windows="auto": the warm-up sizes each step's window from that step's counts before running it
         self._rates = isinstance(gtm_windows, str) and self.gtm and be.fused
-        self._his = [cp.empty(self.q.size, cp.int32) for _ in range(L)] \
-            if isinstance(hot_bins, str) and be.fused else None
         with self.stream:
             self._allocate(index, L)
             keep, be.pdl = be.pdl, self.pdl
             try:
                 self._run()                      # eager warm-up: compiles kernels, sizes every buffer, calibrates
                 self._rates = False
-                if self._his is not None:
-                    self.hot_bins = calibrate_hot_bins(self._his)
-                    self._his = None
                 self.stream.synchronize()
                 self.stream.begin_capture()
                 try:
@@ -185,8 +172,7 @@ class GraphedBeamSearch:
                                                                 k, D, scratch=self.scratch, rows_best_first=True), k)
             out = be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, self.gtm, False, D,
                           out=self.outs[t], scratch=self.scratch, history=history, rows_best_first=True,
-                          first_window=self.windows[t], hot_bin=self.hot_bins[t],
-                          first_hi=self._his[t] if self._his is not None else None)
+                          first_window=self.windows[t])
             p, tok, node, sc, _ = out
             R = p.size
             if history is None:
@@ -213,4 +199,3 @@ class GraphedBeamSearch:
         self.launch()
         self.stream.synchronize()
         return self.result
-

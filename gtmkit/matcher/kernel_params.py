@@ -11,10 +11,9 @@ from .arrays import RequestBatch, TrieArrays
 
 FUSED_CLUSTER = 6              # blocks per request (CL in gtm_fused.cu)
 FUSED_THREADS = 1024           # threads per block (NT in gtm_fused.cu)
-FUSED_SMEM = 80 * 1024         # dynamic shared memory per block, >= sizeof(Smem) (static_assert there)
+FUSED_SMEM = 64 * 1024         # dynamic shared memory per block, >= sizeof(Smem) (static_assert there)
 FUSED_PROF_W = 64              # profile slots a request (PROF_W in gtm_fused.cu)
 FUSED_FIRST_WIN = 4            # the first GTM window by default, in multiples of k (FIRST_WIN in gtm_fused.cu)
-FUSED_BINS = 2048              # score bins of the fused step (FB in gtm_fused.cu)
 
 
 def trie_params(t: TrieArrays, ptr) -> np.ndarray:

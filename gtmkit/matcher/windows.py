@@ -1,21 +1,17 @@
 """The fused step's first GTM window per step, sized from pass rates a search saw (GraphedBeamSearch's
-gtm_windows="auto"), and its hot bins, sized from the windows' last bins (hot_bins="auto"). The window only sets
-how lazily the step tests GTM: too small costs a request a second round (~10-20 us on an H200), too large tests
-candidates the answer does not need (depth 2 of the 10M-SID benchmark passes ~100% of its candidates, so 1.25k
-tests do where the default tests 4k). The hot bins only set where a round lists its candidates from: the short
-list the expand keeps of the bins <= hot_bin, or every candidate again when a window reaches past them."""
+gtm_windows="auto"). The window only sets how lazily the step tests GTM: too small costs a request a second
+round (~10-20 us on an H200), too large tests candidates the answer does not need (depth 2 of the 10M-SID
+benchmark passes ~100% of its candidates, so 1.25k tests do where the default tests 4k)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import GtmkitError
-
 from .beam import as_numpy
-from .kernel_params import FUSED_BINS, FUSED_FIRST_WIN
+from .kernel_params import FUSED_FIRST_WIN
 
 WINDOW_MARGIN = 1.25  # first window = this x k over the lowest pass rate, so that rates a little lower still fit
-HOT_MARGIN = 1.5      # hot bins = this x the bins the widest first window reached (bins are linear in the score)
 
 
 def pass_counts(backend, node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, max_children, **kw):
@@ -46,24 +42,8 @@ def calibrate_windows(counts, sizes) -> list:
             for t, (cd, passed) in enumerate(counts)]
 
 
-def calibrate_hot_bins(first_his) -> list:
-    """first_his: per step, the last bin of each request's first GTM window (the fused step's first_hi output) ->
-    the hot bin of each step: HOT_MARGIN x the widest window's bins. A window that reached the last bin (every
-    candidate, or none) does not count; when no request's window stops short of it, every bin is hot (a block
-    whose candidates do not fit the hot list lists them all, as without one)."""
-    out = []
-    for his in first_his:
-        his = as_numpy(his).astype(np.int64)
-        inner = his[(his >= 0) & (his < FUSED_BINS - 1)]
-        if not inner.size:
-            out.append(FUSED_BINS - 1)
-            continue
-        out.append(int(min(FUSED_BINS - 1, np.ceil(HOT_MARGIN * (int(inner.max()) + 1)) - 1)))
-    return out
-
-
 def per_step_setting(name: str, value, L: int, low: int, unset: int) -> list:
-    """GraphedBeamSearch's gtm_windows / hot_bins: "auto" or None -> L x `unset` (auto is calibrated by the
+    """A GraphedBeamSearch option given per step (gtm_windows): "auto" or None -> L x `unset` (auto is calibrated by the
     warm-up); else L ints >= low; anything else is one clear error."""
     if value is None or (isinstance(value, str) and value == "auto"):
         return [unset] * L

@@ -91,17 +91,6 @@
 // depth 2 42.7 -> 46.2 us, depth 3 79.1 -> 73.4 us; 5 was slower at every depth (H200, session 16).
 #define FIRST_WIN 4
 #endif
-#ifndef HOT
-// HOT: the expand also lists, in shared memory, the candidates of bins <= the caller's hot_bin (the bins its first
-// GTM windows reach, calibrated by GraphedBeamSearch's warm-up), so that a round whose window lies within them lists
-// its work from that short list instead of re-reading every composite of the block (3-8 passes of EU x NT at depths
-// 2-3). A block whose hot candidates overflow HOT_CAP, or a window past hot_bin, lists as before: exact either way.
-#define HOT 1
-#endif
-#ifndef HOT_CAP
-#define HOT_CAP 4096    // hot candidates a block keeps (index < 2^21 and bin < 2^11, packed in a u32)
-#endif
-#define HOT_IDX_BITS 21
 #define PROF_W 64       // profile slots a request (FUSED_PROF_W in kernel_params.py)
 #define FB 2048         // score bins
 #ifndef GT_CAP
@@ -177,37 +166,14 @@ struct Smem {
     int s_T, s_done;
     u32 s_next;        // expand, warp per row: the next row of the batch to take
     u32 s_wtot;
-    u32 n_hot;         // HOT: this block's candidates in bins <= hot_bin (may exceed HOT_CAP: then unused)
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
 #if SPT
     SparseReq sp;      // the request's GTM rows, non-zero words only
 #endif
-#if HOT
-    u32 hot[HOT_CAP];  // (bin << HOT_IDX_BITS) | candidate number of this block's hot candidates, in no order
-#endif
 };
 
-static_assert(sizeof(Smem) <= 80 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
-static_assert(FB <= (1 << (32 - HOT_IDX_BITS)), "a hot entry packs its bin above the candidate number");
+static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
-
-// Appends v to list[] for every lane of the warp with `in`, at a slot from *counter (one shared atomic a warp);
-// slots from cap on are counted, not written. Every lane of the warp must call it.
-__device__ __forceinline__ void warp_append(u32* list, u32* counter, bool in, u32 v, int lane, u32 cap) {
-    const unsigned m = __ballot_sync(0xffffffffu, in);
-    if (!m) return;
-    u32 at = 0;
-    if (lane == 0) at = atomicAdd(counter, (u32)__popc(m));
-    at = __shfl_sync(0xffffffffu, at, 0) + __popc(m & ((1u << lane) - 1u));
-    if (in && at < cap) list[at] = v;
-}
-
-// HOT: candidate `pos` of bin bn (< 0: none) onto the block's hot list when bn <= hb. Every lane of the warp calls it.
-__device__ __forceinline__ void hot_add(Smem& S, int bn, u32 pos, int hb, int lane) {
-#if HOT
-    if (hb >= 0) warp_append(S.hot, &S.n_hot, bn >= 0 && bn <= hb, ((u32)bn << HOT_IDX_BITS) | pos, lane, HOT_CAP);
-#endif
-}
 
 // PDL (GraphedBeamSearch): PDL_EARLY lets the next kernel's blocks be scheduled as soon as this one starts;
 // PDL_LATE_WAIT waits for the kernel before only once the request's rows are read and the shared arrays
@@ -225,7 +191,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                   u64* __restrict__ grouped, u64* __restrict__ topsel,
                   int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count,
                   i64* prof, const i64* req_rows, const int* hist_in, int hist_t, int* hist_out,
-                  int rows_best_first, int first_win, int hot_bin, int* first_hi) {
+                  int rows_best_first, int first_win) {
 #ifdef GTMKIT_EMU
     unsigned char* smem_raw = emu_dyn_smem();
 #else
@@ -292,7 +258,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     }
     for (int i = tid; i < FB; i += NT) { S.cum[i] = 0; S.pcnt[i] = 0; S.m_cand[i] = 0; S.m_pass[i] = 0; S.m_fill[i] = 0; }
     for (int i = tid; i < RAD_PASSES * 256; i += NT) (&S.m_rad[0][0])[i] = 0;
-    if (tid == 0) { S.m_topn = 0; S.n_cand = 0; S.n_pass = 0; S.n_hot = 0; }
+    if (tid == 0) { S.m_topn = 0; S.n_cand = 0; S.n_pass = 0; }
     if (tid < t.n_levels && tid < 16) S.lvl[tid] = t.level_offsets[tid];
     __syncthreads();
     cluster_arrive();  // "my shared arrays are zeroed"; waited for just before the first remote add
@@ -309,8 +275,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     u64* my_pass = passed + blk_base;
     u64* grp = grouped + req_base;             // the request's passers grouped by bin (phase 4)
     u32* work = (u32*)(grouped + blk_base);    // this block's GTM work list (phase 3; same slots)
-    // HOT: candidate numbers that do not fit below a hot entry's bin: the hot list counts as overflowed from the start
-    if (tid == 0 && cap_blk > ((i64)1 << HOT_IDX_BITS)) S.n_hot = HOT_CAP + 1;  // (published by the expand's barrier)
 
     // (PDL) every read and write below may touch an earlier kernel's data; the request's rows above are
     // GraphedBeamSearch's fixed schedule (written before its capture), the only launches made with PDL
@@ -425,7 +389,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                             bn = bin_of<FB>(cc, top);
                         }
                         bin_add(S.cum, bn, lane, HPLAIN >= 1);
-                        hot_add(S, bn, nc + off + c, hot_bin, lane);
                     }
                 }
             }
@@ -474,7 +437,6 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     bn = bin_of<FB>(c, top);
                 }
                 bin_add(S.cum, bn, lane, HPLAIN >= 2);
-                hot_add(S, bn, nc + f, hot_bin, lane);
             }
         }
         nc += total;
@@ -514,39 +476,26 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         // the scan would leave one test's memory latency per scanned slice on the critical path.
         if (tid == 0) S.n_work = 0;
         __syncthreads();
-        if (n_rounds == 0 && first_hi && rank == 0 && tid == 0) first_hi[b] = hi;  // (calibrates hot_bin)
-        const u32 nh = S.n_hot;
-        // (block-uniform) the window lies within the hot bins and every hot candidate was kept (hot_bin is read
-        // where it is used: a register less through the expand)
-        const bool use_hot = HOT && hot_bin >= hi && nh <= HOT_CAP;
-#if HOT
-        if (use_hot) {
-            for (u32 base = 0; base < nh; base += NT) {  // whole warps iterate together (ballots)
-                const u32 x = base + tid;
-                const u32 e = x < nh ? S.hot[x] : 0u;
-                const int bn = (int)(e >> HOT_IDX_BITS);
-                warp_append(work, &S.n_work, x < nh && bn > lo && bn <= hi, e & ((1u << HOT_IDX_BITS) - 1u), lane,
-                            0xFFFFFFFFu);
-            }
-        } else
-#endif
-        {
-            for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
-                u64 cv[EU];
+        for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
+            u64 cv[EU];
 #pragma unroll
-                for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
+            for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
 #pragma unroll
-                for (int u = 0; u < EU; ++u) {
-                    u32 i = base + u * NT + tid;
-                    bool in = false;
-                    if (i < nc) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
-                    warp_append(work, &S.n_work, in, i, lane, 0xFFFFFFFFu);
+            for (int u = 0; u < EU; ++u) {
+                u32 i = base + u * NT + tid;
+                bool in = false;
+                if (i < nc) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
+                unsigned ballot = __ballot_sync(0xffffffffu, in);
+                if (ballot) {
+                    u32 at = 0;
+                    if (lane == 0) at = atomicAdd(&S.n_work, (u32)__popc(ballot));
+                    at = __shfl_sync(0xffffffffu, at, 0);
+                    if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = i;
                 }
             }
         }
         __syncthreads();
         const u32 nw = S.n_work;
-        if (n_rounds == 0 && prof && rank == 0 && tid == 0) { prof[b * PROF_W + 28] = nh; prof[b * PROF_W + 29] = use_hot; }
         if (n_rounds == 0) { STAMP(16); BSTAMP(1); if (prof && rank < 8 && tid == 0) prof[b * PROF_W + 35 + 4 * rank] = nw; }
         for (u32 base = 0; base < nw; base += NT) {
             u32 w = base + tid;
