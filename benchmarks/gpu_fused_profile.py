@@ -28,8 +28,6 @@ ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
 ap.add_argument("--cubin", help="run this nvcc-built cubin of gtm_fused.cu (e.g. with -lineinfo, for ncu's source view)")
 ap.add_argument("--windows", default="none", help="first GTM window a step: none (FIRST_WIN x k), auto (calibrated "
                 "from the recorded search's pass rates, as GraphedBeamSearch does) or W1/W2/W3/W4")
-ap.add_argument("--chunk", default="none", help="chunked steps: none, auto (calibrate_chunked on the recorded "
-                "candidate counts, as GraphedBeamSearch does) or C1/C2/C3/C4 (0 / 1)")
 args = ap.parse_args()
 idx = gtmkit.load_index(args.index, verify=False)
 users = synth_users(idx.manifest["schema"], args.requests, seed=11)
@@ -72,13 +70,6 @@ if args.windows == "auto":
 else:
     windows = [0] * len(steps) if args.windows == "none" else [int(x) for x in args.windows.split("/")]
 print(f"first GTM windows: {windows} (0: FIRST_WIN x k)")
-if args.chunk == "auto":
-    from gtmkit.matcher.windows import calibrate_chunked, pass_counts
-    chunks = [calibrate_chunked(pass_counts(be, s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"],
-                                            s["req_rows"], q, s["k"], s["max_children"])[0]) for s in steps]
-else:
-    chunks = [0] * len(steps) if args.chunk == "none" else [int(x) for x in args.chunk.split("/")]
-print(f"chunked steps: {chunks}")
 be.profile = cp.zeros((B, FUSED_PROF_W), cp.int64)
 tails = []
 print("(rows from the caller's req_rows, as in the graphed search)")
@@ -86,7 +77,7 @@ print("step | top us | expand+hist us | rounds | round us (each) | round 1: list
 for t, s in enumerate(steps):
     for _ in range(3):  # (recorded rows come best first, as the graphed search tells the kernel)
         be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True,
-                False, s["max_children"], rows_best_first=True, first_window=windows[t], chunked=bool(chunks[t]))
+                False, s["max_children"], rows_best_first=True, first_window=windows[t])
     cp.cuda.Device().synchronize()
     p = cp.asnumpy(be.profile).astype(np.float64)
     n = p[:, 13].astype(int)

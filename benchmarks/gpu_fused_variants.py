@@ -9,8 +9,8 @@ span (first cluster start to last cluster end) and the SMs the blocks ran on.
 
 A variant is NAME:TOKENS, tokens comma-separated: NAME or NAME=VALUE (a -D define; CL and NT also set the
 launch), @sched=N (CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: 1 spread, 2 load balancing),
-@win=auto|none|W1/W2/... (GraphedBeamSearch's gtm_windows; default auto), @chunk=auto|none|C1/C2/... (its chunked
-flags; default auto); the single-step graphs and the spans use the windows and flags the whole graph took.
+@win=auto|none|W1/W2/... (GraphedBeamSearch's gtm_windows; default auto; the single-step graphs and the
+spans use the windows the whole graph took).
 Clusters above 8 blocks are allowed through CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED."""
 
 from __future__ import annotations
@@ -46,12 +46,11 @@ class Variant:
     def __init__(self, spec):
         self.name, _, toks = spec.partition(":")
         self.defines, self.cl, self.nt, self.sched = [], bc.FUSED_CLUSTER, bc.FUSED_THREADS, None
-        self.win = self.chunk = "auto"
+        self.win = "auto"
         for tok in filter(None, toks.split(",")):
-            if tok.startswith(("@win=", "@chunk=")):
+            if tok.startswith("@win="):
                 w = tok.split("=")[1]
-                setattr(self, "win" if tok.startswith("@win=") else "chunk",
-                        None if w == "none" else w if w == "auto" else [int(x) for x in w.split("/")])
+                self.win = None if w == "none" else w if w == "auto" else [int(x) for x in w.split("/")]
                 continue
             if tok.startswith("@sched="):
                 self.sched = int(tok.split("=")[1])
@@ -61,18 +60,16 @@ class Variant:
                 self.cl = int(tok[3:])
             if tok.startswith("NT="):
                 self.nt = int(tok[3:])
-        self.fns = []
-        for extra in ((), ("CHUNKED=1",)):  # the default build and the chunked one
-            fn = bc.load_module(bc.FUSED_FILE, tuple(self.defines) + extra).get_function("fused_step_kernel")
-            fn.max_dynamic_shared_size_bytes = bc.FUSED_SMEM
-            if self.cl > 8:
-                set_attr(fn, NON_PORTABLE, 1)
-            if self.sched is not None:
-                set_attr(fn, SCHED, self.sched)
-            self.fns.append(fn)
+        fn = bc.load_module(bc.FUSED_FILE, tuple(self.defines)).get_function("fused_step_kernel")
+        fn.max_dynamic_shared_size_bytes = bc.FUSED_SMEM
+        if self.cl > 8:
+            set_attr(fn, NON_PORTABLE, 1)
+        if self.sched is not None:
+            set_attr(fn, SCHED, self.sched)
+        self.fn = fn
 
     def use(self, be):
-        (be.k_fused, be.k_fused_chunked), be.fused_cluster, be.fused_threads = self.fns, self.cl, self.nt
+        be.k_fused, be.fused_cluster, be.fused_threads = self.fn, self.cl, self.nt
 
 
 def main():
@@ -94,18 +91,18 @@ def main():
         if ref is None:
             ref = outs
         same = all(all(np.array_equal(a, b) for a, b in zip(o, r)) for o, r in zip(outs, ref))
-        print(f"{v.name}: defines {v.defines}, CL {v.cl}, NT {v.nt}, sched {v.sched}, windows {v.win}, "
-              f"chunked {v.chunk}: outputs equal the first variant's: {same}", flush=True)
+        print(f"{v.name}: defines {v.defines}, CL {v.cl}, NT {v.nt}, sched {v.sched}, windows {v.win}: "
+              f"outputs equal the first variant's: {same}", flush=True)
         if not same:
             continue
         whole = GraphedBeamSearch(m, q, lambda step, prev, parents: recorded[step], sizes, gtm=True, postfilter=True,
-                                  gtm_windows=v.win, chunked=v.chunk)
-        graphs = [capture_step(be, s, q, B, w, c) for s, w, c in zip(steps, whole.windows, whole.chunked)]
+                                  gtm_windows=v.win)
+        graphs = [capture_step(be, s, q, B, w) for s, w in zip(steps, whole.windows)]
         gr = whole.replay()  # the graphed search (its windows) must give the first variant's answer too
         got = (cp.asnumpy(gr.sids), cp.asnumpy(gr.scores))
         ref_graph = ref_graph or got
         same_graph = all(np.array_equal(a, b) for a, b in zip(got, ref_graph))
-        print(f"{v.name}: first GTM windows {whole.windows}, chunked {whole.chunked}; graphed search equals the first "
+        print(f"{v.name}: first GTM windows {whole.windows}; graphed search equals the first "
               f"variant's: {same_graph}", flush=True)
         if not same_graph:
             continue
@@ -114,8 +111,7 @@ def main():
         spans = []
         for s in steps:
             be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"], True,
-                    False, s["max_children"], rows_best_first=True, first_window=whole.windows[len(spans)],
-                    chunked=bool(whole.chunked[len(spans)]))
+                    False, s["max_children"], rows_best_first=True, first_window=whole.windows[len(spans)])
             p = cp.asnumpy(be.profile).astype(np.float64)
             sms = p[:, 20:20 + min(v.cl, 8)].astype(int).ravel()
             spans.append(((p[:, 12].max() - p[:, 0].min()) / 1e3, (p[:, 0].max() - p[:, 0].min()) / 1e3,

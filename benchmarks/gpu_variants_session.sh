@@ -3,8 +3,7 @@
 # (gpu_fused_profile.py), then all of them side by side (gpu_fused_variants.py: every variant's outputs must
 # equal the first's), on a 10M-SID index. ~3-4 minutes on an H200 from a cold start; carry [".whl"].
 # PROFILES (optional): the names of the variants to profile (default: all). A profile takes the calibrated windows
-# and chunked steps (--windows auto --chunk auto, as the graphed search does), or a variant's @win= / @chunk=
-# tokens; TESTS (optional): pytest arguments run
+# (--windows auto, as the graphed search does), or a variant's @win= token; TESTS (optional): pytest arguments run
 # first, while the index builds.
 # usage: VARIANTS="base: old:HPLAIN=0 none:@win=none" [PROFILES="base none"] bash benchmarks/gpu_variants_session.sh [ADS]
 set -o pipefail
@@ -17,10 +16,9 @@ VS=()
 for v in ${VARIANTS:-base:}; do
   name=${v%%:*}; defs=${v#*:}; VS+=(--variant "$v")
   [ -n "${PROFILES+x}" ] && [[ " $PROFILES " != *" $name "* ]] && continue
-  D=(--windows auto --chunk auto); IFS=, read -ra DL <<< "$defs"
+  D=(--windows auto); IFS=, read -ra DL <<< "$defs"
   for d in "${DL[@]}"; do
-    case "$d" in "") ;; @win=*) D+=(--windows "${d#@win=}") ;; @chunk=*) D+=(--chunk "${d#@chunk=}") ;; @*) ;;
-      *) D+=(--define "$d") ;; esac
+    case "$d" in "") ;; @win=*) D+=(--windows "${d#@win=}") ;; @*) ;; *) D+=(--define "$d") ;; esac
   done
   python3 benchmarks/gpu_fused_profile.py --index /tmp/idx "${D[@]}" > $OUT/profile_$name.txt 2>&1
   echo "== $name"; grep -A5 "^step | top" $OUT/profile_$name.txt; grep "candidates:" $OUT/profile_$name.txt

@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import gtmkit  # noqa: E402
 from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch  # noqa: E402
-from gtmkit.matcher.windows import calibrate_chunked, calibrate_window, pass_counts  # noqa: E402
+from gtmkit.matcher.windows import calibrate_window, pass_counts  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
 
 
@@ -214,18 +214,15 @@ def main():
         row["candidates_per_request_cd"] = float(cp.asnumpy(cd_cnt).mean())
         # the first GTM window GraphedBeamSearch's gtm_windows="auto" takes from these pass rates
         win = row["first_window"] = calibrate_window(cd_cnt, cnt, s["k"]) if be.fused else 0
-        # and whether it chunks the step (chunked="auto")
-        chunk = row["chunked"] = calibrate_chunked(cd_cnt) if be.fused else 0
         for gtm in (False, True):
             # (the recorded rows come best first, as in the search: rows_best_first, as GraphedBeamSearch sets it)
             fn = lambda gtm=gtm: be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"],  # noqa: E731
                                          s["req_rows"], q, s["k"], gtm, False, s["max_children"], rows_best_first=True,
-                                         first_window=win, chunked=bool(chunk))
+                                         first_window=win)
             row["gpu_ms_" + ("gtm" if gtm else "cd")] = cuda_time(fn)
-        row["gpu_graph_ms_gtm"] = graph_step_ms(be, s, q, B, win, chunk)
-        if be.fused:  # side by side: the kernel's default window (FIRST_WIN x k); the other chunking
-            row["gpu_graph_ms_gtm_default_window"] = graph_step_ms(be, s, q, B, 0, chunk)
-            row["gpu_graph_ms_gtm_chunked_" + ("off" if chunk else "on")] = graph_step_ms(be, s, q, B, win, not chunk)
+        row["gpu_graph_ms_gtm"] = graph_step_ms(be, s, q, B, win)
+        if be.fused:  # the same with the kernel's default window (FIRST_WIN x k), side by side
+            row["gpu_graph_ms_gtm_default_window"] = graph_step_ms(be, s, q, B, 0)
         if be.fused:  # the multi-kernel pipeline (pre-Hopper path) on the same inputs, for the ratio
             be.fused = False
             try:
@@ -288,15 +285,15 @@ def main():
     finish(args, idx, m, B, sizes, bw, upload_s, rows, whole)
 
 
-def graph_step_ms(be, s, q, B, first_window=0, chunked=False):
+def graph_step_ms(be, s, q, B, first_window=0):
     """One CD+GTM step captured alone in a CUDA graph: its device time without host launch gaps."""
-    graph, stream = capture_step(be, s, q, B, first_window, chunked)
+    graph, stream = capture_step(be, s, q, B, first_window)
     return cuda_time(lambda: graph.launch(stream), reps=50, stream=stream)
 
 
-def capture_step(be, s, q, B, first_window=0, chunked=False):
+def capture_step(be, s, q, B, first_window=0):
     """-> (graph, stream): one recorded CD+GTM step captured alone, with its own buffers (first_window: the
-    first GTM window, 0 the kernel's default; chunked: with the helper cluster)."""
+    first GTM window, 0 the kernel's default)."""
     k = s["k"]
     out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
            cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
@@ -305,7 +302,7 @@ def capture_step(be, s, q, B, first_window=0, chunked=False):
     with stream:
         args = (s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, k, True, False,
                 s["max_children"])
-        kw = dict(out=out, scratch=scratch, rows_best_first=True, first_window=first_window, chunked=bool(chunked))
+        kw = dict(out=out, scratch=scratch, rows_best_first=True, first_window=first_window)
         be.step(*args, **kw)  # recorded rows come best first
         stream.synchronize()
         stream.begin_capture()
@@ -328,13 +325,9 @@ def whole_search(m, q, steps, res, sizes):
     g = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True)
     whole["graph_ms_gtm_postfilter"] = cuda_time(g.launch, reps=50, stream=g.stream)
     whole["gtm_windows"] = g.windows
-    whole["chunked"] = g.chunked
     # side by side: the kernel's default first window (FIRST_WIN x k) at every step
     gd = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True, gtm_windows=None)
     whole["graph_ms_gtm_postfilter_default_windows"] = cuda_time(gd.launch, reps=50, stream=gd.stream)
-    # and no step chunked
-    gn = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True, chunked=None)
-    whole["graph_ms_gtm_postfilter_unchunked"] = cuda_time(gn.launch, reps=50, stream=gn.stream)
     g2 = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=False)
     whole["graph_ms_gtm"] = cuda_time(g2.launch, reps=50, stream=g2.stream)
     g3 = GraphedBeamSearch(m, q, replayed, sizes, gtm=False, postfilter=False)
@@ -350,7 +343,7 @@ def whole_search(m, q, steps, res, sizes):
     # the graphed search must give the eager answer
     eager = gtmkit.beam_search(m, q, replayed, sizes, gtm=True)
     whole["graph_equals_eager"] = True
-    for gg in (g, gd, gn, ga):
+    for gg in (g, gd, ga):
         gr = gg.replay()
         whole["graph_equals_eager"] &= bool(cp.array_equal(gr.sids, eager.sids) and cp.array_equal(gr.scores, eager.scores))
     print(json.dumps(whole), flush=True)
@@ -383,8 +376,8 @@ def markdown(r):
              "| step | rows | cand/req CD | cand/req GTM | ours CD ms | ours CD+GTM ms | ours CD+GTM as graph ms | floor ms | "
              "(a) torch CD+GTM ms | (a) compiled ms | (a) compiled+graph ms | (b) STATIC CD ms | (c) CPU CD+GTM ms | "
              "(a)/ours | (b)/ours | multi-kernel ms | multi-kernel as graph ms | first GTM window | "
-             "as graph, window FIRST_WIN x k ms | chunked | as graph, chunked the other way ms |",
-             "|" + "---|" * 21]
+             "as graph, window FIRST_WIN x k ms |",
+             "|" + "---|" * 19]
     for s in r["steps"]:
         ours = s["gpu_ms_gtm"]
         a = s.get("torch_compiled_graph_ms_gtm") or s.get("torch_compiled_ms_gtm") or s.get("torch_ms_gtm")
@@ -395,8 +388,7 @@ def markdown(r):
                      f"{f(s.get('torch_compiled_ms_gtm'))} | {f(s.get('torch_compiled_graph_ms_gtm'))} | {f(b)} | "
                      f"{f(s['cpu_ms_gtm'])} | {f(a / ours) if a else 'n/a'} | {f(b / ours) if b else 'n/a'} | "
                      f"{f(s.get('multi_ms_gtm'))} | {f(s.get('multi_graph_ms_gtm'))} | {s.get('first_window', 'n/a')} | "
-                     f"{f(s.get('gpu_graph_ms_gtm_default_window'))} | {s.get('chunked', 'n/a')} | "
-                     f"{f(s.get('gpu_graph_ms_gtm_chunked_off', s.get('gpu_graph_ms_gtm_chunked_on')))} |")
+                     f"{f(s.get('gpu_graph_ms_gtm_default_window'))} |")
     w = r["whole"]
     lines += ["", "| whole search | ms |", "|---|---|"] + [
         f"| {k} | {v if isinstance(v, (bool, list)) else f'{v:.3f}'} |" for k, v in w.items()]

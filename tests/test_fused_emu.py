@@ -11,8 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.kernel_params import (FUSED_PROF_W, FUSED_SMEM, fused_chunk_words, fused_scratch_slots,
-                                          request_params, trie_params)
+from gtmkit.matcher.kernel_params import FUSED_PROF_W, FUSED_SMEM, fused_scratch_slots, request_params, trie_params
 from gtmkit.matcher.matcher import Matcher
 from gtmkit.matcher.sparse_req import Caps, sparse_images
 
@@ -25,17 +24,14 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 
 CONFIGS = {
     # expand: every candidate's row by binary search; a first GTM window of k candidates, so that small inputs
-    # take later rounds; GTM tests over the requests' full rows (SPT=0); chunked launches (CHUNKED) whose helper
-    # cluster runs first and takes every chunk it can
-    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, SPT=0, CHUNKED=1, HELPER_FIRST=1),
+    # take later rounds; GTM tests over the requests' full rows (SPT=0)
+    "cl2": dict(GTMKIT_EMU=1, CL=2, NT=256, EU=2, WEXP=0, FIRST_WIN=1, SPT=0),
     # one histogram add a distinct bin of a warp (HPLAIN=0); sparse request lists too short for some requests,
     # which take the full test
     "crowded": dict(GTMKIT_EMU=1, CL=4, NT=256, GT_CAP=4, HPLAIN=0, SP_P=3, SP_S=2, SP_Q=9),
     # expand a warp per row for any batch (the device does so for wide rows only); a cluster size that does
-    # not divide the bin count; GTM tests over the requests' non-zero words (SPT, as on the device); chunked launches
-    # whose helper runs first and takes chunks 0-2 of each request's 6, its owners the rest
-    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1, CHUNKED=1, HELPER_FIRST=1,
-                  HELP_LIMIT=3),
+    # not divide the bin count; GTM tests over the requests' non-zero words (SPT, as on the device)
+    "warp3": dict(GTMKIT_EMU=1, CL=3, NT=256, EU=2, WEXP_MIN_DEG=1, WEXP_MIN_ROWS=1),
 }
 
 
@@ -48,15 +44,12 @@ class FusedEmu:
         self.caps = Caps(*(cfg.get(f"SP_{n}", d) for n, d in zip(("A", "P", "NB", "S", "Q"), Caps())))
         self.rng = np.random.default_rng(0)
         self.rounds = []
-        self.chunked = bool(cfg.get("CHUNKED"))
-        self.helped = []  # chunks the helper cluster expanded, a chunked launch
-        self.state = {}   # B -> the chunked launches' state (must be left zeroed, but for the helper count past it)
 
     def _garbage(self, shape, dtype):
         return garbage(shape, dtype, self.rng)
 
     def step(self, m: Matcher, node_ids, logprobs, beam_scores, row_request, requests, k, gtm=True, count=False,
-             lp_dtype=0, first_win=None, chunked=None):
+             lp_dtype=0, first_win=None):
         t, q = m.arrays, m.batch(requests)
         tarr = {n: np.ascontiguousarray(getattr(t, n)) for n in t._fields if n != "jagged"}
         qarr = {n: np.ascontiguousarray(getattr(q, n)) for n in q._fields}
@@ -77,30 +70,20 @@ class FusedEmu:
         hist = (self.rng.integers(-1, 50, size=(R, 2)).astype(np.int32), np.int32(2),
                 self._garbage((B * k, 3), np.int32)) if self.n_launch // 2 % 2 else (None, np.int32(0), None)
         # each request's first row, as a fixed beam schedule passes them; every other launch finds them itself
-        # chunked launches (CHUNKED builds, every other launch): the helper helps only with the caller's first rows
-        # and rows said to come best first, so those come with two in three of them
-        if chunked is None:
-            chunked = self.chunked and self.n_launch % 4 >= 2
         req_rows = np.searchsorted(np.asarray(row_request), np.arange(B + 1)).astype(np.int64) \
-            if self.n_launch % 2 or chunked else None
+            if self.n_launch % 2 else None
         # every third launch says its rows come best first whether they do or not: the top it then takes from
         # the first row (low, high or a dead row's) must not change the answer
-        best_first = np.int32(self.n_launch % 3 == 0 or (chunked and self.n_launch % 3 == 1))
-        st = self.state.setdefault(B, np.zeros(fused_chunk_words(B, self.cl) + 1, np.uint32))
+        best_first = np.int32(self.n_launch % 3 == 0)
         # the caller's first GTM window (0: the build's FIRST_WIN x k; None: one at random): any size must give the
         # same answer
         first_win = np.int32(self.rng.choice([0, 0, 1, k, 3 * k]) if first_win is None else first_win)
-        launch(self.lib, self.sigs, "fused_step_kernel", (B + bool(chunked)) * self.cl, self.nt,
+        launch(self.lib, self.sigs, "fused_step_kernel", B * self.cl, self.nt,
                (tp, qp, np.ascontiguousarray(node_ids), np.int32(nid64), np.ascontiguousarray(logprobs),
                 np.int32(lp_dtype), np.int32(m.vocab_size), np.ascontiguousarray(beam_scores, np.float32),
                 np.ascontiguousarray(row_request, np.int64), np.int64(R), np.int32(D), np.int32(k), np.int32(gtm),
-                np.int32(count), *scratch, *out, prof, req_rows, *hist, best_first, first_win, st, np.int32(chunked)),
-               cluster=self.cl, smem=FUSED_SMEM)
-        if chunked:
-            self.helped.append(int(st[-1]))
-            st[-1] = 0
-        # every launch leaves the counters and the helper's bin counts zeroed (the chunks' counts are rewritten)
-        assert not st[:2 * B + 1].any() and not st[2 * B + 1 + B * 2 * self.cl:-1].any(), "chunk state left dirty"
+                np.int32(count), *scratch, *out, prof, req_rows, *hist, best_first, first_win), cluster=self.cl,
+               smem=FUSED_SMEM)
         self.rounds.extend(int(x) for x in prof[:, 13])  # GTM rounds a request took (the kernel's profile slot)
         if hist[2] is not None:  # each output row: its parent's history row (-1s for padding), then its token
             parent, token = out[0].reshape(-1), out[1].reshape(-1)
@@ -257,27 +240,3 @@ def test_scores_on_bin_edges(tmp_path, emu):
             _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, False, first_win=1), want)
             want = m.step(nodes, lp, bs, rr, reqs, k)
             _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, first_win=1), want)
-
-
-def test_chunked_steps(tmp_path, emu):
-    """Chunked launches (the CHUNKED builds): the helper cluster, run first, expands chunks of every request (all of
-    them in cl2, the first half in warp3) into the owners' scratch; the owners expand the rest, wait for them and
-    list every chunk. Requests with and without a live first row, and one with no rows. Results as on the CPU."""
-    if not emu.chunked:
-        pytest.skip("a CHUNKED configuration only")
-    idx, _, _ = _build(tmp_path, 79, "static", {"k": [2, 3, 2]}, n_ads=300, L=3, V=9)
-    m = Matcher(idx, "cpu")
-    rng = np.random.default_rng(10)
-    reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
-    emu.helped.clear()
-    for depth in (1, 2):
-        for per_req, k, kind in ((30, 6, "wide"), (7, 3, "normal")):
-            nodes, rr, lp, bs = step_case(idx, rng, 3, per_req, depth, kind)
-            if kind == "normal":
-                rr = np.where(rr == 1, 2, rr)  # request 1 without rows
-                order = np.argsort(rr, kind="stable")
-                nodes, rr, lp, bs = nodes[order], rr[order], lp[order], bs[order]
-            for gtm in (True, False):
-                want = m.step(nodes, lp, bs, rr, reqs, k, gtm=gtm)
-                _same(emu.step(m, nodes.astype(np.int64), lp, bs, rr, reqs, k, gtm, chunked=True), want)
-    assert sum(emu.helped) > 0, emu.helped

@@ -31,12 +31,11 @@ def test_trie_search_compiles_without_clusters(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("defines", ["HPLAIN=0", "HPLAIN=1", "TOP_R0=0", "SPT=0", "CHUNKED=1"])
+@pytest.mark.parametrize("defines", ["HPLAIN=0", "HPLAIN=1", "TOP_R0=0", "SPT=0"])
 def test_fused_step_options_compile(defines, tmp_path):
     """The fused step's options that benchmarks/gpu_fused_variants.py compares (HPLAIN: the histogram adds, one
     atomic a lane or one a distinct bin of a warp, by phase; TOP_R0=0: every row scanned for the best score;
-    SPT=0: GTM tests over the request's full rows; CHUNKED=1: the build chunked steps launch) compile for sm_90 without
-    warnings."""
+    SPT=0: GTM tests over the request's full rows) compile for sm_90 without warnings."""
     src = next(p for p in SOURCES if p.name == "gtm_fused.cu")
     r = subprocess.run(["nvcc", "-arch=sm_90", *(f"-D{d}" for d in defines.split()), "-c", str(src), "-o",
                         str(tmp_path / "k.o")], capture_output=True, text=True)

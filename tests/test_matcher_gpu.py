@@ -175,49 +175,6 @@ def test_graph_gtm_windows(synth_index):
             GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, gtm_windows=bad)
 
 
-def test_graph_chunked(synth_index):
-    """chunked: the warm-up's choice ("auto", the default), no step and every step chunked (a helper cluster expanding
-    chunks of the requests with the most left) all replay the eager answer, and so does an eager chunked step, with
-    rows in any order (the helper then leaves every chunk to the owners); malformed flags are refused."""
-    from gtmkit.errors import GtmkitError
-    from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch
-
-    idx = synth_index
-    users = synth_users(idx.manifest["schema"], 5, seed=8)
-    reqs = [idx.encode_request(u) for u in users]
-    m = Matcher(idx, "cuda")
-    sizes = (1, 32, 64, 64)
-    eager = gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
-    for ch in ("auto", None, [1] * len(sizes)):
-        g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, chunked=ch)
-        for _ in range(2):  # (each launch leaves the chunk state zeroed for the next)
-            r = g.replay()
-            assert np.array_equal(cp.asnumpy(r.sids), cp.asnumpy(eager.sids)), ch
-            assert np.array_equal(cp.asnumpy(r.scores), cp.asnumpy(eager.scores)), ch
-        assert all(c in (0, 1) for c in g.chunked), g.chunked
-    for bad in ("some", [1, 2], [2] * len(sizes)):
-        with pytest.raises(GtmkitError, match="chunked"):
-            GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, chunked=bad)
-    if m.cuda.fused:
-        rng = np.random.default_rng(3)
-        q = m.batch(reqs)
-        depth = 2
-        lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
-        per = 40
-        nodes = cp.asarray(rng.integers(lo, hi, size=len(reqs) * per))
-        rr = cp.repeat(cp.arange(len(reqs), dtype=cp.int64), per)
-        req_rows = cp.arange(len(reqs) + 1, dtype=cp.int64) * per
-        lp = cp.asarray(rng.normal(size=(len(reqs) * per, idx.vocab_size)).astype(np.float32))
-        bs = cp.asarray(rng.normal(size=len(reqs) * per).astype(np.float32))
-        D = int(idx.max_degree[depth])
-        for best_first in (True, False):
-            want = m.cuda.step(nodes, lp, 0, bs, rr, req_rows, q, 16, True, False, D, rows_best_first=best_first)
-            got = m.cuda.step(nodes, lp, 0, bs, rr, req_rows, q, 16, True, False, D, rows_best_first=best_first,
-                              chunked=True)
-            for a, b in zip(want[:4], got[:4]):
-                assert np.array_equal(cp.asnumpy(a), cp.asnumpy(b)), best_first
-
-
 def test_pdl_off_by_environment(synth_index, monkeypatch):
     """GTMKIT_PDL=0: the default graph launches plainly and says why; asking for PDL then is an error."""
     from gtmkit.errors import GtmkitError

@@ -74,16 +74,3 @@ def test_per_step_settings():
     for bad in ("fast", [1, 2], [-1, 0, 0], 4096, ["a"] * 3, np.zeros(3) - 1):
         with pytest.raises(GtmkitError, match="gtm_windows must be 'auto', None or 3 ints >= 0"):
             per_step_setting("gtm_windows", bad, 3, 0, 0)
-
-
-def test_chunked_only_where_one_request_stands_out():
-    from gtmkit.matcher.windows import CHUNK_IMBALANCE, CHUNK_MIN, calibrate_chunked
-
-    med = 74000
-    assert calibrate_chunked(np.array([med] * 15 + [187000])) == 1      # depth 3 of the benchmark
-    assert calibrate_chunked(np.array([89526] * 16)) == 0               # depth 2: every request alike
-    assert calibrate_chunked(np.array([100] * 15 + [5000])) == 0        # too few to matter
-    assert calibrate_chunked(np.array([200000])) == 0                   # one request: nobody to balance against
-    edge = int(CHUNK_IMBALANCE * CHUNK_MIN)
-    assert calibrate_chunked(np.array([CHUNK_MIN] * 3 + [edge])) == 0   # at the threshold: not above it
-    assert calibrate_chunked(np.array([CHUNK_MIN] * 3 + [edge + 1])) == 1

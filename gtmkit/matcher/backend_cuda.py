@@ -20,8 +20,7 @@ from ..errors import GtmkitError
 from .arrays import RequestBatch, TrieArrays
 from .kernel_source import kernel_source
 from .sparse_req import sparse_images
-from .kernel_params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_chunk_words, fused_scratch_slots,
-                            request_params,
+from .kernel_params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params,
                             trie_params)
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
@@ -87,10 +86,8 @@ class CudaBackend:
             self.fused_threads = int(os.environ.get("GTMKIT_FUSED_THREADS", FUSED_THREADS))
             defines = (() if self.fused_cluster == FUSED_CLUSTER else (f"CL={self.fused_cluster}",)) + \
                 (() if self.fused_threads == FUSED_THREADS else (f"NT={self.fused_threads}",))
-            self.fused_defines = defines
             self.k_fused = load_module(FUSED_FILE, defines).get_function("fused_step_kernel")
             self.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
-            self._k_fused_chunked = None
         d = {name: cp.asarray(np.ascontiguousarray(getattr(t, name))) for name in t._fields if name != "jagged"}
         self.d = d
         self.vocab = index.vocab_size
@@ -128,30 +125,16 @@ class CudaBackend:
             b = store[key] = (cp.zeros if zero else cp.empty)(shape, dtype)
         return b
 
-    @property
-    def k_fused_chunked(self):
-        """The fused step built with CHUNKED=1 (gtm_fused.cu), compiled when a step first asks for it."""
-        if self._k_fused_chunked is None:
-            self._k_fused_chunked = load_module(FUSED_FILE, self.fused_defines + ("CHUNKED=1",)).get_function(
-                "fused_step_kernel")
-            self._k_fused_chunked.max_dynamic_shared_size_bytes = FUSED_SMEM
-        return self._k_fused_chunked
-
-    @k_fused_chunked.setter
-    def k_fused_chunked(self, fn):
-        self._k_fused_chunked = fn
-
     # --- step -----------------------------------------------------------------------------
     def step(self, node_ids, logprobs, lp_dtype: int, beam_scores, row_req, req_rows, q: DeviceBatch, k: int,
              gtm: bool, count_all: bool, max_children: int, out=None, scratch=None, history=None,
-             rows_best_first: bool = False, first_window: int = 0, chunked: bool = False):
+             rows_best_first: bool = False, first_window: int = 0):
         """-> (parent, token, node, score, count); `out` (same tuple, preallocated) makes the step
         allocation-free, as graph capture needs. `history` = (hist_in int32 [R, t], t, hist_out int32
         [B * k, t + 1]): the fused step also writes each output row's token history (its parent's row of
         hist_in, then its token; -1s for padding rows); only when self.fused. first_window (fused step, with
         GTM): candidates the first GTM round tests (0: the kernel's FIRST_WIN x k); speed only, any value gives
-        the same answer. chunked (fused step): one more cluster in the launch helps expand the requests with the
-        most candidates left (gtm_fused.cu's NCH); speed only, the same answer."""
+        the same answer."""
         if not 1 <= k <= MAX_K:
             raise GtmkitError(f"k must be in [1, {MAX_K}] on the GPU, got {k}")
         R = int(node_ids.shape[0])
@@ -163,7 +146,7 @@ class CudaBackend:
         if self.fused:
             return self._step_fused(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm,
                                     count_all, int(max_children), cap, out, scratch, history, rows_best_first,
-                                    first_window, chunked)
+                                    first_window)
         if history is not None:
             raise GtmkitError("the multi-kernel GPU step does not write token histories")
         if node_ids.dtype != cp.int64:
@@ -214,7 +197,7 @@ class CudaBackend:
         return out
 
     def _step_fused(self, node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm, count_all, D, cap,
-                    out, scratch, history=None, rows_best_first=False, first_window=0, chunked=False):
+                    out, scratch, history=None, rows_best_first=False, first_window=0):
         """The step as one cluster launch (kernels/gtm_fused.cu); node_ids int32 or int64; req_rows (int64 [B + 1],
         each request's first row) may be None (the kernel then finds them in row_req). rows_best_first: each
         request's rows come best score first (a ranked step output), so the kernel reads its best live score
@@ -232,10 +215,7 @@ class CudaBackend:
         topsel = self._buf("topsel", (B, k), cp.uint64, scratch)
         parent, token, node, score, out_count = out
         h_in, h_t, h_out = history if history is not None else (None, 0, np.uint64(0))
-        st = self._buf("fused_chunks", (fused_chunk_words(B, self.fused_cluster),), cp.uint32, scratch, zero=True) \
-            if chunked else None  # (left zeroed by every chunked launch)
-        self._launch(self.k_fused_chunked if chunked else self.k_fused,
-                     ((B + bool(chunked)) * self.fused_cluster,), (self.fused_threads,),
+        self._launch(self.k_fused, (B * self.fused_cluster,), (self.fused_threads,),
                      (self.params, q.params, node_ids, np.int32(node_ids.dtype == cp.int64), logprobs,
                       np.int32(lp_dtype), np.int32(self.vocab), beam_scores, row_req, np.int64(R), np.int32(D),
                       np.int32(k), np.int32(gtm), np.int32(count_all), cand, child, passed, grouped, topsel,
@@ -243,8 +223,7 @@ class CudaBackend:
                       self.profile if self.profile is not None else np.uint64(0),
                       req_rows if req_rows is not None else np.uint64(0),
                       h_in if h_in is not None else np.uint64(0), np.int32(h_t), h_out,
-                      np.int32(bool(rows_best_first)), np.int32(min(max(int(first_window), 0), 2**31 - 1)),
-                      st if st is not None else np.uint64(0), np.int32(bool(chunked))),
+                      np.int32(bool(rows_best_first)), np.int32(min(max(int(first_window), 0), 2**31 - 1))),
                      FUSED_SMEM)
         return out
 

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import GtmkitError
 from ..logits import DEFAULT_PEAK
 from .backend_cuda import load_module
-from .windows import calibrate_chunked, calibrate_window, pass_counts, per_step_setting
+from .windows import calibrate_window, pass_counts, per_step_setting
 
 BEAM_KERNELS = Path(__file__).with_name("kernels") / "beam.cu"
 
@@ -89,15 +89,10 @@ class GraphedBeamSearch:
     gtm_windows: candidates the fused step's first GTM round tests at each step. "auto" (the default): sized
     from the pass rates the warm-up search sees (calibrate_windows); None: FIRST_WIN x k at every step; or one
     int per step (0: FIRST_WIN x k). Only the speed depends on it: a window too small for a request costs that
-    request a second round, never an answer. The windows used are in self.windows.
-    chunked: which steps run chunked (the fused step with one more cluster that helps expand the requests with the
-    most candidates left). "auto" (the default): the steps where the warm-up saw one request's candidates far above
-    the median (calibrate_chunked); None: none; or one 0/1 per step. Speed only; the flags used are in
-    self.chunked."""
+    request a second round, never an answer. The windows used are in self.windows."""
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
-                 postfilter: bool = True, fuse_history: bool = True, pdl: bool = None, gtm_windows="auto",
-                 chunked="auto"):
+                 postfilter: bool = True, fuse_history: bool = True, pdl: bool = None, gtm_windows="auto"):
         if matcher.cuda is None:
             raise GtmkitError("GraphedBeamSearch needs a Matcher on device 'cuda'")
         index = matcher.index
@@ -121,21 +116,14 @@ class GraphedBeamSearch:
         self.scratch = {}
         be = matcher.cuda
         self.windows = per_step_setting("gtm_windows", gtm_windows, L, 0, 0)
-        self.chunked = per_step_setting("chunked", chunked, L, 0, 0)
-        if max(self.chunked) > 1:
-            raise GtmkitError(f"chunked must be 'auto', None or {L} flags 0 / 1, got {tuple(chunked)}")
-        # "auto": the warm-up sizes each step's window (with GTM) and chooses whether to chunk it from that step's
-        # counts before running it
+        # gtm_windows="auto": the warm-up sizes each step's window from that step's counts before running it
         self._rates = isinstance(gtm_windows, str) and self.gtm and be.fused
-        self._chunk_auto = isinstance(chunked, str) and be.fused
-        if not be.fused:
-            self.chunked = [0] * L  # (the multi-kernel step has no helper)
         with self.stream:
             self._allocate(index, L)
             keep, be.pdl = be.pdl, self.pdl
             try:
                 self._run()                      # eager warm-up: compiles kernels, sizes every buffer, calibrates
-                self._rates = self._chunk_auto = False
+                self._rates = False
                 self.stream.synchronize()
                 self.stream.begin_capture()
                 try:
@@ -179,16 +167,12 @@ class GraphedBeamSearch:
             history = (hist, t, self.hist[t]) if be.fused and self.fuse_history else None
             # rows come best first: one start row a request, then each step's ranked output
             D = int(index.max_degree[t])
-            if self._rates or self._chunk_auto:  # warm-up: the candidates, and those that pass GTM
-                cd, passed = pass_counts(be, nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, D,
-                                         scratch=self.scratch, rows_best_first=True)
-                if self._rates:
-                    self.windows[t] = calibrate_window(cd, passed, k)
-                if self._chunk_auto:
-                    self.chunked[t] = calibrate_chunked(cd)
+            if self._rates:  # warm-up of gtm_windows="auto": the candidates, and those that pass GTM
+                self.windows[t] = calibrate_window(*pass_counts(be, nodes, lp, lp_dtype, scores, row_req, req_rows, q,
+                                                                k, D, scratch=self.scratch, rows_best_first=True), k)
             out = be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, self.gtm, False, D,
                           out=self.outs[t], scratch=self.scratch, history=history, rows_best_first=True,
-                          first_window=self.windows[t], chunked=bool(self.chunked[t]))
+                          first_window=self.windows[t])
             p, tok, node, sc, _ = out
             R = p.size
             if history is None:

@@ -31,16 +31,7 @@ def request_params(q: RequestBatch, ptr) -> np.ndarray:
                      ptr("codes"), ptr("sparse")], np.int64)
 
 
-FUSED_BINS = 2048              # score bins of the fused step (FB in gtm_fused.cu)
-
-
 def fused_scratch_slots(R: int, B: int, D: int, cluster: int) -> int:
-    """Slots of each fused-step scratch array: request b's start at (first row + REQ_PAD * b) * D rounded up to 32,
-    REQ_PAD = 2 * NCH = 4 * CL (gtm_fused.cu's scratch layout), so every block and chunk region fits."""
-    return (R + 4 * cluster * B) * (-(-D // 32) * 32)
-
-
-def fused_chunk_words(B: int, cluster: int) -> int:
-    """u32 words of a chunked fused step's state (gtm_fused.cu's ST_*): two counters a request, one for the
-    launch, NCH = 2 * CL chunk counts and FB bin counts a request."""
-    return 2 * B + 1 + B * 2 * cluster + B * FUSED_BINS
+    """Slots of each fused-step scratch array: request b's start at (first row + 2 * CL * b) * D rounded
+    up to 32 (gtm_fused.cu's scratch layout), so every block region fits."""
+    return (R + 2 * cluster * B) * (-(-D // 32) * 32)

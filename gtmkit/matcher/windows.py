@@ -12,8 +12,6 @@ from .beam import as_numpy
 from .kernel_params import FUSED_FIRST_WIN
 
 WINDOW_MARGIN = 1.25  # first window = this x k over the lowest pass rate, so that rates a little lower still fit
-CHUNK_IMBALANCE = 1.5  # a step is chunked when its most candidates a request exceed this x the median ...
-CHUNK_MIN = 16384      # ... and this many (below, one cluster expands them in a few microseconds anyway)
 
 
 def pass_counts(backend, node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, max_children, **kw):
@@ -44,19 +42,8 @@ def calibrate_windows(counts, sizes) -> list:
             for t, (cd, passed) in enumerate(counts)]
 
 
-def calibrate_chunked(cd) -> int:
-    """cd: candidates of each request at one step -> 1 when the step should run chunked (a helper cluster expands
-    part of the requests with the most candidates left; gtm_fused.cu's NCH): one request far above the median, as
-    the step then waits for that request's cluster; else 0."""
-    cd = as_numpy(cd).astype(np.float64)
-    if cd.size < 2:
-        return 0
-    top = float(cd.max())
-    return int(top >= CHUNK_MIN and top > CHUNK_IMBALANCE * float(np.median(cd)))
-
-
 def per_step_setting(name: str, value, L: int, low: int, unset: int) -> list:
-    """A GraphedBeamSearch option given per step (gtm_windows, chunked): "auto" or None -> L x `unset` (auto is calibrated by the
+    """A GraphedBeamSearch option given per step (gtm_windows): "auto" or None -> L x `unset` (auto is calibrated by the
     warm-up); else L ints >= low; anything else is one clear error."""
     if value is None or (isinstance(value, str) and value == "auto"):
         return [unset] * L

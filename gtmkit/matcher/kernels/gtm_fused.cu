@@ -91,27 +91,6 @@
 // depth 2 42.7 -> 46.2 us, depth 3 79.1 -> 73.4 us; 5 was slower at every depth (H200, session 16).
 #define FIRST_WIN 4
 #endif
-#ifndef NCH
-// Chunked steps (the caller's `chunked`, with one more cluster, the helper, in the grid): a request's rows are cut
-// into NCH interleaved chunks (chunk c: rows r0 + c + NCH * x) that its own blocks and the helper's claim from a
-// per-request counter, so that a request with far more candidates than the others (depth 3 of the benchmark: 187k
-// against a 74k median) is expanded by up to twice its SMs. A claimed chunk belongs to a running block that waits
-// for nothing before finishing it, so the owners' wait for every chunk cannot deadlock, whether or not the helper
-// is resident. The candidates and their numbering do not depend on who expands them: the answer is the same.
-#define NCH (2 * CL)
-#endif
-#ifndef CHUNKED
-// 1: the build that honours `chunked` (backend_cuda.py loads it for the steps that ask); 0, the default: `chunked` is
-// ignored. Why two builds: the chunked paths' live values spill the one kernel (12 -> 32 bytes, ptxas, sm_90).
-#define CHUNKED 0
-#endif
-#define REQ_PAD (2 * NCH)  // scratch slots a request beyond its rows, in units of D rounded up to 32 (kernel_params.py)
-#ifndef HELPER_FIRST
-#define HELPER_FIRST 0  // the helper is the grid's last cluster; 1: its first (the emulation runs clusters in order)
-#endif
-#ifndef HELP_LIMIT
-#define HELP_LIMIT NCH  // the helper claims chunks below this only (the emulation lowers it: owners and helper share)
-#endif
 #define PROF_W 64       // profile slots a request (FUSED_PROF_W in kernel_params.py)
 #define FB 2048         // score bins
 #ifndef GT_CAP
@@ -184,7 +163,7 @@ struct Smem {
     u32 m_topn;        // block 0: fill counter of the radix-selected passers
     u32 n_cand, n_pass;  // this block's candidates and passers
     u32 n_work;        // this round's work list length
-    int s_T, s_done;   // (chunked, before the rounds: the chunk claimed; the helper's: its request, in r_lo its rows)
+    int s_T, s_done;
     u32 s_next;        // expand, warp per row: the next row of the batch to take
     u32 s_wtot;
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
@@ -195,245 +174,6 @@ struct Smem {
 
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in kernel_params.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
-
-// Expands rows first + stride * x (x < n) of the request whose rows start at r0: each child's composite and child
-// node into oc_base[] / och_base[] (compacted, in row order) and its score bin into hist (shared memory); returns
-// their count. Every thread of the block calls it (block barriers inside).
-__device__ __forceinline__ u32 expand_rows(Smem& S, const Trie& t, const void* node_ids, int nid64, const void* logprobs,
-                                           int lp_dtype, int V, const float* beam_scores, int D, float top, i64 r0,
-                                           i64 first, int stride, int n, u64* oc_base, int* och_base, u32* hist) {
-    const int tid = threadIdx.x, lane = tid & 31;
-    const float* lp32 = (const float*)logprobs;
-    u32 nc = 0;
-    for (int x0 = 0; x0 < n; x0 += NT) {
-        const i64 q0 = first + (i64)stride * x0;  // row of batch entry x: q0 + stride * x
-        i64 r = q0 + (i64)stride * tid;
-        u32 deg = 0;
-        i64 j0 = 0;
-        if (x0 + tid < n) {
-            i64 nd = node_at(node_ids, nid64, r);
-            if (nd >= 0 && nd < t.n_internal) { j0 = t.node_offsets[nd]; deg = (u32)(t.node_offsets[nd + 1] - j0); }
-        }
-        u32 incl = block_scan(deg, S.warp_tot);
-        S.row_off[tid] = incl - deg;
-        S.row_j0[tid] = j0;
-        if (tid == NT - 1) S.s_wtot = incl;
-        if (tid == 0) S.s_next = 0;
-        __syncthreads();
-        const u32 total = S.s_wtot;
-        const int nr = n - x0 < NT ? n - x0 : NT;
-        if (WEXP && nr >= WEXP_MIN_ROWS && total >= (u32)WEXP_MIN_DEG * (u32)nr) {
-            // Wide rows (deep beams over dense levels): a warp per row, taken from a shared counter, its
-            // lanes on consecutive children, so no candidate searches for its row (below: about a quarter
-            // of the expand's instructions, ncu) and the row's values are loaded once per warp. Measured
-            // on the H200: ~4% off the whole search (benchmarks/results/step_gpu_profile.md).
-            for (;;) {
-                int x = 0;
-                if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
-                x = __shfl_sync(0xffffffffu, x, 0);
-                if (x >= nr) break;  // warp-uniform
-                const u32 off = S.row_off[x];
-                const u32 deg = (x + 1 < nr ? S.row_off[x + 1] : total) - off;
-                const i64 j0 = S.row_j0[x];
-                const i64 row = q0 + (i64)stride * x;
-                const float bs = beam_scores[row];
-                const u32 id0 = (u32)(row - r0) * (u32)D;
-                const i64 lp0 = row * (i64)V;
-                u64* oc = oc_base + nc + off;
-                int* och = och_base + nc + off;
-                const int* ct = t.child_tokens + j0;
-                for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (warp_bin_add when HPLAIN=0)
-                    int tk[EU];
-                    float sv[EU];
-#pragma unroll
-                    for (int u = 0; u < EU; ++u) { u32 c = c0 + u * 32 + lane; tk[u] = c < deg ? ct[c] : 0; }
-#pragma unroll
-                    for (int u = 0; u < EU; ++u) {
-                        u32 c = c0 + u * 32 + lane;
-                        sv[u] = c < deg ? bs + (lp_dtype == 0 ? lp32[lp0 + tk[u]] : load_lp(logprobs, lp_dtype, lp0 + tk[u])) : 0.0f;
-                    }
-#pragma unroll
-                    for (int u = 0; u < EU; ++u) {
-                        u32 c = c0 + u * 32 + lane;
-                        int bn = -1;
-                        if (c < deg) {
-                            u64 cc = candidate_key(sv[u], id0 + c);
-                            oc[c] = cc;
-                            och[c] = (int)(j0 + c + 1);
-                            bn = bin_of<FB>(cc, top);
-                        }
-                        bin_add(hist, bn, lane, HPLAIN >= 1);
-                    }
-                }
-            }
-            nc += total;
-            __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
-            continue;
-        }
-        // EU candidates a thread per pass, each phase's loads issued for all of them before any is
-        // used: one candidate at a time would put a token load and a log-prob gather back to back on
-        // the critical path of every candidate.
-        for (u32 f0 = 0; f0 < total; f0 += EU * NT) {  // whole warps iterate together (warp_bin_add, HPLAIN < 2)
-            int xr[EU];
-            i64 jj[EU];
-            int tk[EU];
-            float sv[EU];
-#pragma unroll
-            for (int u = 0; u < EU; ++u) {
-                u32 f = f0 + u * NT + tid;
-                int x0 = 0;
-                if (f < total) {
-                    int x1 = nr - 1;  // last row x with row_off[x] <= f: it holds child f
-                    while (x0 < x1) { int m = (x0 + x1 + 1) >> 1; if (S.row_off[m] <= f) x0 = m; else x1 = m - 1; }
-                }
-                xr[u] = x0;
-                jj[u] = S.row_j0[x0] + (f - S.row_off[x0]);
-            }
-#pragma unroll
-            for (int u = 0; u < EU; ++u) tk[u] = f0 + u * NT + tid < total ? t.child_tokens[jj[u]] : 0;
-#pragma unroll
-            for (int u = 0; u < EU; ++u) {
-                sv[u] = 0.0f;
-                if (f0 + u * NT + tid < total) {
-                    i64 row = q0 + (i64)stride * xr[u], at = row * (i64)V + tk[u];
-                    sv[u] = beam_scores[row] + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at));
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < EU; ++u) {
-                u32 f = f0 + u * NT + tid;
-                int bn = -1;
-                if (f < total) {
-                    u32 idx = (u32)(q0 + (i64)stride * xr[u] - r0) * (u32)D + (u32)(jj[u] - S.row_j0[xr[u]]);
-                    u64 c = candidate_key(sv[u], idx);
-                    oc_base[nc + f] = c;
-                    och_base[nc + f] = (int)(jj[u] + 1);
-                    bn = bin_of<FB>(c, top);
-                }
-                bin_add(hist, bn, lane, HPLAIN >= 2);
-            }
-        }
-        nc += total;
-        __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
-    }
-    return nc;
-}
-
-// Chunked steps' state (the caller's zeroed u32 buffer, left zeroed by every launch's last block): per request b,
-// st[2b] its claim counter and st[2b + 1] its finished chunks; st[2B] the blocks done with those counters; then the
-// chunks' candidate counts (B x NCH) and the helper's bin counts (B x FB, zeroed again by the owners that read them).
-#define ST_CLAIM(b) (st + 2 * (b))
-#define ST_DONE(b) (st + 2 * (b) + 1)
-#define ST_FIN(B) (st + 2 * (B))
-#define ST_COUNT(B, b, c) (st + 2 * (B) + 1 + (b) * NCH + (c))
-#define ST_HIST(B, b) (st + 2 * (B) + 1 + (B) * NCH + (b) * FB)
-
-__device__ __forceinline__ u32 ld_acquire_gpu(const u32* p) {
-#ifdef GTMKIT_EMU
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-#else
-    u32 v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-#endif
-}
-
-// rows of chunk c of a request with nrows rows, and its scratch region's slots
-__device__ __forceinline__ int chunk_rows(int nrows, int c) { return nrows > c ? (nrows - c + NCH - 1) / NCH : 0; }
-__device__ __forceinline__ i64 chunk_cap(int nrows, i64 D32) { return (i64)((nrows + NCH - 1) / NCH + 1) * D32; }
-
-// A chunk's candidates are in place: its count, then (after every thread's writes) its finished mark.
-__device__ __forceinline__ void chunk_done(u32* st, int B, int b, int c, u32 cnt) {
-    if (threadIdx.x == 0) *ST_COUNT(B, b, c) = cnt;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) atomicAdd(ST_DONE(b), 1u);
-}
-
-// This block is done with the claim and finished counters; the launch's last block zeroes them for the next launch.
-__device__ __forceinline__ void counters_done(u32* st, int B) {
-    if (threadIdx.x != 0) return;
-    __threadfence();
-    if (atomicAdd(ST_FIN(B), 1u) == gridDim.x - 1) {
-        for (int q = 0; q < 2 * B; ++q) st[q] = 0;
-        __threadfence();
-        *ST_FIN(B) = 0;
-    }
-}
-
-// The helper cluster's blocks: claim chunks of whichever request has the most left, expand them into that request's
-// scratch and add their bin counts to its ST_HIST. A request whose top the helper cannot read from its first row
-// (TOP_R0: rows best first, from the caller's req_rows, the first one live) is left to its owners.
-__device__ __noinline__ void help_expand(Smem& S, const i64* TP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
-                            int V, const float* beam_scores, int D, u64* cand, int* cand_child, const i64* req_rows,
-                            int rows_best_first, u32* st, int B) {
-    const Trie t = load_trie(TP);  // (its own copy: a reference to the kernel's would keep that one in local memory)
-    const int tid = threadIdx.x;
-    const i64 D32 = (i64)((D + 31) >> 5) * 32;
-    u64 skip = 0;  // (thread 0) requests it cannot help: no top from their first row; all past the 64th
-    for (;;) {
-        if (tid == 0) {
-            S.s_done = -1;
-            while (TOP_R0 && req_rows && rows_best_first) {
-                int best = -1;
-                u32 left = 0;
-                for (int q = 0; q < B && q < 64; ++q) {
-                    const u32 c = ld_acquire_gpu(ST_CLAIM(q));
-                    if (!((skip >> q) & 1) && c < HELP_LIMIT && HELP_LIMIT - c > left) { left = HELP_LIMIT - c; best = q; }
-                }
-                if (best < 0) break;
-                const i64 r0 = req_rows[best], r1 = req_rows[best + 1];
-                const i64 n = r1 > r0 ? node_at(node_ids, nid64, r0) : -1;
-                const float v = r1 > r0 ? beam_scores[r0] : 0.0f;
-                if (!(n >= 0 && n < t.n_internal && v == v)) { skip |= 1ull << best; continue; }  // as the owners' TOP_R0
-                const u32 c = atomicAdd(ST_CLAIM(best), 1u);
-                if (c >= NCH) continue;  // taken meanwhile
-                S.s_done = best; S.s_T = (int)c; S.r_lo[0] = r0; S.r_lo[1] = r1; S.s_top = v;
-                break;
-            }
-        }
-        for (int i = tid; i < FB; i += NT) S.cum[i] = 0;
-        __syncthreads();
-        const int q = S.s_done;
-        if (q < 0) break;  // (block-uniform)
-        const int c = S.s_T;
-        const i64 r0 = S.r_lo[0];
-        const int nrows = (int)(S.r_lo[1] - r0);
-        const i64 base = (r0 + REQ_PAD * (i64)q) * D32 + c * chunk_cap(nrows, D32);
-        const u32 cnt = expand_rows(S, t, node_ids, nid64, logprobs, lp_dtype, V, beam_scores, D, S.s_top, r0, r0 + c,
-                                    NCH, chunk_rows(nrows, c), cand + base, cand_child + base, S.cum);
-        u32* gh = ST_HIST(B, q);
-        for (int i = tid; i < FB; i += NT) if (S.cum[i]) atomicAdd(&gh[i], S.cum[i]);
-#ifdef GTMKIT_EMU
-        if (tid == 0) atomicAdd(ST_HIST(B, B), 1u);  // (the emulation's count of the helper's chunks, one word past the state)
-#endif
-        chunk_done(st, B, q, c, cnt);  // (its barrier also keeps the shared picks until every thread has read them)
-    }
-    counters_done(st, B);
-}
-
-// A round's listing over n composites at cv_base: those of bins (lo, hi] onto the work list as entry0 + their index.
-__device__ __forceinline__ void list_window(const u64* cv_base, u32 n, u32 entry0, int lo, int hi, float top,
-                                            u32* work, u32* n_work, int tid, int lane) {
-    for (u32 base = 0; base < n; base += EU * NT) {  // whole warps iterate together (ballots)
-        u64 cv[EU];
-#pragma unroll
-        for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < n ? cv_base[base + u * NT + tid] : 0ull;
-#pragma unroll
-        for (int u = 0; u < EU; ++u) {
-            u32 i = base + u * NT + tid;
-            bool in = false;
-            if (i < n) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
-            unsigned ballot = __ballot_sync(0xffffffffu, in);
-            if (ballot) {
-                u32 at = 0;
-                if (lane == 0) at = atomicAdd(n_work, (u32)__popc(ballot));
-                at = __shfl_sync(0xffffffffu, at, 0);
-                if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = entry0 + i;
-            }
-        }
-    }
-}
 
 // PDL (GraphedBeamSearch): PDL_EARLY lets the next kernel's blocks be scheduled as soon as this one starts;
 // PDL_LATE_WAIT waits for the kernel before only once the request's rows are read and the shared arrays
@@ -451,29 +191,18 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                   u64* __restrict__ grouped, u64* __restrict__ topsel,
                   int* out_parent, int* out_token, int* out_node, float* out_score, i64* out_count,
                   i64* prof, const i64* req_rows, const int* hist_in, int hist_t, int* hist_out,
-                  int rows_best_first, int first_win, u32* st, int chunked) {
+                  int rows_best_first, int first_win) {
 #ifdef GTMKIT_EMU
     unsigned char* smem_raw = emu_dyn_smem();
 #else
     extern __shared__ __align__(16) unsigned char smem_raw[];
 #endif
     Smem& S = *reinterpret_cast<Smem*>(smem_raw);
-#if !CHUNKED
-    chunked = 0;  // (the default build: the chunked paths compiled out, the registers they take with them)
-#endif
     if (PDL_EARLY) GRID_DEP_LAUNCH();
     Trie t = load_trie(TP);
     Req q = load_req(QP);
     const u32 rank = cluster_rank();
-    // chunked: one more cluster than requests, the helper (the last; the first with HELPER_FIRST)
-    const int B = chunked ? (int)(gridDim.x / CL) - 1 : (int)(gridDim.x / CL);
-    const int b = (int)(blockIdx.x / CL) - (chunked && HELPER_FIRST ? 1 : 0);
-    if (chunked && (b < 0 || b >= B)) {
-        GRID_DEP_WAIT();  // (the state and the scratch are the kernel before's until then)
-        help_expand(S, TP, node_ids, nid64, logprobs, lp_dtype, V, beam_scores, D, cand, cand_child, req_rows,
-                    rows_best_first, st, B);
-        return;  // (no cluster barrier or remote access in the helper)
-    }
+    const int b = blockIdx.x / CL;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (!PDL_LATE_WAIT) GRID_DEP_WAIT();
     // optional phase timestamps (benchmarks/gpu_fused_profile.py): prof[b * PROF_W + i], ns; slots 32 + 4 * rank on
@@ -535,17 +264,14 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     cluster_arrive();  // "my shared arrays are zeroed"; waited for just before the first remote add
     const i64 r0 = s_lo[0], r1 = s_lo[1];
     const int nrows = (int)(r1 - r0);
-    // Scratch layout (backend_cuda.py sizes it): request b owns slots from (r0 + REQ_PAD*b) * D32 on,
-    // CL block regions of (ceil(nrows/CL) + 1) * D32 slots each (D32 = D rounded up to 32); a chunked step's
-    // candidates are in NCH chunk regions of (ceil(nrows/NCH) + 1) * D32 slots instead.
+    // Scratch layout (backend_cuda.py sizes it): request b owns slots from (r0 + 2*CL*b) * D32 on,
+    // CL block regions of (ceil(nrows/CL) + 1) * D32 slots each (D32 = D rounded up to 32).
     const i64 D32 = (i64)((D + 31) >> 5) * 32;
     const i64 cap_blk = (i64)((nrows + CL - 1) / CL + 1) * D32;
-    const i64 req_base = (r0 + REQ_PAD * (i64)b) * D32;
+    const i64 req_base = (r0 + 2 * CL * (i64)b) * D32;
     const i64 blk_base = req_base + rank * cap_blk;
-    // this block's compacted candidates; chunked: the request's, chunk c's from c * chunk_cap(nrows, D32) on (work
-    // list entries number candidates from here)
-    u64* my_cand = cand + (chunked ? req_base : blk_base);
-    int* my_child = cand_child + (chunked ? req_base : blk_base);
+    u64* my_cand = cand + blk_base;            // this block's compacted candidates
+    int* my_child = cand_child + blk_base;
     u64* my_pass = passed + blk_base;
     u64* grp = grouped + req_base;             // the request's passers grouped by bin (phase 4)
     u32* work = (u32*)(grouped + blk_base);    // this block's GTM work list (phase 3; same slots)
@@ -603,37 +329,123 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     // their children; thread f takes child f, finds its row by binary search in shared memory, and
     // writes the composite, the child and its bin count.
     const int nmine = nrows > (int)rank ? (nrows - (int)rank + CL - 1) / CL : 0;
+    const float* lp32 = (const float*)logprobs;
     u32 nc = 0;
-    if (!chunked) {
-        nc = expand_rows(S, t, node_ids, nid64, logprobs, lp_dtype, V, beam_scores, D, top, r0, r0 + rank, CL, nmine,
-                         my_cand, my_child, S.cum);
-    } else {
-        for (;;) {  // claim chunks until none is left, then wait until every claimed one (the helper's too) is in place
-            if (tid == 0) S.s_T = (int)atomicAdd(ST_CLAIM(b), 1u);
-            __syncthreads();
-            const u32 c = (u32)S.s_T;
-            if (c >= NCH) break;  // (block-uniform)
-            const u32 cnt = expand_rows(S, t, node_ids, nid64, logprobs, lp_dtype, V, beam_scores, D, top, r0, r0 + c,
-                                        NCH, chunk_rows(nrows, (int)c), my_cand + c * chunk_cap(nrows, D32),
-                                        my_child + c * chunk_cap(nrows, D32), S.cum);
-            chunk_done(st, B, b, (int)c, cnt);  // (its barrier keeps s_T until every thread has read it)
+    for (int x0 = 0; x0 < nmine; x0 += NT) {
+        const i64 q0 = r0 + rank + (i64)CL * x0;  // row of batch entry x: q0 + CL * x
+        i64 r = q0 + (i64)CL * tid;
+        u32 deg = 0;
+        i64 j0 = 0;
+        if (x0 + tid < nmine) {
+            i64 n = node_at(node_ids, nid64, r);
+            if (n >= 0 && n < t.n_internal) { j0 = t.node_offsets[n]; deg = (u32)(t.node_offsets[n + 1] - j0); }
         }
-        if (tid == 0) while (ld_acquire_gpu(ST_DONE(b)) < NCH) { }
+        u32 incl = block_scan(deg, S.warp_tot);
+        S.row_off[tid] = incl - deg;
+        S.row_j0[tid] = j0;
+        if (tid == NT - 1) S.s_wtot = incl;
+        if (tid == 0) S.s_next = 0;
         __syncthreads();
-        counters_done(st, B);
+        const u32 total = S.s_wtot;
+        const int nr = nmine - x0 < NT ? nmine - x0 : NT;
+        if (WEXP && nr >= WEXP_MIN_ROWS && total >= (u32)WEXP_MIN_DEG * (u32)nr) {
+            // Wide rows (deep beams over dense levels): a warp per row, taken from a shared counter, its
+            // lanes on consecutive children, so no candidate searches for its row (below: about a quarter
+            // of the expand's instructions, ncu) and the row's values are loaded once per warp. Measured
+            // on the H200: ~4% off the whole search (benchmarks/results/step_gpu_profile.md).
+            for (;;) {
+                int x = 0;
+                if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
+                x = __shfl_sync(0xffffffffu, x, 0);
+                if (x >= nr) break;  // warp-uniform
+                const u32 off = S.row_off[x];
+                const u32 deg = (x + 1 < nr ? S.row_off[x + 1] : total) - off;
+                const i64 j0 = S.row_j0[x];
+                const i64 row = q0 + (i64)CL * x;
+                const float bs = beam_scores[row];
+                const u32 id0 = (u32)(row - r0) * (u32)D;
+                const i64 lp0 = row * (i64)V;
+                u64* oc = my_cand + nc + off;
+                int* och = my_child + nc + off;
+                const int* ct = t.child_tokens + j0;
+                for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (warp_bin_add when HPLAIN=0)
+                    int tk[EU];
+                    float sv[EU];
+#pragma unroll
+                    for (int u = 0; u < EU; ++u) { u32 c = c0 + u * 32 + lane; tk[u] = c < deg ? ct[c] : 0; }
+#pragma unroll
+                    for (int u = 0; u < EU; ++u) {
+                        u32 c = c0 + u * 32 + lane;
+                        sv[u] = c < deg ? bs + (lp_dtype == 0 ? lp32[lp0 + tk[u]] : load_lp(logprobs, lp_dtype, lp0 + tk[u])) : 0.0f;
+                    }
+#pragma unroll
+                    for (int u = 0; u < EU; ++u) {
+                        u32 c = c0 + u * 32 + lane;
+                        int bn = -1;
+                        if (c < deg) {
+                            u64 cc = candidate_key(sv[u], id0 + c);
+                            oc[c] = cc;
+                            och[c] = (int)(j0 + c + 1);
+                            bn = bin_of<FB>(cc, top);
+                        }
+                        bin_add(S.cum, bn, lane, HPLAIN >= 1);
+                    }
+                }
+            }
+            nc += total;
+            __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
+            continue;
+        }
+        // EU candidates a thread per pass, each phase's loads issued for all of them before any is
+        // used: one candidate at a time would put a token load and a log-prob gather back to back on
+        // the critical path of every candidate.
+        for (u32 f0 = 0; f0 < total; f0 += EU * NT) {  // whole warps iterate together (warp_bin_add, HPLAIN < 2)
+            int xr[EU];
+            i64 jj[EU];
+            int tk[EU];
+            float sv[EU];
+#pragma unroll
+            for (int u = 0; u < EU; ++u) {
+                u32 f = f0 + u * NT + tid;
+                int x0 = 0;
+                if (f < total) {
+                    int x1 = nr - 1;  // last row x with row_off[x] <= f: it holds child f
+                    while (x0 < x1) { int m = (x0 + x1 + 1) >> 1; if (S.row_off[m] <= f) x0 = m; else x1 = m - 1; }
+                }
+                xr[u] = x0;
+                jj[u] = S.row_j0[x0] + (f - S.row_off[x0]);
+            }
+#pragma unroll
+            for (int u = 0; u < EU; ++u) tk[u] = f0 + u * NT + tid < total ? t.child_tokens[jj[u]] : 0;
+#pragma unroll
+            for (int u = 0; u < EU; ++u) {
+                sv[u] = 0.0f;
+                if (f0 + u * NT + tid < total) {
+                    i64 row = q0 + (i64)CL * xr[u], at = row * (i64)V + tk[u];
+                    sv[u] = beam_scores[row] + (lp_dtype == 0 ? lp32[at] : load_lp(logprobs, lp_dtype, at));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < EU; ++u) {
+                u32 f = f0 + u * NT + tid;
+                int bn = -1;
+                if (f < total) {
+                    u32 idx = (u32)(q0 + (i64)CL * xr[u] - r0) * (u32)D + (u32)(jj[u] - S.row_j0[xr[u]]);
+                    u64 c = candidate_key(sv[u], idx);
+                    my_cand[nc + f] = c;
+                    my_child[nc + f] = (int)(jj[u] + 1);
+                    bn = bin_of<FB>(c, top);
+                }
+                bin_add(S.cum, bn, lane, HPLAIN >= 2);
+            }
+        }
+        nc += total;
+        __syncthreads();  // row_off / row_j0 are rewritten by the next batch of rows
     }
     if (tid == 0) S.n_cand = nc;
     BSTAMP(0);
     cluster_wait();  // every block's arrays are zeroed before anyone adds to them
     for (int i = tid; i < FB; i += NT) if (S.cum[i]) dsm_add(remote(&S.m_cand[i], OWNER(i)), S.cum[i]);
-    if (chunked) {  // the helper's bin counts, added by each bin's owner block, which zeroes them for the next launch
-        u32* gh = ST_HIST(B, b);
-        for (int i = tid; i < FB; i += NT) {
-            if (OWNER(i) != rank) continue;
-            const u32 g = gh[i];
-            if (g) { atomicAdd(&S.m_cand[i], g); gh[i] = 0; }
-        }
-    }
     cluster_sync();
     {
         const int h0 = BPT * tid;  // this thread's bins
@@ -664,14 +476,23 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         // the scan would leave one test's memory latency per scanned slice on the critical path.
         if (tid == 0) S.n_work = 0;
         __syncthreads();
-        if (!chunked) {
-            list_window(my_cand, nc, 0u, lo, hi, top, work, &S.n_work, tid, lane);
-        } else {  // block `rank` lists chunks rank, rank + CL, ...
-            const int nb = (int)(gridDim.x / CL) - 1;
-            const i64 cc = chunk_cap(nrows, D32);
-            for (int c = (int)rank; c < NCH; c += CL)
-                list_window(my_cand + c * cc, *ST_COUNT(nb, b, c), (u32)(c * cc), lo, hi, top, work, &S.n_work, tid,
-                            lane);
+        for (u32 base = 0; base < nc; base += EU * NT) {  // whole warps iterate together (ballots)
+            u64 cv[EU];
+#pragma unroll
+            for (int u = 0; u < EU; ++u) cv[u] = base + u * NT + tid < nc ? my_cand[base + u * NT + tid] : 0ull;
+#pragma unroll
+            for (int u = 0; u < EU; ++u) {
+                u32 i = base + u * NT + tid;
+                bool in = false;
+                if (i < nc) { int bn = bin_of<FB>(cv[u], top); in = bn > lo && bn <= hi; }
+                unsigned ballot = __ballot_sync(0xffffffffu, in);
+                if (ballot) {
+                    u32 at = 0;
+                    if (lane == 0) at = atomicAdd(&S.n_work, (u32)__popc(ballot));
+                    at = __shfl_sync(0xffffffffu, at, 0);
+                    if (in) work[at + __popc(ballot & ((1u << lane) - 1u))] = i;
+                }
+            }
         }
         __syncthreads();
         const u32 nw = S.n_work;
