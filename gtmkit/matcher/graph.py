@@ -87,7 +87,7 @@ class GraphedBeamSearch:
     default) does so wherever the fused step runs (Hopper) and the driver can (else plainly, the reason in
     self.pdl_off; GTMKIT_PDL=0 turns it off).
     gtm_windows: candidates the fused step's first GTM round tests at each step. "auto" (the default): sized
-    from the pass rates the warm-up search sees (calibrate_windows); None: FIRST_WIN x k at every step; or one
+    from the pass rates the warm-up search sees (calibrate_window); None: FIRST_WIN x k at every step; or one
     int per step (0: FIRST_WIN x k). Only the speed depends on it: a window too small for a request costs that
     request a second round, never an answer. The windows used are in self.windows."""
 
