@@ -117,13 +117,13 @@ class GraphedBeamSearch:
         be = matcher.cuda
         self.windows = per_step_setting("gtm_windows", gtm_windows, L, 0, 0)
         # gtm_windows="auto": the warm-up sizes each step's window from that step's counts before running it
-        self._rates = isinstance(gtm_windows, str) and self.gtm and be.fused
+        self._calibrate_windows = isinstance(gtm_windows, str) and self.gtm and be.fused
         with self.stream:
             self._allocate(index, L)
             keep, be.pdl = be.pdl, self.pdl
             try:
                 self._run()                      # eager warm-up: compiles kernels, sizes every buffer, calibrates
-                self._rates = False
+                self._calibrate_windows = False
                 self.stream.synchronize()
                 self.stream.begin_capture()
                 try:
@@ -167,7 +167,7 @@ class GraphedBeamSearch:
             history = (hist, t, self.hist[t]) if be.fused and self.fuse_history else None
             # rows come best first: one start row a request, then each step's ranked output
             D = int(index.max_degree[t])
-            if self._rates:  # warm-up of gtm_windows="auto": the candidates, and those that pass GTM
+            if self._calibrate_windows:  # warm-up of gtm_windows="auto": the candidates, and those that pass GTM
                 self.windows[t] = calibrate_window(*pass_counts(be, nodes, lp, lp_dtype, scores, row_req, req_rows, q,
                                                                 k, D, scratch=self.scratch, rows_best_first=True), k)
             out = be.step(nodes, lp, lp_dtype, scores, row_req, req_rows, q, k, self.gtm, False, D,

@@ -43,8 +43,8 @@ def calibrate_windows(counts, sizes) -> list:
 
 
 def per_step_setting(name: str, value, L: int, low: int, unset: int) -> list:
-    """A GraphedBeamSearch option given per step (gtm_windows): "auto" or None -> L x `unset` (auto is calibrated by the
-    warm-up); else L ints >= low; anything else is one clear error."""
+    """A GraphedBeamSearch option given per step (gtm_windows): "auto" or None -> L x `unset` (auto is calibrated
+    by the warm-up); else L ints >= low; anything else is one clear error."""
     if value is None or (isinstance(value, str) and value == "auto"):
         return [unset] * L
     what = f"{name} must be 'auto', None or {L} ints >= {low}"
