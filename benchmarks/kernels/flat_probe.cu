@@ -1,0 +1,287 @@
+// Probe, benchmarks only (benchmarks/probe_flat_step.py): a CD+GTM step's expand and first GTM round spread
+// flat over the whole GPU, to measure what a step not tied to one cluster per request would cost.
+//
+// Why: the fused step (gtmkit/matcher/kernels/gtm_fused.cu) gives each request one cluster of 6 SMs, so at depth 3
+// the request with the most candidates (2.5x the median) sets the step's span, and 36 SMs idle. Here every
+// kernel splits the batch's candidates evenly over all blocks, whatever request they belong to:
+//   flat_scan    one block: each row's first candidate number (an exclusive scan of out-degrees) and first child
+//   flat_expand  equal candidate ranges a block: composites, child nodes, per-request score histograms
+//   flat_plan    a block a request: the first bin whose cumulative count reaches the window
+//   flat_test    warp chunks round-robin over all warps (the window's candidates crowd in the best rows): GTM
+//                tests of the candidates in the window, passers appended to their request's list
+// The final rank (top k of each request's passers) is not here: the probe ranks on the host to check exactness.
+// NVRTC: built-in types only.
+
+#include "gtm_common.cuh"
+#include "sparse_req.cuh"
+
+#ifndef NT
+#define NT 512          // threads a block (flat_expand, flat_test)
+#endif
+#ifndef EU
+#define EU 8            // candidates a thread has in flight a pass
+#endif
+#define FB 2048         // score bins, as the fused step's
+#ifndef TEU
+#define TEU 4           // warp chunks a thread has in flight in flat_test
+#endif
+#ifndef TMINB
+#define TMINB 2         // flat_test blocks an SM must hold (launch bounds: 64 registers at 512 threads)
+#endif
+#define MAXB 64         // requests a launch
+#define CAPR NT         // rows staged in shared memory at a time (flat_expand)
+#ifndef SNT
+#define SNT 1024        // threads of flat_scan's one block
+#endif
+#ifndef SCAN_PER
+#define SCAN_PER 16     // rows a thread in flat_scan (R <= SNT * SCAN_PER)
+#endif
+#ifndef PNT
+#define PNT 1024        // threads of a flat_plan block
+#endif
+#define SP_B 16         // requests whose sparse images flat_test keeps in shared memory (more: the full test)
+
+__device__ __forceinline__ u64 flat_key(float sc, u32 idx) {  // as the fused step's candidate_key
+    if (sc != sc) sc = -__int_as_float(0x7f800000);
+    if (sc == 0.0f) sc = 0.0f;
+    return ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
+}
+
+// Last index x in [0, n) with a[x] <= v (a non-decreasing, a[0] <= v).
+__device__ __forceinline__ int last_le(const u32* a, int n, u32 v) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) { int m = (lo + hi + 1) >> 1; if (a[m] <= v) lo = m; else hi = m - 1; }
+    return lo;
+}
+
+__device__ __forceinline__ int last_le64(const i64* a, int n, i64 v) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) { int m = (lo + hi + 1) >> 1; if (a[m] <= v) lo = m; else hi = m - 1; }
+    return lo;
+}
+
+// One block of SNT threads, R <= SNT * SCAN_PER: row_start[r] (exclusive scan of out-degrees, row_start[R] the
+// total) and row_j0[r] (first CSR child). Each thread's rows are loaded together (one chain, not SCAN_PER).
+extern "C" __global__ void __launch_bounds__(SNT) flat_scan(const i64* TP, const i64* node_ids, i64 R,
+                                                              u32* row_start, i64* row_j0) {
+    __shared__ u32 wt[32];
+    Trie t = load_trie(TP);
+    const i64 a = (i64)threadIdx.x * SCAN_PER;
+    i64 n[SCAN_PER], j0[SCAN_PER];
+    u32 d[SCAN_PER];
+#pragma unroll
+    for (int i = 0; i < SCAN_PER; ++i) n[i] = a + i < R ? node_ids[a + i] : -1;
+#pragma unroll
+    for (int i = 0; i < SCAN_PER; ++i) {
+        const bool ok = n[i] >= 0 && n[i] < t.n_internal;
+        j0[i] = ok ? t.node_offsets[n[i]] : 0;
+        d[i] = ok ? (u32)(t.node_offsets[n[i] + 1] - j0[i]) : 0u;
+    }
+    u32 s = 0;
+#pragma unroll
+    for (int i = 0; i < SCAN_PER; ++i) s += d[i];
+    const u32 incl = block_scan(s, wt);
+    u32 acc = incl - s;
+#pragma unroll
+    for (int i = 0; i < SCAN_PER; ++i) {
+        if (a + i < R) { row_start[a + i] = acc; row_j0[a + i] = j0[i]; }
+        acc += d[i];
+    }
+    if (threadIdx.x == SNT - 1) row_start[R] = incl;
+}
+
+// First index in [0, n] with a[i] > v for two values at once, all threads probing (NT per round).
+__device__ void block_upper2(const u32* a, i64 n, u32 v0, u32 v1, i64* s_lo, i64* s_hi) {
+    const int tid = threadIdx.x;
+    if (tid < 2) { s_lo[tid] = 0; s_hi[tid] = n; }
+    __syncthreads();
+    for (;;) {
+        i64 lo[2] = {s_lo[0], s_lo[1]}, hi[2] = {s_hi[0], s_hi[1]}, st[2];
+        if (lo[0] == hi[0] && lo[1] == hi[1]) break;  // block-uniform
+        int c[2];
+        const u32 v[2] = {v0, v1};
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+            st[w] = (hi[w] - lo[w] + blockDim.x - 1) / blockDim.x;
+            const i64 p = lo[w] + tid * st[w];
+            c[w] = __syncthreads_count(p < hi[w] && a[p] <= v[w]);
+        }
+        if (tid == 0) {
+#pragma unroll
+            for (int w = 0; w < 2; ++w) {
+                if (c[w] == 0) { s_hi[w] = lo[w]; continue; }
+                const i64 nh = lo[w] + c[w] * st[w];
+                s_lo[w] = lo[w] + (c[w] - 1) * st[w] + 1;
+                s_hi[w] = nh < hi[w] ? nh : hi[w];
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// Block g takes candidates [g * per, (g + 1) * per) of the batch's T (flat order: rows in order, children in
+// CSR order). Writes cand[f] (composite: score, number row_local * D + c within the request) and cand_child[f]
+// (child node), and adds every candidate to ghist[b * FB + bin] (bins below the request's first row's score, which
+// is its best when rows come best first, as in the graphed search).
+extern "C" __global__ void __launch_bounds__(NT) flat_expand(const i64* TP, const float* lp, int V,
+                                                             const float* beam_scores, const i64* req_rows, int B,
+                                                             i64 R, int D, const u32* row_start, const i64* row_j0,
+                                                             u64* cand, int* cand_child, u32* ghist) {
+    __shared__ u32 hA[FB], hB[FB];
+    __shared__ u32 s_start[CAPR + 1];
+    __shared__ i64 s_j0[CAPR];
+    __shared__ float s_bs[CAPR];
+    __shared__ int s_b[CAPR];
+    __shared__ i64 s_rr[MAXB + 1];
+    __shared__ float s_top[MAXB];
+    __shared__ i64 s_lo[2], s_hi[2];
+    const int tid = threadIdx.x;
+    Trie t = load_trie(TP);
+    const u32 T = row_start[R];
+    const u32 per = (T + gridDim.x - 1) / gridDim.x;
+    const u32 g0 = min((u32)blockIdx.x * per, T), g1 = min(g0 + per, T);
+    if (g0 >= g1) return;  // block-uniform
+    for (int i = tid; i <= B; i += NT) s_rr[i] = req_rows[i];
+    for (int i = tid; i < FB; i += NT) { hA[i] = 0; hB[i] = 0; }
+    __syncthreads();
+    for (int i = tid; i < B; i += NT) s_top[i] = s_rr[i + 1] > s_rr[i] ? beam_scores[s_rr[i]] : 0.0f;
+    block_upper2(row_start, R + 1, g0, g1 - 1, s_lo, s_hi);
+    const i64 ra = s_lo[0] - 1, rb = s_lo[1] - 1;  // rows holding candidates g0 and g1 - 1
+    const int bA = last_le64(s_rr, B + 1, ra);
+    for (i64 c0 = ra; c0 <= rb; c0 += CAPR) {
+        const int n = rb - c0 + 1 < CAPR ? (int)(rb - c0 + 1) : CAPR;
+        __syncthreads();  // the last chunk's rows are no longer read
+        if (tid < n) {
+            const i64 r = c0 + tid;
+            s_start[tid] = row_start[r];
+            s_j0[tid] = row_j0[r];
+            s_bs[tid] = beam_scores[r];
+            s_b[tid] = last_le64(s_rr, B + 1, r);
+        }
+        if (tid == 0) s_start[n] = row_start[c0 + n];
+        __syncthreads();
+        const u32 fa = max(g0, s_start[0]), fb = min(g1, s_start[n]);
+        for (u32 f0 = fa; f0 < fb; f0 += EU * NT) {
+            int xr[EU];
+            i64 jj[EU];
+            int tk[EU];
+            float sv[EU];
+#pragma unroll
+            for (int u = 0; u < EU; ++u) {
+                const u32 f = f0 + u * NT + tid;
+                xr[u] = f < fb ? last_le(s_start, n, f) : 0;
+                jj[u] = s_j0[xr[u]] + (f - s_start[xr[u]]);
+            }
+#pragma unroll
+            for (int u = 0; u < EU; ++u) tk[u] = f0 + u * NT + tid < fb ? t.child_tokens[jj[u]] : 0;
+#pragma unroll
+            for (int u = 0; u < EU; ++u)
+                sv[u] = f0 + u * NT + tid < fb ? s_bs[xr[u]] + lp[(c0 + xr[u]) * (i64)V + tk[u]] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < EU; ++u) {
+                const u32 f = f0 + u * NT + tid;
+                if (f >= fb) continue;
+                const int x = xr[u], b = s_b[x];
+                const u32 c = f - s_start[x];
+                const u64 key = flat_key(sv[u], (u32)(c0 + x - s_rr[b]) * (u32)D + c);
+                cand[f] = key;
+                cand_child[f] = (int)(jj[u] + 1);
+                const int bn = bin_of<FB>(key, s_top[b]);
+                if (b == bA) atomicAdd(&hA[bn], 1u);
+                else if (b == bA + 1) atomicAdd(&hB[bn], 1u);
+                else atomicAdd(&ghist[(i64)b * FB + bn], 1u);
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < FB; i += NT) {
+        if (hA[i]) atomicAdd(&ghist[(i64)bA * FB + i], hA[i]);
+        if (hB[i] && bA + 1 < B) atomicAdd(&ghist[(i64)(bA + 1) * FB + i], hB[i]);
+    }
+}
+
+// Block b (PNT threads, FB / PNT bins each): thr[b] = the first bin whose cumulative count reaches win (FB - 1
+// if none).
+extern "C" __global__ void __launch_bounds__(PNT) flat_plan(const u32* ghist, int win, int* thr) {
+    __shared__ u32 wt[32];
+    __shared__ int s_t;
+    const int b = blockIdx.x, tid = threadIdx.x;
+    const u32* h = ghist + (i64)b * FB + tid * (FB / PNT);
+    u32 v[FB / PNT], sum = 0;
+#pragma unroll
+    for (int i = 0; i < FB / PNT; ++i) { v[i] = h[i]; sum += v[i]; }
+    if (tid == 0) s_t = FB - 1;
+    u32 acc = block_scan(sum, wt) - sum;  // (its barriers publish s_t)
+#pragma unroll
+    for (int i = 0; i < FB / PNT; ++i) {
+        if (acc < (u32)win && acc + v[i] >= (u32)win) s_t = tid * (FB / PNT) + i;
+        acc += v[i];
+    }
+    __syncthreads();
+    if (tid == 0) thr[b] = s_t;
+}
+
+// Warp chunks of 32 candidates round-robin over every warp of the grid: the candidates of bins <= thr[b] are
+// GTM-tested (over the request's sparse image when it fits, as the fused step's SPT), passers appended to
+// passed[b * cap + ...] and counted in npass[b].
+extern "C" __global__ void __launch_bounds__(NT, TMINB) flat_test(const i64* TP, const i64* QP, const i64* req_rows,
+                                                           int B, i64 R, const u32* row_start, const u64* cand,
+                                                           const int* cand_child, const int* thr,
+                                                           const float* beam_scores, u64* passed, i64 cap,
+                                                           u32* npass) {
+    __shared__ u32 s_rs[MAXB + 1];
+    __shared__ float s_top[MAXB];
+    __shared__ int s_thr[MAXB];
+    __shared__ i64 lvl[16];
+    __shared__ SparseReq s_sp[SP_B];
+    const int tid = threadIdx.x, lane = tid & 31;
+    Trie t = load_trie(TP);
+    Req q = load_req(QP);
+    const bool spt = B <= SP_B;
+    if (spt)
+        for (int b = 0; b < B; ++b) load_sparse_req(q, b, s_sp[b], tid, NT);
+    for (int i = tid; i <= B; i += NT) {
+        const i64 r = req_rows[i];
+        s_rs[i] = row_start[r];
+        if (i < B) {
+            s_top[i] = req_rows[i + 1] > r ? beam_scores[r] : 0.0f;
+            s_thr[i] = thr[i];
+        }
+    }
+    if (tid < t.n_levels && tid < 16) lvl[tid] = t.level_offsets[tid];
+    __syncthreads();
+    const u32 T = s_rs[B];
+    const u32 nch = (T + 31) / 32, nw = gridDim.x * (NT / 32);
+    const u32 w0 = blockIdx.x * (NT / 32) + (tid >> 5);
+    for (u32 c0 = w0; c0 < nch; c0 += TEU * nw) {
+        u64 key[TEU];
+        int b[TEU];
+#pragma unroll
+        for (int u = 0; u < TEU; ++u) {
+            const u32 f = (c0 + u * nw) * 32 + lane;
+            key[u] = f < T ? cand[f] : 0ull;
+            b[u] = f < T ? last_le(s_rs, B + 1, f) : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < TEU; ++u) {
+            const u32 f = (c0 + u * nw) * 32 + lane;
+            bool pass = false;
+            if (b[u] >= 0 && bin_of<FB>(key[u], s_top[b[u]]) <= s_thr[b[u]]) {
+                const i64 node = cand_child[f];
+                const int depth = t.n_levels <= 16 ? depth_in(lvl, t.n_levels, node) : depth_of(t, node);
+                pass = spt && s_sp[b[u]].ok ? node_passes_by(t, node, depth, SparseTest{t, s_sp[b[u]]})
+                                            : node_passes_fast(t, q, b[u], node, depth);
+            }
+            // one atomic a request present among the warp's passers (whole-warp intrinsics)
+            const unsigned same = __match_any_sync(0xffffffffu, pass ? b[u] : -1);
+            const int leader = __ffs(same) - 1;
+            u32 base = 0;
+            if (pass && lane == leader) base = atomicAdd(&npass[b[u]], (u32)__popc(same));
+            base = __shfl_sync(0xffffffffu, base, leader);
+            if (pass) {
+                const u32 pos = base + __popc(same & ((1u << lane) - 1));
+                if (pos < cap) passed[(i64)b[u] * cap + pos] = key[u];  // (npass > cap tells the host)
+            }
+        }
+    }
+}
