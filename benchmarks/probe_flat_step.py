@@ -38,6 +38,8 @@ class Flat:
 
     def __init__(self, mod, be, q, s, B, blocks, win):
         self.k = {n: mod.get_function(n) for n in ("flat_scan", "flat_expand", "flat_plan", "flat_test")}
+        self.lp = cp.ascontiguousarray(s["logprobs"], cp.float32)
+        self.bs = cp.ascontiguousarray(s["beam_scores"], cp.float32)
         self.be, self.q, self.s, self.B, self.blocks, self.win = be, q, s, B, blocks, win
         R = len(s["node_ids"])
         assert R <= 1024 * 16 and B <= 64
@@ -61,7 +63,7 @@ class Flat:
         s = self.s
         self.ghist.fill(0)
         self.k["flat_expand"]((self.blocks,), (NT,), (
-            self.be.params, s["logprobs"], np.int32(s["logprobs"].shape[1]), s["beam_scores"], s["req_rows"],
+            self.be.params, self.lp, np.int32(self.lp.shape[1]), self.bs, s["req_rows"],
             np.int32(self.B), np.int64(self.R), np.int32(self.D), self.row_start, self.row_j0, self.cand,
             self.child, self.ghist))
 
@@ -73,7 +75,7 @@ class Flat:
         self.npass.fill(0)
         self.k["flat_test"]((self.blocks,), (NT,), (
             self.be.params, self.q.params, s["req_rows"], np.int32(self.B), np.int64(self.R), self.row_start,
-            self.cand, self.child, self.thr, s["beam_scores"], self.passed, np.int64(self.cap), self.npass))
+            self.cand, self.child, self.thr, self.bs, self.passed, np.int64(self.cap), self.npass))
 
     def all(self):
         self.scan(); self.expand(); self.plan(); self.test()
