@@ -20,9 +20,9 @@ def window_bin(hist: np.ndarray, win: int) -> np.ndarray:
     return np.where(cum[:, -1] >= win, np.argmax(cum >= win, axis=1), FB - 1)
 
 
-def ranked(passed: np.ndarray, n: int, k: int, D: int, row0: int, row_j0: np.ndarray):
-    """A request's top k passers (score desc, parent row asc, token asc) -> (child nodes, scores)."""
-    keys = np.sort(passed[:n])[::-1][:k]
+def decode(keys: np.ndarray, D: int, row0: int, row_j0: np.ndarray):
+    """A request's ranked composites (flat_rank's topk) -> (child nodes, scores)."""
+    keys = np.asarray(keys, np.uint64)
     idx = (0xFFFFFFFF - (keys & np.uint64(0xFFFFFFFF))).astype(np.int64)
     rows = row0 + idx // D
     return row_j0[rows] + idx % D + 1, unsortable(keys >> np.uint64(32))

@@ -24,12 +24,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from flat_probe_host import FB, complete, ranked, window_bin  # noqa: E402
+from flat_probe_host import FB, complete, decode, window_bin  # noqa: E402
 from step_gpu import capture_step, cuda_time, recorded_search  # noqa: E402
 from gtmkit.matcher.backend_cuda import load_module  # noqa: E402
 from gtmkit.matcher.windows import calibrate_windows, pass_counts  # noqa: E402
 
 NT = 512
+# timed as graphs: the scan; then the step's kernels in prefixes (a kernel's cost is the difference: alone, plan's
+# counters would not be zeroed, nor would the lists stop growing); step = expand through rank; all = scan + step
+PARTS = ("scan", "expand", "to_plan", "to_list", "to_test", "step", "all")
 SRC = HERE / "kernels" / "flat_probe.cu"
 
 
@@ -37,10 +40,11 @@ class Flat:
     """The probe's buffers and launches for one recorded step."""
 
     def __init__(self, mod, be, q, s, B, blocks, win):
-        self.k = {n: mod.get_function(n) for n in ("flat_scan", "flat_expand", "flat_plan", "flat_test")}
+        self.k = {n: mod.get_function(n) for n in ("flat_scan", "flat_expand", "flat_plan", "flat_list", "flat_test",
+                                                   "flat_rank")}
         self.lp = cp.ascontiguousarray(s["logprobs"], cp.float32)
         self.bs = cp.ascontiguousarray(s["beam_scores"], cp.float32)
-        self.be, self.q, self.s, self.B, self.blocks, self.win = be, q, s, B, blocks, win
+        self.be, self.q, self.s, self.B, self.blocks, self.win, self.kk = be, q, s, B, blocks, win, s["k"]
         R = len(s["node_ids"])
         assert R <= 1024 * 16 and B <= 64
         self.R, self.D = R, int(s["max_children"])
@@ -48,66 +52,87 @@ class Flat:
         self.row_j0 = cp.zeros(R, cp.int64)
         self.cand = cp.zeros(R * self.D + 1, cp.uint64)
         self.child = cp.zeros(R * self.D + 1, cp.int32)
-        self.ghist = cp.zeros(B * FB, cp.uint32)
+        self.ghist = cp.zeros(B * FB, cp.uint32)  # flat_rank leaves it zeroed for the next run
         self.thr = cp.zeros(B, cp.int32)
-        self.cap = 4 * 1024 * 64  # passers a request (a window's candidates at most; checked below)
-        self.passed = cp.zeros(B * self.cap, cp.uint64)
-        self.npass = cp.zeros(B, cp.uint32)
+        self.cap = 4 * 1024 * 64  # listed candidates and passers a request (checked below)
+        self.work, self.nwork = cp.zeros(B * self.cap, cp.uint32), cp.zeros(B, cp.uint32)
+        self.passed, self.npass = cp.zeros(B * self.cap, cp.uint64), cp.zeros(B, cp.uint32)
+        self.topk, self.out_n = cp.zeros(B * self.kk, cp.uint64), cp.zeros(B, cp.int32)
 
     def scan(self):
-        s = self.s
-        self.k["flat_scan"]((1,), (1024,), (self.be.params, s["node_ids"], np.int64(self.R), self.row_start,
+        self.k["flat_scan"]((1,), (1024,), (self.be.params, self.s["node_ids"], np.int64(self.R), self.row_start,
                                             self.row_j0))
 
-    def expand(self):
-        s = self.s
-        self.ghist.fill(0)
+    def _expand(self):
         self.k["flat_expand"]((self.blocks,), (NT,), (
-            self.be.params, self.lp, np.int32(self.lp.shape[1]), self.bs, s["req_rows"],
-            np.int32(self.B), np.int64(self.R), np.int32(self.D), self.row_start, self.row_j0, self.cand,
-            self.child, self.ghist))
+            self.be.params, self.lp, np.int32(self.lp.shape[1]), self.bs, self.s["req_rows"], np.int32(self.B),
+            np.int64(self.R), np.int32(self.D), self.row_start, self.row_j0, self.cand, self.child, self.ghist))
+
+    def expand(self):  # timed alone: its histograms zeroed first
+        self.ghist.fill(0)
+        self._expand()
 
     def plan(self):
-        self.k["flat_plan"]((self.B,), (1024,), (self.ghist, np.int32(self.win), self.thr))
+        self.k["flat_plan"]((self.B,), (1024,), (self.ghist, np.int32(self.win), self.thr, self.nwork, self.npass))
+
+    def list(self):
+        self.k["flat_list"]((self.blocks,), (NT,), (self.s["req_rows"], np.int32(self.B), self.row_start, self.cand,
+                                                     self.thr, self.bs, self.work, np.int64(self.cap), self.nwork))
 
     def test(self):
-        s = self.s
-        self.npass.fill(0)
         self.k["flat_test"]((self.blocks,), (NT,), (
-            self.be.params, self.q.params, s["req_rows"], np.int32(self.B), np.int64(self.R), self.row_start,
-            self.cand, self.child, self.thr, self.bs, self.passed, np.int64(self.cap), self.npass))
+            self.be.params, self.q.params, np.int32(self.B), self.work, np.int64(self.cap), self.nwork, self.cand,
+            self.child, self.passed, np.int64(self.cap), self.npass))
+
+    def rank(self):
+        self.k["flat_rank"]((self.B,), (1024,), (self.passed, np.int64(self.cap), self.npass, np.int32(self.kk),
+                                                 self.topk, self.out_n, self.ghist))
+
+    def to_plan(self):
+        self.expand(); self.plan()
+
+    def to_list(self):
+        self.to_plan(); self.list()
+
+    def to_test(self):
+        self.to_list(); self.test()
+
+    def step(self):  # what a step would launch once the last step's kernels hand it row_start
+        self._expand(); self.plan(); self.list(); self.test(); self.rank()
 
     def all(self):
-        self.scan(); self.expand(); self.plan(); self.test()
+        self.scan(); self.step()
 
     def check(self, fused_out) -> dict:
         """Exactness against the fused step's output; counts of requests compared and needing a second round."""
-        s, B, D, kk = self.s, self.B, self.D, self.s["k"]
+        s, B, D, kk = self.s, self.B, self.D, self.kk
+        self.scan(); self.expand(); self.plan(); self.list(); self.test()
+        hist = cp.asnumpy(self.ghist).reshape(B, FB)
+        self.rank()
         rs = cp.asnumpy(self.row_start).astype(np.int64)
         rr = cp.asnumpy(s["req_rows"])
         j0 = cp.asnumpy(self.row_j0)
         per_req = rs[rr[1:]] - rs[rr[:-1]]
-        hist = cp.asnumpy(self.ghist).reshape(B, FB)
         assert (hist.sum(1) == per_req).all(), "histograms must count every candidate once"
-        npass = cp.asnumpy(self.npass).astype(np.int64)
-        assert npass.max() <= self.cap
-        thr = cp.asnumpy(self.thr)
-        passed = cp.asnumpy(self.passed).reshape(B, self.cap)
-        _, _, node, score, _ = (cp.asnumpy(a) for a in fused_out)
+        npass, nwork = cp.asnumpy(self.npass).astype(np.int64), cp.asnumpy(self.nwork).astype(np.int64)
+        assert npass.max() <= self.cap and nwork.max() <= self.cap
+        thr, topk, out_n = cp.asnumpy(self.thr), cp.asnumpy(self.topk).reshape(B, kk), cp.asnumpy(self.out_n)
         assert (thr == window_bin(hist, self.win)).all(), "flat_plan's window bins"
+        assert (nwork == [hist[b, :thr[b] + 1].sum() for b in range(B)]).all(), "flat_list's lists"
+        _, _, node, score, _ = (cp.asnumpy(a) for a in fused_out)
         compared = second = 0
         for b in range(B):
             if not complete(hist[b], thr[b], npass[b], kk):
                 second += 1  # the first window held fewer than k passers: a second round would follow
                 continue
-            nodes, sc = ranked(passed[b], npass[b], kk, D, rr[b], j0)
             n = int((node[b] >= 0).sum())  # outputs: min(k, passers), then -1 padding
-            assert len(nodes) == n, (b, len(nodes), n)
+            assert out_n[b] == n, (b, out_n[b], n)
+            nodes, sc = decode(topk[b, :n], D, rr[b], j0)
             assert (nodes == node[b, :n]).all(), f"request {b}: nodes differ from the fused step's"
             assert (sc == score[b, :n]).all(), f"request {b}: scores differ from the fused step's"
             compared += 1
-        return dict(compared=compared, second_round=second, candidates=int(per_req.sum()),
-                    tested=int(sum(hist[b, :thr[b] + 1].sum() for b in range(B))), passers=int(npass.sum()))
+        return dict(compared=compared, second_round=second, candidates=int(per_req.sum()), tested=int(nwork.sum()),
+                    passers=int(npass.sum()), max_passers=int(npass.max()))
 
 
 def graph_ms(fn) -> float:
@@ -125,7 +150,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", required=True)
     ap.add_argument("--out", default=str(HERE / "results"))
-    ap.add_argument("--per-sm", default="2,4", help="flat blocks of 512 threads an SM, comma-separated")
+    ap.add_argument("--per-sm", default="1,2", help="flat blocks of 512 threads an SM, comma-separated")
     args = ap.parse_args()
     rec = recorded_search(args.index, 16)
     m, steps, q, B, sizes = rec["m"], rec["steps"], rec["q"], rec["B"], rec["sizes"]
@@ -133,7 +158,7 @@ def main():
     counts = [pass_counts(be, s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q,
                           s["k"], s["max_children"]) for s in steps]
     windows = calibrate_windows(counts, sizes)
-    mods = {eu: load_module(SRC, (f"EU={eu}",)) for eu in (4, 8)}
+    mods = {eu: load_module(SRC, (f"EU={eu}",)) for eu in (2, 4)}
     rows = []
     for t, s in enumerate(steps):
         win = windows[t] or 4 * s["k"]
@@ -148,11 +173,9 @@ def main():
         for per_sm in (int(x) for x in args.per_sm.split(",")):
             for eu, mod in mods.items():
                 f = Flat(mod, be, q, s, B, per_sm * be.sms, win)
-                f.all()
-                cp.cuda.Device().synchronize()
                 tag = f"{per_sm}x_eu{eu}"
                 row[f"check_{tag}"] = f.check(out)
-                for part in ("scan", "expand", "plan", "test", "all"):
+                for part in PARTS:
                     row[f"{part}_{tag}_us"] = 1000 * graph_ms(getattr(f, part))
         print(json.dumps(row), flush=True)
         rows.append(row)
@@ -164,16 +187,18 @@ def main():
     (out_dir / "probe_flat_step.json").write_text(json.dumps(res, indent=1))
     tags = [k[len("all_"):-len("_us")] for k in rows[0] if k.startswith("all_")]
     lines = [f"# A step flat over the whole GPU: probe ({gpu}, {res['date']})", "",
-             f"Command: `{res['command']}`. Graph times, microseconds (median of 50). Flat = scan + expand + plan + "
-             "first-window GTM test, no final rank; its passers ranked on the host equal the fused step's output.", "",
-             "| step | window | fused step | " + " | ".join(f"flat {tg}: scan, expand, plan, test / all" for tg in tags)
-             + " |", "|---" * (3 + len(tags)) + "|"]
+             f"Command: `{res['command']}`. CUDA graph times, microseconds (median of 50). Flat kernels, timed in "
+             "prefixes: expand; + plan; + list; + test; step = + rank (no memset: rank zeroes the histograms); "
+             "all = scan + step. Every request the first window settled equals the fused step's output.", "",
+             "| step | window | fused step | " + " | ".join(f"flat {tg}: scan; expand, +plan, +list, +test, **step**; "
+                                                          "all" for tg in tags) + " |", "|---" * (3 + len(tags)) + "|"]
     for r in rows:
-        cells = [f"{r[f'scan_{tg}_us']:.1f}, {r[f'expand_{tg}_us']:.1f}, {r[f'plan_{tg}_us']:.1f}, "
-                 f"{r[f'test_{tg}_us']:.1f} / **{r[f'all_{tg}_us']:.1f}**" for tg in tags]
+        cells = [f"{r[f'scan_{tg}_us']:.1f}; {r[f'expand_{tg}_us']:.1f}, {r[f'to_plan_{tg}_us']:.1f}, "
+                 f"{r[f'to_list_{tg}_us']:.1f}, {r[f'to_test_{tg}_us']:.1f}, **{r[f'step_{tg}_us']:.1f}**; "
+                 f"{r[f'all_{tg}_us']:.1f}" for tg in tags]
         lines.append(f"| {r['step']} | {r['window']} | {r['fused_graph_us']:.1f} | " + " | ".join(cells) + " |")
-    lines += ["", "Checks (compared with the fused output / needing a second round, candidates, tested, passers): "
-              + "; ".join(f"step {r['step']}: {r['check_' + tags[0]]}" for r in rows)]
+    lines += ["", "Checks (requests compared with the fused output, needing a second round; candidates, listed, "
+              "passers): " + "; ".join(f"step {r['step']}: {r['check_' + tags[0]]}" for r in rows)]
     (out_dir / "probe_flat_step.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -7,9 +7,11 @@
 //   flat_scan    one block: each row's first candidate number (an exclusive scan of out-degrees) and first child
 //   flat_expand  equal candidate ranges a block: composites, child nodes, per-request score histograms
 //   flat_plan    a block a request: the first bin whose cumulative count reaches the window
-//   flat_test    warp chunks round-robin over all warps (the window's candidates crowd in the best rows): GTM
-//                tests of the candidates in the window, passers appended to their request's list
-// The final rank (top k of each request's passers) is not here: the probe ranks on the host to check exactness.
+//   flat_list    the window's candidates listed per request (grid-stride over all composites)
+//   flat_test    one listed candidate a thread over the concatenated lists: GTM tests, passers appended to their
+//                request's list (the window's candidates crowd in the best rows, so the tests need the list)
+//   flat_rank    a block a request: its passers sorted, the first k written
+// Not here: a second GTM round for a request whose window held fewer than k passers (the probe counts them).
 // NVRTC: built-in types only.
 
 #include "gtm_common.cuh"
@@ -27,6 +29,12 @@
 #endif
 #ifndef TMINB
 #define TMINB 2         // flat_test blocks an SM must hold (launch bounds: 64 registers at 512 threads)
+#endif
+#ifndef RNT
+#define RNT 1024        // threads of a flat_rank block
+#endif
+#ifndef RCAP
+#define RCAP 4096       // passers flat_rank sorts in shared memory
 #endif
 #define MAXB 64         // requests a launch
 #define CAPR NT         // rows staged in shared memory at a time (flat_expand)
@@ -201,8 +209,9 @@ extern "C" __global__ void __launch_bounds__(NT) flat_expand(const i64* TP, cons
 }
 
 // Block b (PNT threads, FB / PNT bins each): thr[b] = the first bin whose cumulative count reaches win (FB - 1
-// if none).
-extern "C" __global__ void __launch_bounds__(PNT) flat_plan(const u32* ghist, int win, int* thr) {
+// if none); request b's list counters zeroed for flat_list and flat_test (no memset launches).
+extern "C" __global__ void __launch_bounds__(PNT) flat_plan(const u32* ghist, int win, int* thr, u32* nwork,
+                                                            u32* npass) {
     __shared__ u32 wt[32];
     __shared__ int s_t;
     const int b = blockIdx.x, tid = threadIdx.x;
@@ -210,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(PNT) flat_plan(const u32* ghist, in
     u32 v[FB / PNT], sum = 0;
 #pragma unroll
     for (int i = 0; i < FB / PNT; ++i) { v[i] = h[i]; sum += v[i]; }
-    if (tid == 0) s_t = FB - 1;
+    if (tid == 0) { s_t = FB - 1; nwork[b] = 0; npass[b] = 0; }
     u32 acc = block_scan(sum, wt) - sum;  // (its barriers publish s_t)
 #pragma unroll
     for (int i = 0; i < FB / PNT; ++i) {
@@ -221,17 +230,65 @@ extern "C" __global__ void __launch_bounds__(PNT) flat_plan(const u32* ghist, in
     if (tid == 0) thr[b] = s_t;
 }
 
-// Warp chunks of 32 candidates round-robin over every warp of the grid: the candidates of bins <= thr[b] are
-// GTM-tested (over the request's sparse image when it fits, as the fused step's SPT), passers appended to
-// passed[b * cap + ...] and counted in npass[b].
-extern "C" __global__ void __launch_bounds__(NT, TMINB) flat_test(const i64* TP, const i64* QP, const i64* req_rows,
-                                                           int B, i64 R, const u32* row_start, const u64* cand,
-                                                           const int* cand_child, const int* thr,
-                                                           const float* beam_scores, u64* passed, i64 cap,
-                                                           u32* npass) {
+// One warp's appends: lane adds item `v` to list b (b < 0: nothing) of lists[b * cap + ...], counted in n[b];
+// one atomic a distinct list of the warp. Every lane of the warp must call it.
+__device__ __forceinline__ void warp_append(int b, u32 v, u32* lists, i64 cap, u32* n, int lane) {
+    const unsigned same = __match_any_sync(0xffffffffu, b);
+    const int leader = __ffs(same) - 1;
+    u32 base = 0;
+    if (b >= 0 && lane == leader) base = atomicAdd(&n[b], (u32)__popc(same));
+    base = __shfl_sync(0xffffffffu, base, leader);
+    const u32 pos = base + __popc(same & ((1u << lane) - 1));
+    if (b >= 0 && pos < cap) lists[(i64)b * cap + pos] = v;  // (n[b] > cap tells the host)
+}
+
+__device__ __forceinline__ void warp_append64(int b, u64 v, u64* lists, i64 cap, u32* n, int lane) {
+    const unsigned same = __match_any_sync(0xffffffffu, b);
+    const int leader = __ffs(same) - 1;
+    u32 base = 0;
+    if (b >= 0 && lane == leader) base = atomicAdd(&n[b], (u32)__popc(same));
+    base = __shfl_sync(0xffffffffu, base, leader);
+    const u32 pos = base + __popc(same & ((1u << lane) - 1));
+    if (b >= 0 && pos < cap) lists[(i64)b * cap + pos] = v;
+}
+
+// The window's candidates (bins <= thr[b]) listed per request: work[b * wcap + ...] = candidate number f.
+// Grid-stride over all candidates in warp-contiguous runs (coalesced composites).
+extern "C" __global__ void __launch_bounds__(NT) flat_list(const i64* req_rows, int B, const u32* row_start,
+                                                           const u64* cand, const int* thr, const float* beam_scores,
+                                                           u32* work, i64 wcap, u32* nwork) {
     __shared__ u32 s_rs[MAXB + 1];
     __shared__ float s_top[MAXB];
     __shared__ int s_thr[MAXB];
+    const int tid = threadIdx.x, lane = tid & 31;
+    for (int i = tid; i <= B; i += NT) {
+        const i64 r = req_rows[i];
+        s_rs[i] = row_start[r];
+        if (i < B) { s_top[i] = req_rows[i + 1] > r ? beam_scores[r] : 0.0f; s_thr[i] = thr[i]; }
+    }
+    __syncthreads();
+    const u32 T = s_rs[B], step = gridDim.x * NT * TEU;
+    for (u32 f0 = blockIdx.x * NT * TEU + (tid >> 5) * 32 * TEU; f0 < T; f0 += step) {  // warp-uniform
+        u64 key[TEU];
+#pragma unroll
+        for (int u = 0; u < TEU; ++u) { const u32 f = f0 + u * 32 + lane; key[u] = f < T ? cand[f] : 0ull; }
+#pragma unroll
+        for (int u = 0; u < TEU; ++u) {
+            const u32 f = f0 + u * 32 + lane;
+            int b = f < T ? last_le(s_rs, B + 1, f) : -1;
+            if (b >= 0 && bin_of<FB>(key[u], s_top[b]) > s_thr[b]) b = -1;
+            warp_append(b, f, work, wcap, nwork, lane);
+        }
+    }
+}
+
+// Every request's listed candidates, one a thread over the concatenated lists: GTM-tested (over the request's
+// sparse image when it fits, as the fused step's SPT), passers' composites appended to passed[b * cap + ...].
+extern "C" __global__ void __launch_bounds__(NT, TMINB) flat_test(const i64* TP, const i64* QP, int B,
+                                                                  const u32* work, i64 wcap, const u32* nwork,
+                                                                  const u64* cand, const int* cand_child,
+                                                                  u64* passed, i64 cap, u32* npass) {
+    __shared__ u32 s_wb[MAXB + 1];
     __shared__ i64 lvl[16];
     __shared__ SparseReq s_sp[SP_B];
     const int tid = threadIdx.x, lane = tid & 31;
@@ -240,48 +297,58 @@ extern "C" __global__ void __launch_bounds__(NT, TMINB) flat_test(const i64* TP,
     const bool spt = B <= SP_B;
     if (spt)
         for (int b = 0; b < B; ++b) load_sparse_req(q, b, s_sp[b], tid, NT);
-    for (int i = tid; i <= B; i += NT) {
-        const i64 r = req_rows[i];
-        s_rs[i] = row_start[r];
-        if (i < B) {
-            s_top[i] = req_rows[i + 1] > r ? beam_scores[r] : 0.0f;
-            s_thr[i] = thr[i];
-        }
+    if (tid == 0) {
+        u32 acc = 0;
+        for (int b = 0; b < B; ++b) { s_wb[b] = acc; const u32 n = nwork[b]; acc += n < wcap ? n : (u32)wcap; }
+        s_wb[B] = acc;
     }
     if (tid < t.n_levels && tid < 16) lvl[tid] = t.level_offsets[tid];
     __syncthreads();
-    const u32 T = s_rs[B];
-    const u32 nch = (T + 31) / 32, nw = gridDim.x * (NT / 32);
-    const u32 w0 = blockIdx.x * (NT / 32) + (tid >> 5);
-    for (u32 c0 = w0; c0 < nch; c0 += TEU * nw) {
-        u64 key[TEU];
-        int b[TEU];
-#pragma unroll
-        for (int u = 0; u < TEU; ++u) {
-            const u32 f = (c0 + u * nw) * 32 + lane;
-            key[u] = f < T ? cand[f] : 0ull;
-            b[u] = f < T ? last_le(s_rs, B + 1, f) : -1;
+    const u32 total = s_wb[B];
+    for (u32 i0 = blockIdx.x * NT + (tid >> 5) * 32; i0 < total; i0 += gridDim.x * NT) {  // warp-uniform
+        const u32 i = i0 + lane;
+        int b = -1;
+        u64 key = 0;
+        bool pass = false;
+        if (i < total) {
+            b = last_le(s_wb, B + 1, i);
+            const u32 f = work[(i64)b * wcap + (i - s_wb[b])];
+            key = cand[f];
+            const i64 node = cand_child[f];
+            const int depth = t.n_levels <= 16 ? depth_in(lvl, t.n_levels, node) : depth_of(t, node);
+            pass = spt && s_sp[b].ok ? node_passes_by(t, node, depth, SparseTest{t, s_sp[b]})
+                                     : node_passes_fast(t, q, b, node, depth);
         }
-#pragma unroll
-        for (int u = 0; u < TEU; ++u) {
-            const u32 f = (c0 + u * nw) * 32 + lane;
-            bool pass = false;
-            if (b[u] >= 0 && bin_of<FB>(key[u], s_top[b[u]]) <= s_thr[b[u]]) {
-                const i64 node = cand_child[f];
-                const int depth = t.n_levels <= 16 ? depth_in(lvl, t.n_levels, node) : depth_of(t, node);
-                pass = spt && s_sp[b[u]].ok ? node_passes_by(t, node, depth, SparseTest{t, s_sp[b[u]]})
-                                            : node_passes_fast(t, q, b[u], node, depth);
+        warp_append64(pass ? b : -1, key, passed, cap, npass, lane);
+    }
+}
+
+// Block b (RNT threads): request b's passers sorted (bitonic, descending, in shared memory) and its first k
+// composites written to topk[b * k + ...]; out_n[b] = how many (-1: more than RCAP passers, not ranked here).
+// Then request b's histogram is zeroed for the next step's flat_expand (no memset launch).
+extern "C" __global__ void __launch_bounds__(RNT) flat_rank(const u64* passed, i64 cap, const u32* npass, int k,
+                                                            u64* topk, int* out_n, u32* ghist) {
+    __shared__ u64 v[RCAP];
+    const int b = blockIdx.x, tid = threadIdx.x;
+    for (int i = tid; i < FB; i += RNT) ghist[(i64)b * FB + i] = 0;
+    const u32 n = npass[b];
+    if (n > RCAP || n > cap) { if (tid == 0) out_n[b] = -1; return; }  // block-uniform
+    u32 P = 1;
+    while (P < n) P <<= 1;
+    for (u32 i = tid; i < P; i += RNT) v[i] = i < n ? passed[(i64)b * cap + i] : 0ull;  // 0 ranks last
+    __syncthreads();
+    for (u32 size = 2; size <= P; size <<= 1) {
+        for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
+            for (u32 x = tid; x < P / 2; x += RNT) {
+                const u32 lo = 2 * x - (x & (stride - 1)), hi = lo + stride;  // pair (lo, hi), lo's bit `stride` clear
+                const bool desc = (lo & size) == 0;
+                const u64 a = v[lo], c = v[hi];
+                if ((a < c) == desc) { v[lo] = c; v[hi] = a; }
             }
-            // one atomic a request present among the warp's passers (whole-warp intrinsics)
-            const unsigned same = __match_any_sync(0xffffffffu, pass ? b[u] : -1);
-            const int leader = __ffs(same) - 1;
-            u32 base = 0;
-            if (pass && lane == leader) base = atomicAdd(&npass[b[u]], (u32)__popc(same));
-            base = __shfl_sync(0xffffffffu, base, leader);
-            if (pass) {
-                const u32 pos = base + __popc(same & ((1u << lane) - 1));
-                if (pos < cap) passed[(i64)b[u] * cap + pos] = key[u];  // (npass > cap tells the host)
-            }
+            __syncthreads();
         }
     }
+    const u32 m = n < (u32)k ? n : (u32)k;
+    for (u32 i = tid; i < m; i += RNT) topk[(i64)b * k + i] = v[i];
+    if (tid == 0) out_n[b] = (int)m;
 }
