@@ -38,6 +38,7 @@
 #endif
 #define MAXB 64         // requests a launch
 #define CAPR NT         // rows staged in shared memory at a time (flat_expand)
+static_assert(NT >= 64 && NT % 32 == 0, "flat_expand searches its rows with warps 0 and 1");
 #ifndef SNT
 #define SNT 1024        // threads of flat_scan's one block
 #endif
@@ -98,33 +99,18 @@ extern "C" __global__ void __launch_bounds__(SNT) flat_scan(const i64* TP, const
     if (threadIdx.x == SNT - 1) row_start[R] = incl;
 }
 
-// First index in [0, n] with a[i] > v for two values at once, all threads probing (NT per round).
-__device__ void block_upper2(const u32* a, i64 n, u32 v0, u32 v1, i64* s_lo, i64* s_hi) {
-    const int tid = threadIdx.x;
-    if (tid < 2) { s_lo[tid] = 0; s_hi[tid] = n; }
-    __syncthreads();
-    for (;;) {
-        i64 lo[2] = {s_lo[0], s_lo[1]}, hi[2] = {s_hi[0], s_hi[1]}, st[2];
-        if (lo[0] == hi[0] && lo[1] == hi[1]) break;  // block-uniform
-        int c[2];
-        const u32 v[2] = {v0, v1};
-#pragma unroll
-        for (int w = 0; w < 2; ++w) {
-            st[w] = (hi[w] - lo[w] + blockDim.x - 1) / blockDim.x;
-            const i64 p = lo[w] + tid * st[w];
-            c[w] = __syncthreads_count(p < hi[w] && a[p] <= v[w]);
-        }
-        if (tid == 0) {
-#pragma unroll
-            for (int w = 0; w < 2; ++w) {
-                if (c[w] == 0) { s_hi[w] = lo[w]; continue; }
-                const i64 nh = lo[w] + c[w] * st[w];
-                s_lo[w] = lo[w] + (c[w] - 1) * st[w] + 1;
-                s_hi[w] = nh < hi[w] ? nh : hi[w];
-            }
-        }
-        __syncthreads();
+// First index in [0, n] with a[i] > v (a non-decreasing, a[n] > v), by one warp: its 32 lanes probe evenly spaced
+// entries and the count of those <= v narrows the range 32-fold a round (3 rounds for 16k rows).
+__device__ i64 warp_upper(const u32* a, i64 n, u32 v, int lane) {
+    i64 lo = 0, hi = n;  // the answer lies in [lo, hi]
+    while (lo < hi) {    // warp-uniform
+        const i64 st = (hi - lo + 31) / 32, p = lo + lane * st;
+        const int c = __popc(__ballot_sync(0xffffffffu, p < hi && a[p] <= v));  // the first c probes are <= v
+        const i64 cut = lo + c * st;
+        if (c == 0) hi = lo;
+        else { lo += (c - 1) * st + 1; if (cut < hi) hi = cut; }
     }
+    return lo;
 }
 
 // Block g takes candidates [g * per, (g + 1) * per) of the batch's T (flat order: rows in order, children in
@@ -142,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(NT) flat_expand(const i64* TP, cons
     __shared__ int s_b[CAPR];
     __shared__ i64 s_rr[MAXB + 1];
     __shared__ float s_top[MAXB];
-    __shared__ i64 s_lo[2], s_hi[2];
+    __shared__ i64 s_row[2];
     const int tid = threadIdx.x;
     Trie t = load_trie(TP);
     const u32 T = row_start[R];
@@ -153,8 +139,12 @@ extern "C" __global__ void __launch_bounds__(NT) flat_expand(const i64* TP, cons
     for (int i = tid; i < FB; i += NT) { hA[i] = 0; hB[i] = 0; }
     __syncthreads();
     for (int i = tid; i < B; i += NT) s_top[i] = s_rr[i + 1] > s_rr[i] ? beam_scores[s_rr[i]] : 0.0f;
-    block_upper2(row_start, R + 1, g0, g1 - 1, s_lo, s_hi);
-    const i64 ra = s_lo[0] - 1, rb = s_lo[1] - 1;  // rows holding candidates g0 and g1 - 1
+    if (tid < 64) {  // warps 0 and 1: the rows holding candidates g0 and g1 - 1
+        const i64 r = warp_upper(row_start, R, tid < 32 ? g0 : g1 - 1, tid & 31) - 1;
+        if ((tid & 31) == 0) s_row[tid >> 5] = r;
+    }
+    __syncthreads();
+    const i64 ra = s_row[0], rb = s_row[1];
     const int bA = last_le64(s_rr, B + 1, ra);
     for (i64 c0 = ra; c0 <= rb; c0 += CAPR) {
         const int n = rb - c0 + 1 < CAPR ? (int)(rb - c0 + 1) : CAPR;
@@ -169,11 +159,10 @@ extern "C" __global__ void __launch_bounds__(NT) flat_expand(const i64* TP, cons
         if (tid == 0) s_start[n] = row_start[c0 + n];
         __syncthreads();
         const u32 fa = max(g0, s_start[0]), fb = min(g1, s_start[n]);
-        for (u32 f0 = fa; f0 < fb; f0 += EU * NT) {
-            int xr[EU];
-            i64 jj[EU];
-            int tk[EU];
-            float sv[EU];
+        for (u32 f0 = fa; f0 < fb; f0 += EU * NT) {  // each phase's loads issued for all EU candidates first
+            int xr[EU], tk[EU];  // row in the chunk, child token
+            i64 jj[EU];          // CSR child index
+            float sv[EU];        // score
 #pragma unroll
             for (int u = 0; u < EU; ++u) {
                 const u32 f = f0 + u * NT + tid;
@@ -232,7 +221,8 @@ extern "C" __global__ void __launch_bounds__(PNT) flat_plan(const u32* ghist, in
 
 // One warp's appends: lane adds item `v` to list b (b < 0: nothing) of lists[b * cap + ...], counted in n[b];
 // one atomic a distinct list of the warp. Every lane of the warp must call it.
-__device__ __forceinline__ void warp_append(int b, u32 v, u32* lists, i64 cap, u32* n, int lane) {
+template <class T>
+__device__ __forceinline__ void warp_append(int b, T v, T* lists, i64 cap, u32* n, int lane) {
     const unsigned same = __match_any_sync(0xffffffffu, b);
     const int leader = __ffs(same) - 1;
     u32 base = 0;
@@ -240,16 +230,6 @@ __device__ __forceinline__ void warp_append(int b, u32 v, u32* lists, i64 cap, u
     base = __shfl_sync(0xffffffffu, base, leader);
     const u32 pos = base + __popc(same & ((1u << lane) - 1));
     if (b >= 0 && pos < cap) lists[(i64)b * cap + pos] = v;  // (n[b] > cap tells the host)
-}
-
-__device__ __forceinline__ void warp_append64(int b, u64 v, u64* lists, i64 cap, u32* n, int lane) {
-    const unsigned same = __match_any_sync(0xffffffffu, b);
-    const int leader = __ffs(same) - 1;
-    u32 base = 0;
-    if (b >= 0 && lane == leader) base = atomicAdd(&n[b], (u32)__popc(same));
-    base = __shfl_sync(0xffffffffu, base, leader);
-    const u32 pos = base + __popc(same & ((1u << lane) - 1));
-    if (b >= 0 && pos < cap) lists[(i64)b * cap + pos] = v;
 }
 
 // The window's candidates (bins <= thr[b]) listed per request: work[b * wcap + ...] = candidate number f.
@@ -277,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(NT) flat_list(const i64* req_rows, 
             const u32 f = f0 + u * 32 + lane;
             int b = f < T ? last_le(s_rs, B + 1, f) : -1;
             if (b >= 0 && bin_of<FB>(key[u], s_top[b]) > s_thr[b]) b = -1;
-            warp_append(b, f, work, wcap, nwork, lane);
+            warp_append(b, (u32)f, work, wcap, nwork, lane);
         }
     }
 }
@@ -319,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(NT, TMINB) flat_test(const i64* TP,
             pass = spt && s_sp[b].ok ? node_passes_by(t, node, depth, SparseTest{t, s_sp[b]})
                                      : node_passes_fast(t, q, b, node, depth);
         }
-        warp_append64(pass ? b : -1, key, passed, cap, npass, lane);
+        warp_append(pass ? b : -1, key, passed, cap, npass, lane);
     }
 }
 
