@@ -4,10 +4,10 @@ fused step (one cluster of 6 SMs a request) on the same recorded inputs.
     python benchmarks/probe_flat_step.py --index /tmp/idx [--out DIR]
 
 Per step of a recorded search (B=16, beams 1, 512, 1024, 1024): the fused step as a CUDA graph; the flat
-kernels as graphs (scan, expand, plan, test, and all four in one graph) at 2 and 4 blocks of 512 threads an SM.
-The flat probe has no final rank: its passers are ranked here on the host, and must equal the fused step's
-output wherever its first window held k passers (a request that would need a second round is counted, not
-compared). Why: to know whether giving up one cluster per request could bring the step to 30 us (issue 4)."""
+kernels as graphs (the scan alone; expand, plan, list, test, rank in prefixes; the whole step) at 1 and 2 blocks of
+512 threads an SM and 2 or 4 candidates a thread a pass. Its ranked output must equal the fused step's wherever the
+first window held k passers (a request that would need a second round is counted, not compared). Why: to know
+whether giving up one cluster per request could bring the step to 30 us (issue 4)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from flat_probe_host import FB, complete, decode, window_bin  # noqa: E402
 from step_gpu import capture_step, cuda_time, recorded_search  # noqa: E402
-from gtmkit.matcher.backend_cuda import load_module  # noqa: E402
+from gtmkit.matcher.backend_cuda import load_module, step_outputs  # noqa: E402
 from gtmkit.matcher.windows import calibrate_windows, pass_counts  # noqa: E402
 
 NT = 512
@@ -166,8 +166,7 @@ def main():
         row = dict(step=t + 1, rows=len(s["node_ids"]), window=win,
                    fused_graph_us=1000 * cuda_time(lambda: graph.launch(stream), reps=50, stream=stream))
         kk = s["k"]
-        out = (cp.empty((B, kk), cp.int32), cp.empty((B, kk), cp.int32), cp.empty((B, kk), cp.int32),
-               cp.empty((B, kk), cp.float32), cp.empty(B, cp.int64))
+        out = step_outputs(B, kk)
         be.step(s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, kk, True, False,
                 s["max_children"], out=out, rows_best_first=True, first_window=windows[t])
         for per_sm in (int(x) for x in args.per_sm.split(",")):

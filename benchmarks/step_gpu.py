@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import gtmkit  # noqa: E402
+from gtmkit.matcher.backend_cuda import step_outputs  # noqa: E402
 from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch  # noqa: E402
 from gtmkit.matcher.windows import calibrate_window, pass_counts  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
@@ -295,8 +296,7 @@ def capture_step(be, s, q, B, first_window=0):
     """-> (graph, stream): one recorded CD+GTM step captured alone, with its own buffers (first_window: the
     first GTM window, 0 the kernel's default)."""
     k = s["k"]
-    out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
-           cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
+    out = step_outputs(B, k)
     scratch = {}
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:

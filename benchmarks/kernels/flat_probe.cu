@@ -50,12 +50,6 @@ static_assert(NT >= 64 && NT % 32 == 0, "flat_expand searches its rows with warp
 #endif
 #define SP_B 16         // requests whose sparse images flat_test keeps in shared memory (more: the full test)
 
-__device__ __forceinline__ u64 flat_key(float sc, u32 idx) {  // as the fused step's candidate_key
-    if (sc != sc) sc = -__int_as_float(0x7f800000);
-    if (sc == 0.0f) sc = 0.0f;
-    return ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
-}
-
 // Last index x in [0, n) with a[x] <= v (a non-decreasing, a[0] <= v).
 __device__ __forceinline__ int last_le(const u32* a, int n, u32 v) {
     int lo = 0, hi = n - 1;
@@ -180,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(NT) flat_expand(const i64* TP, cons
                 if (f >= fb) continue;
                 const int x = xr[u], b = s_b[x];
                 const u32 c = f - s_start[x];
-                const u64 key = flat_key(sv[u], (u32)(c0 + x - s_rr[b]) * (u32)D + c);
+                const u64 key = candidate_key(sv[u], (u32)(c0 + x - s_rr[b]) * (u32)D + c);
                 cand[f] = key;
                 cand_child[f] = (int)(jj[u] + 1);
                 const int bn = bin_of<FB>(key, s_top[b]);

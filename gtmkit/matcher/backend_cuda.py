@@ -48,6 +48,12 @@ def load_module(path: Path, defines: tuple = ()) -> cp.RawModule:
     return _modules[key]
 
 
+def step_outputs(B: int, k: int) -> tuple:
+    """Fresh output buffers of a step (parent rows, tokens, nodes [B, k] int32; scores [B, k] float32; counts [B])."""
+    return (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
+            cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
+
+
 def _ptr(a) -> int:
     return int(a.data.ptr)
 
@@ -141,8 +147,7 @@ class CudaBackend:
         B = q.size
         cap = max(R * int(max_children), 1)
         if out is None:
-            out = (cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
-                   cp.empty((B, k), cp.float32), cp.empty(B, cp.int64))
+            out = step_outputs(B, k)
         if self.fused:
             return self._step_fused(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm,
                                     count_all, int(max_children), cap, out, scratch, history, rows_best_first,

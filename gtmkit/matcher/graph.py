@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import GtmkitError
 from ..logits import DEFAULT_PEAK
-from .backend_cuda import load_module
+from .backend_cuda import load_module, step_outputs
 from .windows import calibrate_window, pass_counts, per_step_setting
 
 BEAM_KERNELS = Path(__file__).with_name("kernels") / "beam.cu"
@@ -140,8 +140,7 @@ class GraphedBeamSearch:
             k = self.sizes[t + 1] if t + 1 < L else self.sizes[-1]
             self.rows.append((cp.repeat(cp.arange(B, dtype=cp.int64), self.sizes[t]),
                               cp.arange(B + 1, dtype=cp.int64) * self.sizes[t]))
-            self.outs.append((cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32), cp.empty((B, k), cp.int32),
-                              cp.empty((B, k), cp.float32), cp.empty(B, cp.int64)))
+            self.outs.append(step_outputs(B, k))
             self.hist.append(cp.empty((B * k, t + 1), cp.int32))
         self.start_nodes = cp.zeros(B, cp.int64)
         self.start_scores = cp.zeros(B, cp.float32)

@@ -66,6 +66,14 @@ __device__ __forceinline__ float unsortable(u32 k) {
     return __uint_as_float(u);
 }
 
+// A candidate's composite from its score and number (the fused step's, benchmarks' flat probe's): NaN ranks as -inf,
+// -0 ties +0 (as on the CPU).
+__device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
+    if (sc != sc) sc = -__int_as_float(0x7f800000);
+    if (sc == 0.0f) sc = 0.0f;
+    return ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
+}
+
 __device__ __forceinline__ int depth_of(const Trie& t, i64 node) {
     int a = 0, b = t.n_levels - 1;
     while (b - a > 1) { int m = (a + b) >> 1; if (t.level_offsets[m] <= node) a = m; else b = m; }

@@ -123,13 +123,6 @@ __device__ __forceinline__ i64 node_at(const void* node_ids, int nid64, i64 r) {
     return nid64 ? ((const i64*)node_ids)[r] : (i64)((const int*)node_ids)[r];
 }
 
-// A candidate's composite from its score and number: NaN ranks as -inf, -0 ties +0 (as on the CPU).
-__device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
-    if (sc != sc) sc = -__int_as_float(0x7f800000);
-    if (sc == 0.0f) sc = 0.0f;
-    return ((u64)sortable(sc) << 32) | (u64)(0xFFFFFFFFu - idx);
-}
-
 #include "warp_bins.cuh"  // bin_add
 #include "sparse_req.cuh"  // SparseReq (SPT)
 
