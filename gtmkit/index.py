@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import GtmkitError, RequestError
+from .errors import ArtifactError, GtmkitError, RequestError
 from .formats import index_format as fmt
 from .formats.artifact import open_artifact
+from .formats.index_checks import index_problems
 from .matcher import exact
 from .progress import Progress
 from .targeting import BitmaskLayout, Request, encode_request, row_passes
@@ -199,6 +200,13 @@ class Index:
 
 
 def load_index(path, verify: bool = True, progress: Progress = None) -> Index:
-    """Open an index directory (memory-mapped). verify=False skips checksums (sizes, dtypes, shapes
-    and the format version are always checked)."""
-    return Index(open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=verify, progress=progress))
+    """Open an index directory (memory-mapped); ArtifactError (one line) for anything it would not serve.
+
+    verify=True (any index, also one you did not build): the manifest digest, every file's sha256, every
+    manifest field against the schema and the arrays, and every invariant the matcher kernels rely on.
+    verify=False is for artifacts you produced: the format version, the manifest digest, file sizes, dtypes
+    and shapes against the counts, and the O(1) offset / layout cross-checks (docs/format.md)."""
+    art = open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=verify, progress=progress)
+    for problem in index_problems(art, full=verify):
+        raise ArtifactError(problem)
+    return Index(art)

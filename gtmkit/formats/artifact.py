@@ -12,6 +12,7 @@ import os
 import pathlib
 import re
 import shutil
+import stat
 import uuid
 from typing import Iterable, Iterator
 
@@ -26,7 +27,9 @@ from gtmkit.progress import Progress, report
 MANIFEST = "manifest.json"
 CHUNK = 16 * 1024 * 1024
 _NAME = re.compile(r"[A-Za-z0-9_]+")
-_RESERVED = ("format", "format_version", "gtmkit_version", "created", "files")
+DIGEST = "manifest_sha256"
+DIGEST_SINCE = 2  # both gtmkit formats carry the manifest digest from version 2; version 1 never had one
+_RESERVED = ("format", "format_version", "gtmkit_version", "created", "files", DIGEST)
 
 
 def file_sha256(path, progress: Progress = None, chunk: int = CHUNK) -> str:
@@ -62,6 +65,14 @@ def _json_default(obj):
     if isinstance(obj, (np.generic, np.ndarray)):  # callers naturally put numpy counts/stats in manifests
         return obj.tolist()
     raise TypeError(f"manifest value of type {type(obj).__name__} is not JSON-serialisable")
+
+
+def manifest_digest(manifest: dict) -> str:
+    """Hex sha256 of the canonical JSON (sorted keys, no whitespace, ASCII) of every manifest field but the
+    digest itself: any edit of any field changes it."""
+    body = {k: v for k, v in manifest.items() if k != DIGEST}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 class ArtifactWriter:
@@ -149,7 +160,10 @@ class ArtifactWriter:
         full = dict(manifest, format=self.format_name, format_version=self.format_version,
                     gtmkit_version=__version__, files=self._files,
                     created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-        text = json.dumps(full, sort_keys=True, indent=1, allow_nan=False, default=_json_default) + "\n"
+        # digest the manifest as a reader will parse it, so numpy values and float spellings cannot differ
+        full = json.loads(json.dumps(full, allow_nan=False, default=_json_default))
+        full[DIGEST] = manifest_digest(full)
+        text = json.dumps(full, sort_keys=True, indent=1, allow_nan=False) + "\n"
         with open(self._tmp / MANIFEST, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -197,6 +211,8 @@ def read_manifest(path) -> dict:
     if not path.is_dir():
         raise ArtifactError(f"{path}: {'not a directory' if path.exists() else 'no such artifact directory'}")
     mpath = path / MANIFEST
+    if mpath.is_symlink():
+        raise ArtifactError(f"{mpath}: is a symbolic link (an artifact's files must be regular files inside it)")
     if not mpath.is_file():
         raise ArtifactError(f"{path}: not a gtmkit artifact (no {MANIFEST})")
     try:
@@ -206,6 +222,22 @@ def read_manifest(path) -> dict:
     if not isinstance(manifest, dict):
         raise ArtifactError(f"{mpath}: invalid manifest (not a JSON object)")
     return manifest
+
+
+def _digest_problems(path: pathlib.Path, manifest: dict, version: int) -> Iterator[str]:
+    """The digest must be present from DIGEST_SINCE on (deleting it is no way around it) and match."""
+    digest = manifest.get(DIGEST)
+    if digest is None:
+        if version >= DIGEST_SINCE:
+            yield f"{path / MANIFEST}: no {DIGEST} (format version {version} requires it)"
+        return
+    try:
+        want = manifest_digest(manifest)
+    except ValueError as exc:  # NaN/inf cannot be in a manifest gtmkit wrote
+        yield f"{path / MANIFEST}: invalid manifest ({_why(exc)})"
+        return
+    if digest != want:
+        yield f"{path / MANIFEST}: {DIGEST} mismatch, the manifest was edited (sha256 {want[:12]}...)"
 
 
 def _npy_header(fpath: pathlib.Path):
@@ -248,10 +280,16 @@ def _problems(path, format_name: str, supported_versions, verify: bool, progress
             yield f"{path / MANIFEST}: invalid entry for file {name!r}"
             continue
         fpath = path / fname
-        if not fpath.is_file():
+        try:
+            st = fpath.lstat()
+        except OSError:
             yield f"{fpath}: missing"
             continue
-        size = fpath.stat().st_size
+        if not stat.S_ISREG(st.st_mode):  # a link could point anywhere, a FIFO would block a reader
+            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            yield f"{fpath}: is {kind} (an artifact's files must be regular files inside it)"
+            continue
+        size = st.st_size
         if size < e["bytes"]:
             yield f"{fpath}: truncated ({size} of {e['bytes']} bytes)"
         elif size > e["bytes"]:
@@ -275,6 +313,7 @@ def _problems(path, format_name: str, supported_versions, verify: bool, progress
                 yield f"{fpath}: data size does not match header dtype {dtype.str} shape {list(shape)}"
                 continue
         checked.append((name, e, fpath))
+    yield from _digest_problems(path, manifest, version)
     if not verify:
         return
     total, base = sum(e["bytes"] for _, e, _ in checked), 0

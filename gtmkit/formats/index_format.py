@@ -1,8 +1,8 @@
 """The GTM index artifact: format name, version and array names (documented in docs/format.md)."""
 
 FORMAT_NAME = "gtmkit-index"
-FORMAT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+FORMAT_VERSION = 2  # 2: the manifest carries its own digest (artifact.DIGEST); 1 still loads
+SUPPORTED_VERSIONS = (1, 2)
 
 
 def bloom_table(b: int) -> str:
