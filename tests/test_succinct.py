@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gtmkit.errors import ArtifactError, GtmkitError
+from gtmkit.formats.artifact import manifest_digest
 from gtmkit.indexer import succinct_bits as bits
 from gtmkit.indexer.succinct import SuccinctTrie
 from gtmkit.testing_trie import RefTrie
@@ -161,7 +162,7 @@ def test_save_load_round_trip(tmp_path):
             assert np.array_equal(getattr(back.arrays, name), getattr(trie.arrays, name)), name
         assert [back.lookup(k) for k in keys] == [trie.lookup(k) for k in keys]
     manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
-    assert manifest["format"] == "gtmkit-trie" and manifest["format_version"] == 1
+    assert manifest["format"] == "gtmkit-trie" and manifest["format_version"] == 2
     with pytest.raises(ArtifactError, match="already exists"):
         trie.save(tmp_path / "t")
     trie.save(tmp_path / "t", overwrite=True)
@@ -179,6 +180,10 @@ def test_load_refuses_corrupt_and_foreign(tmp_path):
     man = tmp_path / "t" / "manifest.json"
     m = json.loads(man.read_text())
     m["num_nodes"] = 7
+    man.write_text(json.dumps(m))
+    with pytest.raises(ArtifactError, match="manifest_sha256 mismatch"):
+        SuccinctTrie.load(tmp_path / "t", verify=False)
+    m["manifest_sha256"] = manifest_digest(m)
     man.write_text(json.dumps(m))
     with pytest.raises(ArtifactError, match="expected"):
         SuccinctTrie.load(tmp_path / "t", verify=False)

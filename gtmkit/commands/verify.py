@@ -15,9 +15,10 @@ from ._common import StderrProgress, echo_json, handle_errors
 @click.option("-s", "--silent", is_flag=True, help="No progress bar.")
 @handle_errors
 def command(index_dir, catalog, schema, as_json, silent):
-    """Check an index: checksums, trie and matcher structure, and (with --catalog) its contents.
+    """Check an index: manifest digest, checksums, every invariant the matchers rely on, matcher
+    coverage, and (with --catalog) its contents.
 
-    Exits 1 when a problem is found.
+    Prints each problem on one line (FAIL ...) and exits 1 when there is any.
 
     \b
     Example:
@@ -28,7 +29,7 @@ def command(index_dir, catalog, schema, as_json, silent):
 
     with StderrProgress(silent or as_json) as bar:
         problems = verify_index(index_dir, catalog=catalog, schema=schema, progress=bar)
-    checks = ["checksums", "structure"] + (["catalog"] if catalog else [])
+    checks = ["manifest", "checksums", "invariants", "coverage"] + (["catalog"] if catalog else [])
     if as_json:
         echo_json({"index": index_dir, "ok": not problems, "checks": checks, "problems": problems})
     elif problems:

@@ -319,8 +319,13 @@ def _problems(path, format_name: str, supported_versions, verify: bool, progress
     total, base = sum(e["bytes"] for _, e, _ in checked), 0
     report(progress, 0, total, "verify")
     for name, e, fpath in checked:  # phase 3: checksums, the only phase that reads whole files
-        digest = file_sha256(fpath, lambda d, t, p, b=base: report(progress, b + d, total, "verify"))
-        base += e["bytes"]
+        try:
+            digest = file_sha256(fpath, lambda d, t, p, b=base: report(progress, b + d, total, "verify"))
+        except OSError as exc:
+            yield f"{fpath}: unreadable ({_why(exc)})"
+            continue
+        finally:
+            base += e["bytes"]
         if digest != e["sha256"]:
             yield f"{fpath}: checksum mismatch, file is corrupt (sha256 {digest[:12]}..., want {e['sha256'][:12]}...)"
 

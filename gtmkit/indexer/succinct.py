@@ -12,15 +12,16 @@ import numpy as np
 
 from ..errors import ArtifactError, GtmkitError
 from ..formats.artifact import ArtifactWriter, open_artifact
+from ..formats.trie_checks import trie_problems
 from ..progress import Progress
 from . import succinct_nav as nav
-from .succinct_bits import SAMPLE, words_for
+from .succinct_bits import SAMPLE
 from .succinct_build import build_arrays
 from .succinct_input import MAX_TOKEN, clip_tokens, key_arrays
 
 FORMAT_NAME = "gtmkit-trie"
-FORMAT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+FORMAT_VERSION = 2  # 2: the manifest carries its own digest (formats/artifact.py); 1 still loads
+SUPPORTED_VERSIONS = (1, 2)
 ARRAY_NAMES = ("louds", "louds_rank", "louds_select0", "louds_select1", "label_low", "label_high",
                "terminal", "terminal_rank", "terminal_select1", "level_offsets")
 
@@ -81,20 +82,19 @@ class SuccinctTrie:
 
     @classmethod
     def load(cls, path, verify: bool = True, mmap: bool = True) -> "SuccinctTrie":
-        """Open a saved trie (arrays memory-mapped unless mmap=False; checksums checked unless
-        verify=False). ArtifactError if the directory is not a sound gtmkit-trie artifact."""
+        """Open a saved trie (arrays memory-mapped unless mmap=False). ArtifactError (one line) if the
+        directory is not a sound gtmkit-trie artifact. verify=True (any trie): checksums and every invariant
+        the trie search relies on (gtmkit/formats/trie_checks.py). verify=False is for artifacts you
+        produced: the manifest digest and the arrays' dtypes and shapes against the manifest only."""
         art = open_artifact(path, FORMAT_NAME, SUPPORTED_VERSIONS, verify=verify, mmap=mmap)
-        man = art.manifest
-        try:
-            n, m, hb = int(man["num_nodes"]), int(man["num_keys"]), int(man["high_bits"])
-        except (KeyError, TypeError, ValueError):
-            raise ArtifactError(f"{path}: manifest lacks num_nodes / num_keys / high_bits") from None
         missing = [name for name in ARRAY_NAMES if name not in art.names]
         if missing:
             raise ArtifactError(f"{path}: missing arrays {missing}")
         arrays = {name: _array(art, name, mmap) for name in ARRAY_NAMES}
-        _check_layout(path, arrays, n, m, hb)
-        return cls(nav.LoudsArrays(high_bits=hb, **arrays), m, path=path)
+        for problem in trie_problems(path, art.manifest, arrays, full=verify):
+            raise ArtifactError(problem)
+        return cls(nav.LoudsArrays(high_bits=int(art.manifest["high_bits"]), **arrays),
+                   art.manifest["num_keys"], path=path)
 
     # ----------------------------------------------------------------------------------- queries
 
@@ -204,27 +204,3 @@ def _array(art, name: str, mmap: bool) -> np.ndarray:
         return np.asarray(np.load(fpath, mmap_mode="c", allow_pickle=False))
     except Exception as exc:
         raise ArtifactError(f"{fpath}: cannot load array ({type(exc).__name__})") from None
-
-
-def _check_layout(path, a: dict, n: int, m: int, hb: int) -> None:
-    """Shapes and dtypes a sound artifact has; a wrong one would crash or mislead the kernels."""
-    n_l = words_for(2 * n + 1)
-    n_t = words_for(n)
-    want = {
-        "louds": ("<u8", (n_l,)), "louds_rank": ("<u8", ((n_l + 7) // 8 + 1, 2)),
-        "louds_select0": ("<u4", (-(-(n + 1) // SAMPLE) + 1,)), "louds_select1": ("<u4", (-(-n // SAMPLE) + 1,)),
-        "label_low": ("<u2", (n - 1,)), "label_high": ("<u8", (((n - 1) * hb >> 6) + 1,)),
-        "terminal": ("<u8", (n_t,)), "terminal_rank": ("<u8", ((n_t + 7) // 8 + 1, 2)),
-        "terminal_select1": ("<u4", (-(-m // SAMPLE) + 1,)),
-    }
-    if n < 1 or not 0 <= hb <= 15:
-        raise ArtifactError(f"{path}: invalid num_nodes {n} or high_bits {hb}")
-    for name, (dt, shape) in want.items():
-        if a[name].dtype.str != dt or a[name].shape != shape:
-            raise ArtifactError(f"{path}: array {name} is {a[name].dtype.str} {list(a[name].shape)}, "
-                                f"expected {dt} {list(shape)} for {n} nodes")
-    lo = a["level_offsets"]
-    if lo.dtype.str != "<i8" or lo.ndim != 1 or len(lo) < 2 or lo[0] != 0 or lo[-1] != n:
-        raise ArtifactError(f"{path}: array level_offsets does not end at num_nodes {n}")
-    if int(a["louds_rank"][-1, 0]) != n or int(a["terminal_rank"][-1, 0]) != m:
-        raise ArtifactError(f"{path}: rank directories disagree with num_nodes {n} / num_keys {m}")

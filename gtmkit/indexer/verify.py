@@ -1,4 +1,5 @@
-"""`gtmkit verify`: checksums, structural invariants and (with the catalog) a full recomputation.
+"""`gtmkit verify`: the container (manifest digest, sizes, checksums), every invariant load_index checks,
+matcher coverage and (with the catalog) a full recomputation.
 
 Returns a list of one-line problems; an empty list means the index is sound."""
 
@@ -7,9 +8,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..errors import ArtifactError
 from ..formats import index_format as fmt
-from ..formats.artifact import verify_artifact
+from ..formats.artifact import open_artifact, verify_artifact
 from ..formats.catalog import read_catalog
+from ..formats.index_checks import index_problems
 from ..formats.schema import parse_schema, resolve_schema
 from ..progress import Progress, report
 from .adindex import reorder_lists
@@ -67,56 +70,7 @@ def walk(node_offsets, child_tokens, sids):
     return out
 
 
-def structure_problems(idx) -> list:
-    P = []
-    lo, no, ct = idx.level_offsets, np.asarray(idx.node_offsets), np.asarray(idx.child_tokens)
-    L = idx.sid_length
-    if lo[0] != 0 or lo[1] != 1 or np.any(np.diff(lo) <= 0) or lo[-1] != idx.num_nodes:
-        P.append("level_offsets: not 0, 1, ... strictly increasing up to the node count")
-    if len(no) != lo[L] + 1 or no[0] != 0 or no[-1] != idx.num_nodes - 1 or np.any(np.diff(no) <= 0):
-        P.append("node_offsets: not monotone from 0 to the entry count, or an internal node without children")
-        return P
-    if len(ct) and int(ct.max()) >= idx.vocab_size:
-        P.append(f"child_tokens: token {int(ct.max())} >= vocab {idx.vocab_size}")
-    within = np.ones(len(ct), bool)
-    within[no[:-1]] = False  # first entry of each node has no predecessor in the node
-    if np.any((np.diff(ct.astype(np.int64), prepend=-1) <= 0) & within):
-        P.append("child_tokens: not strictly increasing within a node")
-    for name, ids, table in [("part_bitmask_ids", np.asarray(idx.part_bitmask_ids), idx.bitmask_table),
-                             *[(f"part_bloom_ids[:, {b}]", np.asarray(idx.part_bloom_ids[:, b]), idx.bloom_tables[b])
-                               for b in range(len(idx.bloom))]]:
-        if len(ids) and (ids.min() < -1 or ids.max() >= len(table)):
-            P.append(f"{name}: id outside [0, {len(table)})")
-    if idx.part_offsets is not None:
-        po = np.asarray(idx.part_offsets)
-        if len(po) != idx.num_nodes + 1 or po[0] != 0 or np.any(np.diff(po) < 1) or po[-1] != len(idx.part_bitmask_ids):
-            P.append("part_offsets: not monotone, or a node without partitions")
-    so, sa = np.asarray(idx.sid_ad_offsets), np.asarray(idx.sid_ad_ids)
-    if len(so) != idx.num_sids + 1 or so[0] != 0 or so[-1] != idx.num_ads or np.any(np.diff(so) < 1):
-        P.append("sid_ad_offsets: not monotone from 0 to the ad count, or a SID without ads")
-    srt = np.asarray(idx.artifact.array("ad_ids_sorted"))
-    if np.any(np.diff(srt) <= 0):
-        P.append("ad_ids_sorted: not strictly increasing (duplicate ad ids)")
-    elif not np.array_equal(sa[np.asarray(idx.artifact.array("ad_rows_by_id"))], srt):
-        P.append("ad_rows_by_id: does not map sorted ad ids to their rows")
-    ab = np.asarray(idx.ad_bitmask_ids)
-    if len(ab) and (ab.min() < 0 or ab.max() >= len(idx.bitmask_table)):
-        P.append("ad_bitmask_ids: id outside the bitmask table")
-    for b in range(len(idx.bloom)):
-        n_dict = idx.artifact.table(fmt.bloom_dict(b)).num_rows
-        for kind, (off, codes) in (("allow", idx.ad_allow[b]), ("exclude", idx.ad_exclude[b])):
-            off, codes = np.asarray(off), np.asarray(codes)
-            if len(off) != idx.num_ads + 1 or off[0] != 0 or off[-1] != len(codes) or np.any(np.diff(off) < 0):
-                P.append(f"ad_{kind}_offsets_b{b}: malformed offsets")
-            elif len(codes) and (codes.min() < 0 or codes.max() >= n_dict):
-                P.append(f"ad_{kind}_codes_b{b}: code outside the dictionary")
-    if P:
-        return P
-    P += _coverage_problems(idx)
-    return P
-
-
-def _coverage_problems(idx) -> list:
+def coverage_problems(idx) -> list:
     """Each node's union covers its children's unions, and each leaf covers its ads' bitmask rows."""
     start, end = idx.partition_ranges()
     no = np.asarray(idx.node_offsets, np.int64)
@@ -196,12 +150,19 @@ def catalog_problems(idx, catalog, schema=None, progress: Progress = None) -> li
 
 
 def verify_index(path, catalog=None, schema=None, progress: Progress = None) -> list:
-    from ..index import load_index
+    """Every problem, one line each: all the container's, then (when its arrays can be read, even with a
+    checksum mismatch) all invariant problems, then coverage and the catalog once those are clean."""
+    from ..index import Index
     P = verify_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, progress)
+    try:
+        art = open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=False)
+    except ArtifactError as e:  # the manifest or a file cannot be trusted to read the arrays
+        return P or [str(e)]
+    P += index_problems(art, full=True)
     if P:
         return P
-    idx = load_index(path, verify=False)
-    P = structure_problems(idx)
+    idx = Index(art)
+    P = coverage_problems(idx)
     if not P and catalog is not None:
         P = catalog_problems(idx, catalog, schema, progress)
     return P
