@@ -123,10 +123,11 @@ def _entry(files: dict, name: str, kind: str):
 def shape_problems(path: Path, files: dict, spec: Spec) -> Iterator[str]:
     """Every array the readers use is present with the documented dtype and a shape matching the counts."""
     nb, L, N = len(spec.blooms), spec.L, spec.N
-    P = spec.bases[-1] if not spec.jagged else None
     e = _entry(files, "part_bitmask_ids", "array")
-    if P is None and e is not None and len(e["shape"]) == 1:
-        P = e["shape"][0]
+    P = e["shape"][0] if e is not None and len(e["shape"]) == 1 else None
+    if not spec.jagged and P is not None and P != spec.bases[-1]:
+        yield (f"{path / 'manifest.json'}: partition_layout.level_base ends at {spec.bases[-1]}, "
+               f"part_bitmask_ids holds {P} slots")
     want = {
         "level_offsets": ("<i8", (L + 2,)), "node_offsets": ("<i4", (spec.internal + 1,)),
         "child_tokens": ("<u2" if spec.V <= 1 << 16 else "<i4", (spec.nodes - 1,)),

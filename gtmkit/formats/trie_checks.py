@@ -32,20 +32,23 @@ def expected_shapes(n: int, m: int, hb: int) -> dict:
 def manifest_counts(man: dict) -> tuple:
     """(num_nodes, num_keys, high_bits, max_depth), each checked; FieldError names a bad one."""
     n = field(man, "num_nodes", "", int, 2, 2**31 - 1)
-    m = field(man, "num_keys", "", int, 1, n - 1)
-    return n, m, field(man, "high_bits", "", int, 0, 15), field(man, "max_depth", "", int, 1, n - 1)
+    m, depth = field(man, "num_keys", "", int, 1), field(man, "max_depth", "", int, 1)
+    if m >= n or depth >= n:
+        raise FieldError(f"num_keys {m} and max_depth {depth} must be below num_nodes {n}")
+    return n, m, field(man, "high_bits", "", int, 0, 15), depth
 
 
 def shape_problems(path: Path, a: dict, n: int, m: int, hb: int, depth: int) -> Iterator[str]:
     for name, (dt, shape) in expected_shapes(n, m, hb).items():
         if a[name].dtype.str != dt or a[name].shape != shape:
             yield (f"{path}: array {name} is {a[name].dtype.str} {list(a[name].shape)}, "
-                   f"expected {dt} {list(shape)} for {n} nodes")
+                   f"expected {dt} {list(shape)} for num_nodes {n}, num_keys {m}, high_bits {hb}")
     lo = a["level_offsets"]
     if lo.dtype.str != "<i8" or lo.shape != (depth + 2,) or lo[0] != 0 or lo[-1] != n:
         yield f"{path}: array level_offsets is not {depth + 2} int64 from 0 to num_nodes {n} (max_depth {depth})"
     elif int(a["louds_rank"][-1, 0]) != n or int(a["terminal_rank"][-1, 0]) != m:
-        yield f"{path}: rank directories disagree with num_nodes {n} / num_keys {m}"
+        yield f"{path}: louds_rank / terminal_rank end at {int(a['louds_rank'][-1, 0])} / " \
+              f"{int(a['terminal_rank'][-1, 0])} ones, not num_nodes {n} / num_keys {m}"
 
 
 def _bits(words: np.ndarray) -> np.ndarray:
