@@ -96,6 +96,9 @@ def schema_problems(man: dict, spec: Spec) -> Iterator[str]:
     except (SchemaError, FieldError) as e:
         yield str(e)
         return
+    except (TypeError, ValueError, AttributeError) as e:  # the schema parser expects JSON of the right shapes
+        yield f"schema: invalid ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        return
     if (schema.sid_length, schema.vocab) != (spec.L, spec.V):
         yield f"schema sid length/vocab {schema.sid_length}/{schema.vocab} differ from counts {spec.L}/{spec.V}"
     attrs = man["bitmask_layout"]["attributes"]
