@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import sys
 import time
@@ -83,13 +84,14 @@ def main() -> None:
     if not cat.exists():
         write_catalog(cat, int(args.sids * args.ads_per_sid), seed=1)
     built = child(CHILD_BUILD, cat, index)
+    load_before = os.getloadavg()[0]
     runs = child(CHILD_LOAD, index, args.repeat)
     med = {k: round(statistics.median(v), 3) for k, v in runs.items()}
     result = {
         "date": datetime.date.today().isoformat(), "host": machine(),
         "command": "python benchmarks/load.py " + " ".join(sys.argv[1:]),
         "index": {k: built[k] for k in ("sids", "ads", "nodes", "bytes")}, "build_s": round(built["build_s"], 1),
-        "seconds_median": med, "seconds_runs": {k: [round(x, 3) for x in v] for k, v in runs.items()},
+        "loadavg_1min_before": round(load_before, 1), "seconds_median": med, "seconds_runs": {k: [round(x, 3) for x in v] for k, v in runs.items()},
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -102,7 +104,8 @@ def main() -> None:
         f"Command: `{result['command']}`", "",
         f"Index: {built['sids']:,} SIDs, {built['ads']:,} ads, {built['nodes']:,} nodes, {gib:.2f} GiB "
         "(static partition k=1,4,4,2); files in the page cache; median of "
-        f"{args.repeat} runs in one fresh process.", "",
+        f"{args.repeat} runs in one fresh process; 1-minute load average before timing {load_before:.1f} "
+        "(a shared machine: figures are upper bounds).", "",
         "| load | seconds |", "|---|---|",
         f"| `load_index(verify=False)`: digest, sizes, dtypes, shapes, O(L) cross-checks | {med['verify_false']} |",
         f"| `load_index(verify=True)`: plus sha256 of every file and the whole-array invariants | {med['verify_true']} |",
