@@ -184,6 +184,18 @@ class Index:
         """Exact eligibility (DESIGN §2) of each ad id -> bool array."""
         return self.eligible_rows(self.ad_rows(ad_ids), request)
 
+    # --- lifetime ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the artifact version this index reads (idempotent); a rebuild of the path deletes it
+        at its next write. Also done by ``with load_index(...) as index:`` and garbage collection."""
+        self.artifact.close()
+
+    def __enter__(self) -> "Index":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # --- reporting ---------------------------------------------------------------------------
     def stats(self) -> dict:
         s = dict(self.manifest.get("stats", {}))
@@ -199,6 +211,7 @@ class Index:
 
 
 def load_index(path, verify: bool = True, progress: Progress = None) -> Index:
-    """Open an index directory (memory-mapped). verify=False skips checksums (sizes, dtypes, shapes
-    and the format version are always checked)."""
+    """Open the version an index path serves (memory-mapped, every member opened now, the version held
+    until close()). verify=False skips checksums (sizes, dtypes, shapes and the format version are
+    always checked)."""
     return Index(open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=verify, progress=progress))

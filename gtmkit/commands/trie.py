@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import pathlib
 import re
 import time
 
@@ -82,8 +81,9 @@ def build(keys, out_dir, column, force, as_json, silent):
     """
     from ..indexer.succinct import SuccinctTrie
 
-    if pathlib.Path(out_dir).exists() and not force:
-        raise GtmkitError(f"{out_dir}: already exists (pass -f to replace it)")
+    from ..formats.output import check_output
+
+    check_output(out_dir, overwrite=force)  # before the keys are read: a refusal costs nothing
     col = _read_keys(keys, column)
     t0 = time.perf_counter()
     with StderrProgress(silent or as_json) as bar:
