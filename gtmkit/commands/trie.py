@@ -62,7 +62,7 @@ def command():
 
 @command.command("build")
 @click.argument("keys", type=click.Path(dir_okay=False))
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(),
               help="Trie directory to write.")
 @click.option("--column", default="key", show_default=True, help="Parquet column of list<int> keys.")
 @click.option("-f", "--force", is_flag=True, help="Replace an existing trie directory.")

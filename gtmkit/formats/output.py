@@ -57,6 +57,13 @@ def check_output(out, overwrite: bool = False) -> pathlib.Path:
     """Raise ArtifactError (one line) unless an artifact may be written at ``out``; returns it absolute.
     Side-effect free: nothing is created or removed."""
     out = pathlib.Path(os.path.abspath(out))
+    try:
+        return _check(out, overwrite)
+    except OSError as exc:  # e.g. a folder on the way that may not be searched
+        raise ArtifactError(f"{out}: cannot check the output path ({exc.strerror or exc})") from None
+
+
+def _check(out: pathlib.Path, overwrite: bool) -> pathlib.Path:
     if out.is_symlink():
         raise ArtifactError(f"{out}: is a symbolic link; give the directory it points to, not the link")
     anc = _nearest_existing(out)
