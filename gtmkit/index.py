@@ -185,6 +185,18 @@ class Index:
         """Exact eligibility (DESIGN §2) of each ad id -> bool array."""
         return self.eligible_rows(self.ad_rows(ad_ids), request)
 
+    # --- lifetime ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the artifact version this index reads (idempotent); a rebuild of the path deletes it
+        at its next write. Also done by ``with load_index(...) as index:`` and garbage collection."""
+        self.artifact.close()
+
+    def __enter__(self) -> "Index":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # --- reporting ---------------------------------------------------------------------------
     def stats(self) -> dict:
         s = dict(self.manifest.get("stats", {}))
@@ -200,7 +212,8 @@ class Index:
 
 
 def load_index(path, verify: bool = True, progress: Progress = None) -> Index:
-    """Open an index directory (memory-mapped); ArtifactError (one line) for anything it would not serve.
+    """Open an index directory (memory-mapped, every member opened now, the version held until
+    close()); ArtifactError (one line) for anything it would not serve.
 
     verify=True (any index, also one you did not build): the manifest digest, every file's sha256, every
     manifest field against the schema and the arrays, and every invariant the matcher kernels rely on.
@@ -208,5 +221,6 @@ def load_index(path, verify: bool = True, progress: Progress = None) -> Index:
     and shapes against the counts, and the O(1) offset / layout cross-checks (docs/format.md)."""
     art = open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=verify, progress=progress)
     for problem in index_problems(art, full=verify):
+        art.close()  # release the version's reader lock: a refused index holds nothing
         raise ArtifactError(problem)
     return Index(art)

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from gtmkit.errors import ArtifactError
-from gtmkit.formats.artifact import (ArtifactWriter, file_sha256, open_artifact, read_manifest,
+from gtmkit.formats.artifact import (ArtifactWriter, file_sha256, manifest_path, open_artifact, read_manifest,
                                      verify_artifact)
 
 FMT = "gtmkit-test"
@@ -39,10 +39,15 @@ def build(path, arrays=ARRAYS, table=TABLE, meta=META, version=1, **kw):
         return w.commit(meta)
 
 
+def vdir(path):
+    """The directory of the version an artifact path serves (where its member files are)."""
+    return manifest_path(path).parent
+
+
 def edit_manifest(path, **changes):
-    m = json.loads((path / "manifest.json").read_text())
+    m = json.loads(manifest_path(path).read_text())
     m.update(changes)
-    (path / "manifest.json").write_text(json.dumps(m))
+    manifest_path(path).write_text(json.dumps(m))
 
 
 @pytest.mark.parametrize("mmap", [True, False])
@@ -60,9 +65,9 @@ def test_round_trip(tmp_path, mmap):
         if mmap:
             assert isinstance(got, np.memmap) and not got.flags.writeable
     assert art.table("dict").equals(TABLE)
-    assert art.nbytes == sum(f.stat().st_size for f in out.iterdir() if f.name != "manifest.json")
+    assert art.nbytes == sum(f.stat().st_size for f in vdir(out).iterdir() if f.name != "manifest.json")
     # .npy files are plain numpy files
-    np.testing.assert_array_equal(np.load(out / "u64_2d.npy", mmap_mode="r"), ARRAYS["u64_2d"])
+    np.testing.assert_array_equal(np.load(vdir(out) / "u64_2d.npy", mmap_mode="r"), ARRAYS["u64_2d"])
     with pytest.raises(ArtifactError):
         art.array("dict")
     with pytest.raises(ArtifactError):
@@ -71,18 +76,18 @@ def test_round_trip(tmp_path, mmap):
 
 def test_manifest_contents(tmp_path):
     out = build(tmp_path / "art")
-    text = (out / "manifest.json").read_text()
-    m = read_manifest(out)
+    text = (vdir(out) / "manifest.json").read_text()
+    m = read_manifest(vdir(out))
     assert text == json.dumps(m, sort_keys=True, indent=1) + "\n"
     assert m["schema"] == META["schema"] and m["counts"] == {"n": 5} and m["layout"] == "v1"
     assert m["format"] == FMT and m["format_version"] == 1 and "gtmkit_version" in m and "created" in m
     e = m["files"]["u64_2d"]
     assert e == {"file": "u64_2d.npy", "kind": "array", "dtype": "<u8", "shape": [6, 4],
-                 "bytes": os.path.getsize(out / "u64_2d.npy"), "sha256": file_sha256(out / "u64_2d.npy")}
+                 "bytes": os.path.getsize(vdir(out) / "u64_2d.npy"), "sha256": file_sha256(vdir(out) / "u64_2d.npy")}
     assert m["files"]["dict"]["kind"] == "table" and m["files"]["dict"]["rows"] == 5
-    assert m["files"]["dict"]["sha256"] == file_sha256(out / "dict.parquet")
+    assert m["files"]["dict"]["sha256"] == file_sha256(vdir(out) / "dict.parquet")
     # deterministic apart from "created"
-    m2 = read_manifest(build(tmp_path / "art2"))
+    m2 = read_manifest(vdir(build(tmp_path / "art2")))
     m.pop("created"), m2.pop("created")
     assert m == m2
 
@@ -98,7 +103,7 @@ def test_progress_reported(tmp_path):
 
 def test_flipped_byte(tmp_path):
     out = build(tmp_path / "art")
-    f = out / "f64.npy"
+    f = vdir(out) / "f64.npy"
     data = bytearray(f.read_bytes())
     data[-3] ^= 0x40
     f.write_bytes(bytes(data))
@@ -113,10 +118,10 @@ def test_flipped_byte(tmp_path):
 def test_verify_collects_all(tmp_path):
     out = build(tmp_path / "art")
     for name in ("i8.npy", "dict.parquet"):
-        data = bytearray((out / name).read_bytes())
+        data = bytearray((vdir(out) / name).read_bytes())
         data[-1] ^= 1
-        (out / name).write_bytes(bytes(data))
-    (out / "u64_2d.npy").unlink()
+        (vdir(out) / name).write_bytes(bytes(data))
+    (vdir(out) / "u64_2d.npy").unlink()
     problems = verify_artifact(out, FMT, [1])
     assert len(problems) == 3
     assert verify_artifact(build(tmp_path / "ok"), FMT, [1]) == []
@@ -124,7 +129,7 @@ def test_verify_collects_all(tmp_path):
 
 def test_truncated_refused_without_verify(tmp_path):
     out = build(tmp_path / "art")
-    f = out / "u64_2d.npy"
+    f = vdir(out) / "u64_2d.npy"
     f.write_bytes(f.read_bytes()[:-8])
     with pytest.raises(ArtifactError, match="u64_2d.npy.*truncated"):
         open_artifact(out, FMT, [1], verify=False)
@@ -133,19 +138,19 @@ def test_truncated_refused_without_verify(tmp_path):
 
 def test_header_mismatch(tmp_path):
     out = build(tmp_path / "art")
-    m = json.loads((out / "manifest.json").read_text())
+    m = json.loads((vdir(out) / "manifest.json").read_text())
     m["files"]["i8"]["dtype"] = "|u1"
-    (out / "manifest.json").write_text(json.dumps(m))
+    (vdir(out) / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(ArtifactError, match="i8.npy.*header"):
         open_artifact(out, FMT, [1], verify=False)
-    (out / "i8.npy").write_bytes(b"x" * m["files"]["i8"]["bytes"])  # same size, garbage header
+    (vdir(out) / "i8.npy").write_bytes(b"x" * m["files"]["i8"]["bytes"])  # same size, garbage header
     with pytest.raises(ArtifactError, match="i8.npy.*npy header"):
         open_artifact(out, FMT, [1], verify=False)
 
 
 def test_missing_file(tmp_path):
     out = build(tmp_path / "art")
-    (out / "dict.parquet").unlink()
+    (vdir(out) / "dict.parquet").unlink()
     with pytest.raises(ArtifactError, match="dict.parquet.*missing"):
         open_artifact(out, FMT, [1], verify=False)
 
@@ -238,9 +243,9 @@ def test_bad_paths(tmp_path):
 
 def test_path_traversal_entry_refused(tmp_path):
     out = build(tmp_path / "art")
-    m = json.loads((out / "manifest.json").read_text())
+    m = json.loads((vdir(out) / "manifest.json").read_text())
     m["files"]["i8"]["file"] = "../art/i8.npy"
-    (out / "manifest.json").write_text(json.dumps(m))
+    (vdir(out) / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(ArtifactError, match="invalid entry"):
         open_artifact(out, FMT, [1])
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 import gtmkit
 from gtmkit.cli import cli
+from gtmkit.formats.artifact import manifest_path
 
 from catalogs import random_catalog, schema_dict, write
 
@@ -141,7 +142,7 @@ def _corrupt_version(d):
 def test_corrupt_index_is_refused(tmp_path, catalog, corrupt, message, fatal_without_checksums):
     out = tmp_path / "idx"
     gtmkit.build_index(catalog, out)
-    corrupt(out)
+    corrupt(manifest_path(out).parent)  # the files of the version the path serves
     with pytest.raises(gtmkit.ArtifactError, match=message):
         gtmkit.load_index(out)
     if fatal_without_checksums:

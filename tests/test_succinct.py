@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gtmkit.errors import ArtifactError, GtmkitError
-from gtmkit.formats.artifact import manifest_digest
+from gtmkit.formats.artifact import manifest_digest, manifest_path
 from gtmkit.indexer import succinct_bits as bits
 from gtmkit.indexer.succinct import SuccinctTrie
 from gtmkit.testing_trie import RefTrie
@@ -161,7 +161,7 @@ def test_save_load_round_trip(tmp_path):
         for name in trie.arrays._fields:
             assert np.array_equal(getattr(back.arrays, name), getattr(trie.arrays, name)), name
         assert [back.lookup(k) for k in keys] == [trie.lookup(k) for k in keys]
-    manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
+    manifest = json.loads(manifest_path(tmp_path / "t").read_text())
     assert manifest["format"] == "gtmkit-trie" and manifest["format_version"] == 2
     with pytest.raises(ArtifactError, match="already exists"):
         trie.save(tmp_path / "t")
@@ -171,13 +171,13 @@ def test_save_load_round_trip(tmp_path):
 def test_load_refuses_corrupt_and_foreign(tmp_path):
     trie = SuccinctTrie.build([[1, 2, 3], [4]])
     trie.save(tmp_path / "t")
-    path = tmp_path / "t" / "label_low.npy"
+    path = manifest_path(tmp_path / "t").parent / "label_low.npy"
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="checksum"):
         SuccinctTrie.load(tmp_path / "t")
-    man = tmp_path / "t" / "manifest.json"
+    man = manifest_path(tmp_path / "t")
     m = json.loads(man.read_text())
     m["num_nodes"] = 7
     man.write_text(json.dumps(m))

@@ -32,6 +32,7 @@ def command(ads, seed, n_users, device, workdir, as_json, silent):
         gtmkit demo --ads 1000000 --workdir demo/
     """
     from ..evaluate import evaluate
+    from ..formats.output import check_output
     from ..indexer.build import build_index
     from ..matcher.matcher import Matcher
     from ..synth import synth_users, write_catalog
@@ -39,6 +40,7 @@ def command(ads, seed, n_users, device, workdir, as_json, silent):
 
     with tempfile.TemporaryDirectory(prefix="gtmkit-demo-") as tmp:
         work = Path(workdir or tmp)
+        check_output(work / "index", overwrite=True)  # refused before anything is synthesized
         work.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         catalog, _ = write_catalog(work / "catalog.parquet", ads, seed=seed)

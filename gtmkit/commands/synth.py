@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from ..errors import ArtifactError, SchemaError
+from ..formats.artifact import manifest_path
 from ..synth import TargetingRates, synth_users, write_catalog, write_users
 from ._common import StderrProgress, echo_json, handle_errors
 
@@ -85,7 +86,7 @@ def _why(exc: ValueError) -> str:
 
 
 def _schema_from_index(index_dir) -> dict:
-    manifest = Path(index_dir) / "manifest.json"
+    manifest = manifest_path(index_dir)
     try:
         text = manifest.read_bytes()
     except OSError as exc:

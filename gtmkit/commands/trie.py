@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import pathlib
 import re
 import time
 
@@ -63,7 +62,7 @@ def command():
 
 @command.command("build")
 @click.argument("keys", type=click.Path(dir_okay=False))
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(),
               help="Trie directory to write.")
 @click.option("--column", default="key", show_default=True, help="Parquet column of list<int> keys.")
 @click.option("-f", "--force", is_flag=True, help="Replace an existing trie directory.")
@@ -82,8 +81,9 @@ def build(keys, out_dir, column, force, as_json, silent):
     """
     from ..indexer.succinct import SuccinctTrie
 
-    if pathlib.Path(out_dir).exists() and not force:
-        raise GtmkitError(f"{out_dir}: already exists (pass -f to replace it)")
+    from ..formats.output import check_output
+
+    check_output(out_dir, overwrite=force)  # before the keys are read: a refusal costs nothing
     col = _read_keys(keys, column)
     t0 = time.perf_counter()
     with StderrProgress(silent or as_json) as bar:

@@ -1,5 +1,6 @@
-"""Generic on-disk artifact: a directory of .npy arrays and .parquet tables plus a checksummed manifest.json.
-Written atomically (temporary sibling + rename), opened memory-mapped, checked against format name/version."""
+"""Generic on-disk artifact: versions of .npy arrays and .parquet tables plus a checksummed manifest.json,
+behind an atomically replaced pointer (layout.py); every member is opened at load, memory-mapped, and
+checked against format name/version."""
 
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import stat
-import uuid
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -23,6 +22,10 @@ import pyarrow.parquet as pq
 from gtmkit._version import __version__
 from gtmkit.errors import ArtifactError
 from gtmkit.progress import Progress, report
+
+from .layout import acquire, current, fsync_dir as _fsync_dir
+from .locks import Lock
+from .staging import Staging
 
 MANIFEST = "manifest.json"
 CHUNK = 16 * 1024 * 1024
@@ -42,17 +45,6 @@ def file_sha256(path, progress: Progress = None, chunk: int = CHUNK) -> str:
             done += len(block)
             report(progress, done, total, "sha256")
     return h.hexdigest()
-
-
-def _fsync_dir(path: pathlib.Path) -> None:
-    try:  # directories cannot be opened for fsync on Windows; the rename is still atomic there
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _why(exc: BaseException) -> str:
@@ -76,25 +68,23 @@ def manifest_digest(manifest: dict) -> str:
 
 
 class ArtifactWriter:
-    """Write an artifact directory atomically.
+    """Write a new version of an artifact atomically.
 
     with ArtifactWriter(out_dir, format_name, format_version, overwrite=False) as w:
         w.add_array("node_offsets", arr); w.add_table("bloom_dict_location", table); w.commit(manifest_dict)
 
-    Files go into a temporary sibling directory (``.<name>.tmp-<random>``) that commit() renames to out_dir.
-    If the with-block raises or commit() is never called, the temporary directory is removed and out_dir is
-    untouched. An existing out_dir is an ArtifactError unless overwrite=True; then the old one is renamed aside
-    and deleted only once the new one is in place. Names are unique ``[A-Za-z0-9_]+`` across arrays and tables.
+    Files go into a staging directory inside out_dir that commit() renames to a new version and makes
+    current; indexes still holding the previous version keep reading it, and it is deleted by the first
+    write after they close it. If the with-block raises or commit() is never called, the staging directory
+    is removed and out_dir serves what it served. out_dir must be new, empty or a gtmkit artifact (which is
+    an ArtifactError unless overwrite=True); anything else is refused before anything is written (see
+    output.check_output). Names are unique ``[A-Za-z0-9_]+`` across arrays and tables.
     """
 
     def __init__(self, out_dir, format_name: str, format_version: int, overwrite: bool = False):
-        self.out_dir = pathlib.Path(out_dir).absolute()
         self.format_name, self.format_version, self.overwrite = format_name, int(format_version), overwrite
-        if self.out_dir.exists() and not overwrite:
-            raise ArtifactError(f"{self.out_dir}: already exists (pass overwrite=True to replace it)")
-        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.out_dir.parent / f".{self.out_dir.name}.tmp-{uuid.uuid4().hex[:12]}"
-        self._tmp.mkdir()
+        self._stage = Staging(out_dir, overwrite)
+        self.out_dir, self._tmp = self._stage.root, self._stage.dir
         self._files: dict[str, dict] = {}
         self._committed = False
 
@@ -105,9 +95,9 @@ class ArtifactWriter:
         self.abort()
 
     def abort(self) -> None:
-        """Remove the temporary directory unless commit() succeeded (idempotent; called by ``with``)."""
+        """Remove the staging directory unless commit() succeeded (idempotent; called by ``with``)."""
         if not self._committed:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._stage.abort()
 
     def _claim(self, name: str, suffix: str) -> pathlib.Path:
         if self._committed or not self._tmp.is_dir():
@@ -151,7 +141,7 @@ class ArtifactWriter:
 
     def commit(self, manifest: dict) -> pathlib.Path:
         """Write manifest.json (caller's keys plus format/format_version/gtmkit_version/created/files) and
-        atomically move the directory into place. Returns the final path."""
+        atomically make this the served version. Returns the artifact path."""
         clash = sorted(k for k in manifest if k in _RESERVED)
         if clash:
             raise ArtifactError(f"{self.out_dir}: manifest must not set reserved keys {clash}")
@@ -169,22 +159,8 @@ class ArtifactWriter:
             f.flush()
             os.fsync(f.fileno())
         _fsync_dir(self._tmp)
-        aside = None
-        if self.out_dir.exists() or self.out_dir.is_symlink():
-            if not self.overwrite:
-                raise ArtifactError(f"{self.out_dir}: already exists (pass overwrite=True to replace it)")
-            aside = self.out_dir.parent / f".{self.out_dir.name}.old-tmp-{uuid.uuid4().hex[:12]}"
-            os.replace(self.out_dir, aside)
-        try:
-            os.replace(self._tmp, self.out_dir)
-        except OSError:
-            if aside is not None:  # put the previous artifact back rather than leave nothing
-                os.replace(aside, self.out_dir)
-            raise
+        self._stage.publish()
         self._committed = True
-        _fsync_dir(self.out_dir.parent)
-        if aside is not None:
-            shutil.rmtree(aside) if aside.is_dir() and not aside.is_symlink() else aside.unlink()
         return self.out_dir
 
 
@@ -331,13 +307,44 @@ def _problems(path, format_name: str, supported_versions, verify: bool, progress
 
 
 class Artifact:
-    """An opened, validated artifact: ``.path``, ``.manifest``, ``.array(name)`` (read-only memmap when opened
-    with mmap=True, else loaded into memory), ``.table(name)`` (pyarrow.Table), ``.names`` (array names),
-    ``.table_names``, ``.nbytes`` (total bytes of all member files)."""
+    """An opened, validated version of an artifact: ``.path`` (the artifact path), ``.dir`` (the version's
+    directory; ``.path`` itself for the flat layout), ``.manifest``, ``.array(name)`` (read-only memmap when
+    opened with mmap=True, else loaded into memory), ``.table(name)`` (pyarrow.Table), ``.names`` (array
+    names), ``.table_names``, ``.nbytes`` (total bytes of all member files).
 
-    def __init__(self, path, manifest: dict, mmap: bool = True):
+    Every member is opened here, so nothing is read by path later and a rebuild of the path never mixes
+    in. ``lock`` (held shared from before the manifest was read) keeps the version from being deleted
+    until close(), ``with`` exit or garbage collection; arrays taken before stay readable after it."""
+
+    def __init__(self, path, manifest: dict, mmap: bool = True, directory=None, lock: Lock | None = None):
         self.path, self.manifest, self.mmap = pathlib.Path(path), manifest, mmap
+        self.dir = pathlib.Path(directory) if directory is not None else self.path
+        self._lock = lock
         self._cache: dict[str, object] = {}
+        for name, e in sorted(manifest["files"].items()):
+            fpath = self.dir / e["file"]
+            try:
+                if e["kind"] == "array":
+                    self._cache[name] = np.load(fpath, mmap_mode="r" if mmap else None, allow_pickle=False)
+                else:
+                    self._cache[name] = pq.read_table(fpath, memory_map=mmap)
+            except Exception as exc:  # keep the one-line error contract
+                raise ArtifactError(f"{fpath}: cannot load {e['kind']} ({_why(exc)})") from None
+
+    def close(self) -> None:
+        """Release the version (idempotent): the next write of the path may delete its files."""
+        if self._lock is not None:
+            self._lock.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._lock is None or self._lock.fd < 0
+
+    def __enter__(self) -> "Artifact":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _entry(self, name: str, kind: str) -> dict:
         e = self.manifest["files"].get(name)
@@ -358,36 +365,43 @@ class Artifact:
         return sum(e["bytes"] for e in self.manifest["files"].values())
 
     def array(self, name: str) -> np.ndarray:
-        fpath = self.path / self._entry(name, "array")["file"]
-        if name not in self._cache:
-            try:
-                self._cache[name] = np.load(fpath, mmap_mode="r" if self.mmap else None, allow_pickle=False)
-            except Exception as exc:  # file changed since open; keep the one-line error contract
-                raise ArtifactError(f"{fpath}: cannot load array ({_why(exc)})") from None
+        self._entry(name, "array")
         return self._cache[name]
 
     def table(self, name: str) -> pa.Table:
-        fpath = self.path / self._entry(name, "table")["file"]
-        if name not in self._cache:
-            try:
-                self._cache[name] = pq.read_table(fpath, memory_map=self.mmap)
-            except Exception as exc:
-                raise ArtifactError(f"{fpath}: cannot read table ({_why(exc)})") from None
+        self._entry(name, "table")
         return self._cache[name]
 
 
 def open_artifact(path, format_name: str, supported_versions: Iterable[int], verify: bool = True,
                   mmap: bool = True, progress: Progress = None) -> Artifact:
-    """Validate and open an artifact; raise ArtifactError (one line, naming path/file) on the first problem:
-    manifest present and valid, format name, format version, files present with recorded sizes (truncation
-    reported), .npy headers matching the manifest, and with verify=True the sha256 of every file
-    (progress ``(bytes_done, bytes_total, "verify")``)."""
-    for problem in _problems(path, format_name, supported_versions, verify, progress):
-        raise ArtifactError(problem)
-    return Artifact(path, read_manifest(path), mmap=mmap)
+    """Validate and open the version an artifact path serves; raise ArtifactError (one line, naming
+    path/file) on the first problem: manifest present and valid, format name, format version, files present
+    with recorded sizes (truncation reported), .npy headers matching the manifest, and with verify=True the
+    sha256 of every file (progress ``(bytes_done, bytes_total, "verify")``)."""
+    vdir, lock = acquire(path)
+    try:
+        for problem in _problems(vdir, format_name, supported_versions, verify, progress):
+            raise ArtifactError(problem)
+        return Artifact(path, read_manifest(vdir), mmap=mmap, directory=vdir, lock=lock)
+    except BaseException:
+        if lock is not None:
+            lock.close()
+        raise
 
 
 def verify_artifact(path, format_name: str, supported_versions: Iterable[int],
                     progress: Progress = None) -> list[str]:
-    """Run every check of open_artifact(verify=True), collecting all problems; [] means the artifact is sound."""
-    return list(_problems(path, format_name, supported_versions, True, progress))
+    """Run every check of open_artifact(verify=True) on the version served, collecting all problems;
+    [] means the artifact is sound."""
+    vdir, lock = acquire(path)
+    try:
+        return list(_problems(vdir, format_name, supported_versions, True, progress))
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def manifest_path(path) -> pathlib.Path:
+    """The manifest.json of the version an artifact path serves (for a cheap peek at its keys)."""
+    return current(pathlib.Path(path)) / MANIFEST

@@ -12,6 +12,7 @@ from .._arrays import offsets_from_lengths
 from ..formats import index_format as fmt
 from ..formats.artifact import ArtifactWriter
 from ..formats.catalog import read_catalog
+from ..formats.output import check_output
 from ..formats.schema import PartitionSpec, Schema, make_partition, resolve_schema
 from ..progress import Progress, report
 from .adindex import reorder_lists, sid_ad_map
@@ -58,17 +59,15 @@ def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_
 
     schema: Schema, dict, JSON path, or None for `<stem>.schema.json` beside the catalog.
     partition: "none" | "static" (k: one int per SID level, or one int) | "dynamic" (target_fill, k_max).
-    progress: optional callable (done, total, phase). Nothing is left at out_dir on error."""
+    progress: optional callable (done, total, phase). overwrite=True replaces only a gtmkit artifact (any
+    other file or folder at out_dir is refused). On error out_dir serves what it served before."""
     from ..index import load_index
 
     timer = _Timer()
     schema = resolve_schema(catalog, schema)
     spec = choose_partition(schema, partition, k, target_fill, k_max)
     schema = schema.with_partition(spec)
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        from ..errors import ArtifactError
-        raise ArtifactError(f"{out_dir}: already exists (pass overwrite=True / --force to replace it)")
+    out_dir = check_output(out_dir, overwrite)  # refused before the catalog is read, not after the build
 
     cat = read_catalog(catalog, schema, progress)
     timer.lap("read")

@@ -55,6 +55,7 @@ class SuccinctTrie:
         self.num_keys = int(num_keys)
         self.num_nodes = int(arrays.level_offsets[-1])
         self.path = path
+        self._artifact = None
 
     # ----------------------------------------------------------------------------------- build / io
 
@@ -70,7 +71,8 @@ class SuccinctTrie:
         return cls(nav.LoudsArrays(high_bits=built["high_bits"], **a), built["num_keys"])
 
     def save(self, path, overwrite: bool = False) -> None:
-        """Write the "gtmkit-trie" v1 artifact: one .npy per array + manifest.json with checksums."""
+        """Write the "gtmkit-trie" v1 artifact (a new version of path, docs/format.md): one .npy per array
+        + manifest.json with checksums. overwrite=True replaces only a gtmkit artifact."""
         with ArtifactWriter(path, FORMAT_NAME, FORMAT_VERSION, overwrite=overwrite) as w:
             for name in ARRAY_NAMES:
                 w.add_array(name, getattr(self.arrays, name))
@@ -89,12 +91,28 @@ class SuccinctTrie:
         art = open_artifact(path, FORMAT_NAME, SUPPORTED_VERSIONS, verify=verify, mmap=mmap)
         missing = [name for name in ARRAY_NAMES if name not in art.names]
         if missing:
+            art.close()
             raise ArtifactError(f"{path}: missing arrays {missing}")
         arrays = {name: _array(art, name, mmap) for name in ARRAY_NAMES}
         for problem in trie_problems(path, art.manifest, arrays, full=verify):
+            art.close()
             raise ArtifactError(problem)
-        return cls(nav.LoudsArrays(high_bits=int(art.manifest["high_bits"]), **arrays),
+        trie = cls(nav.LoudsArrays(high_bits=int(art.manifest["high_bits"]), **arrays),
                    art.manifest["num_keys"], path=path)
+        trie._artifact = art
+        return trie
+
+    def close(self) -> None:
+        """Release the artifact version a loaded trie reads (idempotent; also ``with`` exit and garbage
+        collection); a rebuild of its path deletes it at its next write."""
+        if self._artifact is not None:
+            self._artifact.close()
+
+    def __enter__(self) -> "SuccinctTrie":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # ----------------------------------------------------------------------------------- queries
 
@@ -199,7 +217,7 @@ def _array(art, name: str, mmap: bool) -> np.ndarray:
     freshly built trie's and needs no second compilation of every kernel for read-only arrays."""
     if not mmap:
         return art.array(name)
-    fpath = art.path / art.manifest["files"][name]["file"]
+    fpath = art.dir / art.manifest["files"][name]["file"]
     try:
         return np.asarray(np.load(fpath, mmap_mode="c", allow_pickle=False))
     except Exception as exc:

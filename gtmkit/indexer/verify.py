@@ -153,14 +153,22 @@ def verify_index(path, catalog=None, schema=None, progress: Progress = None) -> 
     """Every problem, one line each: all the container's, then (when its arrays can be read, even with a
     checksum mismatch) all invariant problems, then coverage and the catalog once those are clean."""
     from ..index import Index
-    P = verify_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, progress)
-    try:
+    try:  # one version throughout: a rebuild of the path while this runs must not mix two
         art = open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=False)
     except ArtifactError as e:  # the manifest or a file cannot be trusted to read the arrays
-        return P or [str(e)]
-    P += index_problems(art, full=True)
-    if P:
+        return verify_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, progress) or [str(e)]
+    try:
+        P = verify_artifact(art.dir, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, progress)
+        P += index_problems(art, full=True)
+        if P:
+            return P
+        idx = Index(art)
+        P = coverage_problems(idx)
+        if not P and catalog is not None:
+            P = catalog_problems(idx, catalog, schema, progress)
         return P
+    finally:
+        art.close()
     idx = Index(art)
     P = coverage_problems(idx)
     if not P and catalog is not None:
