@@ -119,6 +119,9 @@ class _Device:
         pass
 
 
+_NULL_STREAM = types.SimpleNamespace(ptr=0)
+
+
 def _numpy_on_device(name):
     """NumPy's function of that name, its array results as device arrays."""
     f = getattr(np, name)
@@ -144,6 +147,7 @@ def _module():
     cuda = types.ModuleType("cupy.cuda")
     cuda.Device = _Device
     cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1)
+    cuda.get_current_stream = lambda: _NULL_STREAM  # (kernels run at once: every call is on the null stream)
     m.cuda = cuda
     return m
 
