@@ -237,7 +237,8 @@ def wide_trie(rng, n_keys, vocab):
 
 
 def check_reference(emu, trie, ref, nar, ar, bw, settings):
-    """NAR over nar = (tokens, logp) [b, T, K] and AR over ar = [T, b, BW, K] against the plain-Python reference."""
+    """NAR over nar = (tokens, logp) [b, T, K] and AR over ar = [T, b, BW, K] against the plain-Python reference,
+    on `emu` (EmuDevice, or trie_search_cuda's CupyDevice for the GPU)."""
     from gtmkit.testing_trie import ArProposals, NarProposals, ref_beam_search
     from test_succinct_search import assert_same
     (tokens, logp), b = nar, nar[0].shape[0]
@@ -249,7 +250,7 @@ def check_reference(emu, trie, ref, nar, ar, bw, settings):
     gpu = TrieBeamStepperCuda(trie, b, bw, *settings, device=emu)
     for t in range(len(tokens)):
         gpu.step(tokens[t], logp[t])
-    ids, scores = gpu.result()
+    ids, scores = (emu.to_host(x) for x in gpu.result())
     with np.errstate(over="ignore"):
         for q in range(b):
             assert_same(ids[q], scores[q], *ref_beam_search(ref, ArProposals(tokens[:, q], logp[:, q]), bw, *settings),
@@ -294,7 +295,8 @@ def test_hostile_proposals_equal_python_reference(emu, seed):
     nar = hostile(rng, random_tokens(rng, (b, T, K)), random_logp(rng, (b, T, K), seed % 2 == 0))
     ar = hostile(rng, random_tokens(rng, (T, b, bw, K)), random_logp(rng, (T, b, bw, K), seed % 2 == 1))
     check_reference(emu, trie, ref, nar, ar, bw, settings)
-    assert_equal(trie_beam_search_cuda(trie, *nar, bw, *settings, device=emu), trie_beam_search(trie, *nar, bw, *settings))
+    want = trie_beam_search(trie, *nar, bw, *settings)
+    assert_equal(trie_beam_search_cuda(trie, *nar, bw, *settings, device=emu), want)
 
 
 @pytest.mark.parametrize("seed", range(2))
