@@ -191,14 +191,8 @@ def test_server_equals_cpu_on_synth_workload(params):
 def test_gpu_hostile_proposals_equal_reference(seed):
     """NaN, +inf, -inf and overflowing log-probs and tokens no key holds (test_trie_gpu_emu.hostile), host and CuPy
     proposals: NAR and AR equal the plain-Python reference, and NAR the CPU search."""
-    from test_trie_gpu_emu import check_reference, hostile
-    rng = np.random.default_rng(900 + seed)
-    trie, ref = random_trie(rng, int(rng.integers(5, 60)))
-    b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
-    bw = int(rng.integers(1, 8))
-    settings = random_settings(rng, seed)
-    nar = hostile(rng, random_tokens(rng, (b, T, K)), random_logp(rng, (b, T, K), seed % 2 == 0))
-    ar = hostile(rng, random_tokens(rng, (T, b, bw, K)), random_logp(rng, (T, b, bw, K), seed % 2 == 1))
+    from test_trie_gpu_emu import check_reference, hostile_case
+    trie, ref, nar, ar, bw, settings = hostile_case(200 + seed)
     check_reference(tsc.cuda_device(), trie, ref, nar, ar, bw, settings)
     want = trie_beam_search(trie, *nar, bw, *settings)
     assert_same(trie_beam_search(trie, *nar, bw, *settings, device="cuda"), want)

@@ -283,10 +283,8 @@ def hostile(rng, tokens, logp):
     return tokens, logp
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_hostile_proposals_equal_python_reference(emu, seed):
-    """NAR and AR on non-finite and overflowing log-probs and tokens that are not children (hostile above), with
-    every threshold and normalisation setting: the reference's keys and scores (+inf ones included)."""
+def hostile_case(seed):
+    """-> (trie, ref, nar, ar, bw, settings): a random trie and hostile NAR [b, T, K] / AR [T, b, BW, K] proposals."""
     rng = np.random.default_rng(700 + seed)
     trie, ref = random_trie(rng, int(rng.integers(5, 60)))
     b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
@@ -294,6 +292,14 @@ def test_hostile_proposals_equal_python_reference(emu, seed):
     settings = random_settings(rng, seed)
     nar = hostile(rng, random_tokens(rng, (b, T, K)), random_logp(rng, (b, T, K), seed % 2 == 0))
     ar = hostile(rng, random_tokens(rng, (T, b, bw, K)), random_logp(rng, (T, b, bw, K), seed % 2 == 1))
+    return trie, ref, nar, ar, bw, settings
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_hostile_proposals_equal_python_reference(emu, seed):
+    """NAR and AR on non-finite and overflowing log-probs and tokens that are not children (hostile above), with
+    every threshold and normalisation setting: the reference's keys and scores (+inf ones included)."""
+    trie, ref, nar, ar, bw, settings = hostile_case(seed)
     check_reference(emu, trie, ref, nar, ar, bw, settings)
     want = trie_beam_search(trie, *nar, bw, *settings)
     assert_equal(trie_beam_search_cuda(trie, *nar, bw, *settings, device=emu), want)
