@@ -57,4 +57,4 @@ def test_threads_on_their_own_streams(small_index, monkeypatch):
     streams a thread's kernels would read another's candidates."""
     with installed(monkeypatch):
         import cupy as cp
-        cases.check_threads(cp, small_index, Matcher(small_index, "cuda"), np.random.default_rng(8), True)
+        cases.check_threads(cp, small_index, Matcher(small_index, "cuda"), np.random.default_rng(8), True, repeats=1)

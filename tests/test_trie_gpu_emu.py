@@ -295,7 +295,7 @@ def hostile_case(seed):
     return trie, ref, nar, ar, bw, settings
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(4))
 def test_hostile_proposals_equal_python_reference(emu, seed):
     """NAR and AR on non-finite and overflowing log-probs and tokens that are not children (hostile above), with
     every threshold and normalisation setting: the reference's keys and scores (+inf ones included)."""
