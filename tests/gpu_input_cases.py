@@ -21,7 +21,8 @@ BIG = np.float32(3.0e38)  # two of them overflow float32
 
 
 def hostile_scores(rng, R, V, dtype=np.float32):
-    """(logprobs [R, V], beam_scores [R]): rounded normals with NaN, +inf, -inf and values whose sums overflow."""
+    """(logprobs [R, V], beam_scores [R]): rounded normals with NaN, +inf, -inf and values whose sums overflow;
+    dtype float16, or "bf16" (bfloat16 bits as uint16, the high half of each float32)."""
     lp = np.round(rng.normal(size=(R, V)), 1).astype(np.float32)
     bs = np.round(rng.normal(size=R), 1).astype(np.float32)
     for v in (np.nan, np.inf, -np.inf, np.inf, BIG, -BIG):
@@ -31,7 +32,14 @@ def hostile_scores(rng, R, V, dtype=np.float32):
     if dtype == np.float16:
         with np.errstate(over="ignore"):
             lp = lp.astype(np.float16)  # 3e38 -> inf
+    elif dtype == "bf16":
+        lp = (lp.view(np.uint32) >> 16).astype(np.uint16)
     return lp, bs
+
+
+def as_float32(lp):
+    """The log-probs as the kernels read them (bfloat16 bits widened, float16 converted)."""
+    return (lp.astype(np.uint32) << 16).view(np.float32) if lp.dtype == np.uint16 else lp.astype(np.float32)
 
 
 def bad_node_ids(idx, rng, R, dtype):
@@ -51,8 +59,7 @@ def expected_step(idx, nodes, lp, bs, rr, reqs, k, gtm):
     nodes = np.asarray(nodes, np.int64)
     live = (nodes >= 0) & (nodes < idx.first_leaf) & (rr >= 0) & (rr < len(reqs))
     with np.errstate(over="ignore", invalid="ignore"):
-        return step_reference(idx, np.where(live, nodes, -1), lp.astype(np.float32), bs, np.where(live, rr, 0), reqs,
-                              k, gtm)
+        return step_reference(idx, np.where(live, nodes, -1), as_float32(lp), bs, np.where(live, rr, 0), reqs, k, gtm)
 
 
 def assert_step(cp, got, want, counted):
@@ -67,7 +74,7 @@ def assert_step(cp, got, want, counted):
 
 
 def check_hostile_step(cp, idx, gpu, rng, int32_ids: bool):
-    """The step on hostile scores (float32 and float16 log-probs) and ids (int64, and int32 when int32_ids), rows
+    """The step on hostile scores (float32, float16 and bfloat16 log-probs) and ids (int64, and int32 when int32_ids), rows
     whose row_request lies outside [0, B) before and after the valid ones, k above the candidates: equal to the
     reference; the mask kernel on the same rows equals its reference."""
     B = 3
@@ -75,13 +82,13 @@ def check_hostile_step(cp, idx, gpu, rng, int32_ids: bool):
     q = gpu.batch(reqs)
     D = int(max(idx.max_degree))
     cases = [(np.int64, np.float32, 4, True, True), (np.int32 if int32_ids else np.int64, np.float16, 30, False, True),
-             (np.int64, np.float32, 7, True, False)]
+             (np.int64, np.float32, 7, True, False), (np.int64, "bf16", 5, False, True)]
     for id_dtype, lp_dtype, k, gtm, count in cases:
         rr = np.concatenate([[-3, -1], np.repeat(np.arange(B), 5), [B, B + 5, 10**12]]).astype(np.int64)
         R = len(rr)
         nodes = bad_node_ids(idx, rng, R, id_dtype)
         lp, bs = hostile_scores(rng, R, idx.vocab_size, lp_dtype)
-        code = 1 if lp_dtype == np.float16 else 0
+        code = {"bf16": 2, np.float16: 1}.get(lp_dtype, 0)
         got = gpu.cuda.step(cp.asarray(nodes), cp.asarray(lp), code, cp.asarray(bs), cp.asarray(rr), None, q, k, gtm,
                             count, D)
         assert_step(cp, got, expected_step(idx, nodes, lp, bs, rr, reqs, k, gtm), count or not gtm)
