@@ -13,6 +13,7 @@ import hashlib
 import shutil
 import sys
 import tempfile
+import threading
 import types
 from pathlib import Path
 
@@ -67,6 +68,11 @@ def asnumpy(a):
     return np.array(a)
 
 
+# One emulated launch at a time, as a device runs a queue's kernels in turn (the emulation's barriers and shared
+# memory are process-wide); host threads interleave between launches.
+_launch_lock = threading.Lock()
+
+
 class _Function:
     def __init__(self, module, name):
         self.module, self.name = module, name
@@ -77,8 +83,9 @@ class _Function:
             raise RuntimeError(f"{self.name}: {shared_mem} B of dynamic shared memory without opting in "
                                "(CUDA_ERROR_INVALID_VALUE on a device)")
         lib, sigs = self.module.compiled()
-        launch(lib, sigs, self.name, grid, int(block[0]), tuple(args), cluster=self.module.cluster,
-               smem=int(shared_mem))
+        with _launch_lock:
+            launch(lib, sigs, self.name, grid, int(block[0]), tuple(args), cluster=self.module.cluster,
+                   smem=int(shared_mem))
 
 
 class RawModule:
@@ -119,6 +126,36 @@ class _Device:
         pass
 
 
+_NULL_STREAM = types.SimpleNamespace(ptr=0)
+_current = threading.local()
+
+
+class Stream:
+    """A stream handle (a distinct ptr); `with stream:` makes it the thread's current one, as in CuPy. Kernels run
+    at launch, so nothing is ordered by it: the backend's per-stream scratch buffers are what it tests."""
+
+    _count = 0
+
+    def __init__(self, non_blocking=False):
+        Stream._count += 1
+        self.ptr = 0x1000 + 16 * Stream._count
+
+    def __enter__(self):
+        _current.stack = getattr(_current, "stack", []) + [self]
+        return self
+
+    def __exit__(self, *exc):
+        _current.stack = _current.stack[:-1]
+
+    def synchronize(self):
+        pass
+
+
+def get_current_stream():
+    stack = getattr(_current, "stack", None)
+    return stack[-1] if stack else _NULL_STREAM
+
+
 def _numpy_on_device(name):
     """NumPy's function of that name, its array results as device arrays."""
     f = getattr(np, name)
@@ -144,6 +181,8 @@ def _module():
     cuda = types.ModuleType("cupy.cuda")
     cuda.Device = _Device
     cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1)
+    cuda.get_current_stream = get_current_stream
+    cuda.Stream = Stream
     m.cuda = cuda
     return m
 

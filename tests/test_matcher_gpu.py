@@ -252,3 +252,32 @@ def test_uneven_requests_equal_cpu(tmp_path):
     for k in (1, 100, 2048):
         _same_step(cpu.step(nodes, lp, bs, rr, reqs, k, count_candidates=True),
                    gpu.step(nodes, lp, bs, rr, reqs, k, count_candidates=True))
+
+
+@pytest.fixture(scope="module")
+def small_index(tmp_path_factory):
+    idx, _, _ = _build(tmp_path_factory.mktemp("gpu_inputs"), 81, "static", {"k": [2, 3, 2]}, n_ads=250, L=3, V=9)
+    return idx
+
+
+def test_hostile_inputs_equal_reference(small_index, step_path):
+    """gpu_input_cases on the device: NaN / +inf / -inf / overflowing scores in float32 and float16, node ids that
+    are not internal nodes (int32 as the fused step reads them, int64), row_request outside [0, B), rows out of
+    order, max_children below the out-degrees, non-leaves in both forms of the post-filter."""
+    import gpu_input_cases as cases
+    cpu, gpu = Matcher(small_index, "cpu"), Matcher(small_index, "cuda")
+    rng = np.random.default_rng(5)
+    cases.check_hostile_step(cp, small_index, gpu, rng, step_path == "fused")
+    cases.check_rows_out_of_order(cp, small_index, gpu, rng)
+    for single in (True, False):
+        gpu.cuda.post_single = single
+        cases.check_postfilter_padding(cp, small_index, cpu, gpu, rng)
+
+
+@pytest.mark.parametrize("own_streams", [True, False])
+def test_threads_share_one_matcher(small_index, own_streams):
+    """Four host threads calling one GPU Matcher at once, each on its own stream or all on the current one: every
+    thread's answers equal a single-threaded run's."""
+    import gpu_input_cases as cases
+    cases.check_threads(cp, small_index, Matcher(small_index, "cuda"), np.random.default_rng(8), own_streams,
+                        workers=4, repeats=5)

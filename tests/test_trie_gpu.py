@@ -185,3 +185,15 @@ def test_server_equals_cpu_on_synth_workload(params):
     cp.cuda.Device().synchronize()
     with pytest.raises(GtmkitError, match="closed"):
         srv.search(tokens[0], logp[0])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_gpu_hostile_proposals_equal_reference(seed):
+    """NaN, +inf, -inf and overflowing log-probs and tokens no key holds (test_trie_gpu_emu.hostile), host and CuPy
+    proposals: NAR and AR equal the plain-Python reference, and NAR the CPU search."""
+    from test_trie_gpu_emu import check_reference, hostile_case
+    trie, ref, nar, ar, bw, settings = hostile_case(200 + seed)
+    check_reference(tsc.cuda_device(), trie, ref, nar, ar, bw, settings)
+    want = trie_beam_search(trie, *nar, bw, *settings)
+    assert_same(trie_beam_search(trie, *nar, bw, *settings, device="cuda"), want)
+    assert_same(tsc.trie_beam_search_cuda(trie, *(cp.asarray(x) for x in nar), bw, *settings), want)

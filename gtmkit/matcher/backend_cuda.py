@@ -6,11 +6,22 @@ buffers are sized from the row count and the index's maximum out-degree, never f
 
 Two implementations of the step, with identical results: on Hopper and newer (compute capability 9+)
 one launch of kernels/gtm_fused.cu (a thread block cluster per request); elsewhere the multi-kernel
-pipeline of kernels/gtm_step.cu. GTMKIT_CUDA_STEP=multi forces the latter (the GPU tests run both)."""
+pipeline of kernels/gtm_step.cu. GTMKIT_CUDA_STEP=multi forces the latter (the GPU tests run both).
+
+Inputs the kernels cannot check without a host round trip are made harmless inside them: a node id that is not
+an internal node, or a row whose row_request is outside [0, B), is a dead row; a leaf id that is not a leaf is
+padding, like -1; a row's children past max_children are not candidates. Scores are total: NaN ranks as -inf,
++inf above every finite score (kernels/gtm_common.cuh, candidate_key).
+
+Threads: one backend may be called from several host threads at once. Scratch buffers belong to the CUDA stream
+a call enqueues its work on (the caller's current stream), so two calls share buffers only when the stream
+orders their kernels one after the other; a lock guards the buffer table itself. (One set per stream, not per
+thread: a thread that moves between streams would otherwise let two of its own calls race on the device.)"""
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import cupy as cp
@@ -34,18 +45,22 @@ ST = 8         # per-request state words
 ROUNDS = 4     # lazy-GTM rounds; the last one opens every remaining bin
 STEP_KERNELS = ("count", "base", "expand", "hist", "plan", "round", "replan", "finish", "count_pass", "gather", "mask")
 _modules = {}
+_modules_lock = threading.Lock()
+PER_THREAD_STREAM = 2  # cudaStreamPerThread: each host thread's own stream behind one handle
+KEPT_STREAMS = 64      # streams whose scratch buffers are kept (the least recently used one's are freed)
 
 
 def load_module(path: Path, defines: tuple = ()) -> cp.RawModule:
     """A .cu file compiled for the current device (NVRTC, once per device, file and defines ("NAME=VALUE");
     CuPy caches to disk)."""
     key = (cp.cuda.Device().id, str(path), defines)
-    if key not in _modules:
-        # the headers inlined (kernel_source: CuPy's disk cache keys on this string); the kernels folder stays
-        # on the include path all the same
-        options = ("--std=c++14", f"-I{KERNEL_DIR}") + tuple(f"-D{d}" for d in defines)
-        _modules[key] = cp.RawModule(code=kernel_source(path), options=options)
-    return _modules[key]
+    with _modules_lock:
+        if key not in _modules:
+            # the headers inlined (kernel_source: CuPy's disk cache keys on this string); the kernels folder stays
+            # on the include path all the same
+            options = ("--std=c++14", f"-I{KERNEL_DIR}") + tuple(f"-D{d}" for d in defines)
+            _modules[key] = cp.RawModule(code=kernel_source(path), options=options)
+        return _modules[key]
 
 
 def step_outputs(B: int, k: int) -> tuple:
@@ -104,9 +119,11 @@ class CudaBackend:
         self.ad_params = cp.asarray(np.array([
             _ptr(d["sid_ad_offsets"]), _ptr(d["sid_ad_ids"]), _ptr(d["ad_bitmask"]), _ptr(d["allow_off"]),
             _ptr(d["allow_codes"]), t.allow_codes.shape[1], _ptr(d["excl_off"]), _ptr(d["excl_codes"]),
-            t.excl_codes.shape[1], index.num_ads], np.int64))
+            t.excl_codes.shape[1], index.num_ads, index.num_sids], np.int64))
         self.nbytes = int(sum(a.nbytes for a in d.values()))
-        self._buffers = {}
+        self._buffers = {}  # stream key -> {(name, shape, dtype): buffer}
+        self._buffers_lock = threading.Lock()
+        self._streams = {}
         # set to a CuPy int64 [B, FUSED_PROF_W] array to record the fused step's phase timestamps (profiling)
         self.profile = None
 
@@ -121,15 +138,32 @@ class CudaBackend:
         return q if isinstance(q, DeviceBatch) else DeviceBatch(q)
 
     def _buf(self, name, shape, dtype, scratch=None, zero: bool = False):
-        # One scratch buffer per (name, shape): a fixed beam schedule reuses them step after step, so
+        # One scratch buffer per (stream, name, shape): a fixed beam schedule reuses them step after step, so
         # after a warm-up run nothing is allocated (what CUDA graph capture requires). A captured
         # search passes its own `scratch` dict so its replays never share buffers with other work.
-        store = self._buffers if scratch is None else scratch
         key = (name, shape, np.dtype(dtype).str)
-        b = store.get(key)
-        if b is None:
-            b = store[key] = (cp.zeros if zero else cp.empty)(shape, dtype)
-        return b
+        with self._buffers_lock:
+            store = self._stream_buffers() if scratch is None else scratch
+            b = store.get(key)
+            if b is None:
+                b = store[key] = (cp.zeros if zero else cp.empty)(shape, dtype)
+            return b
+
+    def _stream_buffers(self) -> dict:
+        """The scratch buffers of the current stream (kernels on one stream run in order, whichever thread
+        enqueued them)."""
+        stream = cp.cuda.get_current_stream()
+        ptr = int(stream.ptr)
+        key = (ptr, threading.get_ident()) if ptr == PER_THREAD_STREAM else ptr
+        store = self._buffers.pop(key, None)
+        if store is None:
+            store = {}
+            if len(self._buffers) >= KEPT_STREAMS:  # freed into CuPy's pool, which reuses memory in stream order
+                old = next(iter(self._buffers))
+                del self._buffers[old], self._streams[old]
+            self._streams[key] = stream  # held: a stream's handle is not reused while its buffers are keyed by it
+        self._buffers[key] = store  # most recently used last
+        return store
 
     # --- step -----------------------------------------------------------------------------
     def step(self, node_ids, logprobs, lp_dtype: int, beam_scores, row_req, req_rows, q: DeviceBatch, k: int,
@@ -143,6 +177,9 @@ class CudaBackend:
         the same answer."""
         if not 1 <= k <= MAX_K:
             raise GtmkitError(f"k must be in [1, {MAX_K}] on the GPU, got {k}")
+        if int(max_children) < 1:
+            raise GtmkitError(f"max_children must be >= 1, got {max_children}")
+        max_children = min(int(max_children), max(max(self.max_degree), 1))  # no node has more: same answer
         R = int(node_ids.shape[0])
         B = q.size
         cap = max(R * int(max_children), 1)
@@ -172,12 +209,13 @@ class CudaBackend:
         parent, token, node, score, out_count = out
         best.fill(0)
         ghist.fill(0)
-        self.k_count((B,), (1024,), (self.params, node_ids, req_rows, np.int32(B), row_off, count))
+        D = np.int32(min(int(max_children), 2**31 - 1))
+        self.k_count((B,), (1024,), (self.params, node_ids, row_req, req_rows, np.int32(B), D, row_off, count))
         self.k_base((1,), (1,), (count, np.int32(B), base))
         if R:
             self.k_expand(((R * 32 + 255) // 256,), (256,),
                           (self.params, node_ids, logprobs, np.int32(lp_dtype), np.int32(self.vocab), beam_scores,
-                           row_req, req_rows, row_off, np.int64(R), base, cand, child, best))
+                           row_req, req_rows, row_off, np.int64(R), np.int32(B), D, base, cand, child, best))
         # Lazy CD+GTM top-k over the whole GPU: G blocks per request for every pass over candidates.
         g_hist = max(1, (2 * self.sms) // B)
         g_round = max(1, (8 * self.sms) // B)
@@ -241,12 +279,15 @@ class CudaBackend:
             func(grid, block, args, shared_mem=shared_mem)
 
     def mask(self, node_ids, row_req, q: DeviceBatch, gtm: bool):
+        node_ids, row_req = node_ids.reshape(-1), row_req.reshape(-1)
         R = int(node_ids.shape[0])
+        if row_req.shape[0] != R:
+            raise GtmkitError(f"row_request has {row_req.shape[0]} rows, node_ids {R}")
         words = -(-self.vocab // 32)
         out = cp.zeros((R, words), cp.uint32)
         if R:
             self.k_mask(((R * 32 + 255) // 256,), (256,), (self.params, q.params, node_ids, row_req, np.int64(R),
-                                                          np.int32(words), np.int32(gtm), out))
+                                                          np.int32(q.size), np.int32(words), np.int32(gtm), out))
         return out.view(cp.int32)
 
     def postfilter_padded(self, leaves, q: DeviceBatch, exact: bool, out=None, scratch=None):
@@ -255,6 +296,8 @@ class CudaBackend:
         if leaves.dtype not in (cp.int32, cp.int64):
             leaves = leaves.astype(cp.int64)
         leaves64 = np.int32(leaves.dtype == cp.int64)
+        if leaves.ndim != 2 or leaves.shape[0] != q.size:
+            raise GtmkitError(f"leaf_nodes must be [num_requests={q.size}, M], got {list(leaves.shape)}")
         B, M = leaves.shape
         cap = max(M * self.max_ads_per_sid, 1)
         if out is None:

@@ -331,7 +331,11 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         i64 j0 = 0;
         if (x0 + tid < nmine) {
             i64 n = node_at(node_ids, nid64, r);
-            if (n >= 0 && n < t.n_internal) { j0 = t.node_offsets[n]; deg = (u32)(t.node_offsets[n + 1] - j0); }
+            // (a caller's max_children below the node's out-degree: its first D children, within the scratch)
+            if (n >= 0 && n < t.n_internal) {
+                j0 = t.node_offsets[n];
+                deg = min((u32)(t.node_offsets[n + 1] - j0), (u32)D);
+            }
         }
         u32 incl = block_scan(deg, S.warp_tot);
         S.row_off[tid] = incl - deg;

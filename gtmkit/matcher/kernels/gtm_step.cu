@@ -48,9 +48,19 @@ __device__ __forceinline__ const SparseReq* sparse_of(const Req&, int) { return 
 __device__ __forceinline__ const SparseReq* block_sparse(const Req&, int, bool) { return nullptr; }
 #endif
 
+// Row r is live for request b when its node is internal and row_req[r] == b (so a row whose row_req is out of
+// [0, B), or out of order on the device, where nothing checks it, is dead), and it contributes its first D
+// children (D: the caller's bound on out-degrees, which sizes the candidate buffers).
+__device__ __forceinline__ i64 live_degree(const Trie& t, const i64* node_ids, const i64* row_req, i64 r, i64 b, int D) {
+    const i64 n = node_ids[r];
+    if (n < 0 || n >= t.n_internal || row_req[r] != b) return 0;
+    const i64 deg = t.node_offsets[n + 1] - t.node_offsets[n];
+    return deg < D ? deg : D;
+}
+
 // One block per request: exclusive prefix sums of the live rows' child counts.
-extern "C" __global__ void __launch_bounds__(1024) count_kernel(const i64* TP, const i64* node_ids, const i64* req_rows, int B,
-                                        i64* row_off, i64* cand_count) {
+extern "C" __global__ void __launch_bounds__(1024) count_kernel(const i64* TP, const i64* node_ids, const i64* row_req,
+                                        const i64* req_rows, int B, int D, i64* row_off, i64* cand_count) {
     __shared__ i64 part[1024];
     Trie t = load_trie(TP);
     int b = blockIdx.x;
@@ -59,11 +69,7 @@ extern "C" __global__ void __launch_bounds__(1024) count_kernel(const i64* TP, c
     i64 carry = 0;
     for (i64 base = r0; base < r1; base += blockDim.x) {
         i64 r = base + threadIdx.x;
-        i64 deg = 0;
-        if (r < r1) {
-            i64 n = node_ids[r];
-            if (n >= 0 && n < t.n_internal) deg = t.node_offsets[n + 1] - t.node_offsets[n];
-        }
+        i64 deg = r < r1 ? live_degree(t, node_ids, row_req, r, b, D) : 0;
         part[threadIdx.x] = deg;
         __syncthreads();
         for (int s = 1; s < blockDim.x; s <<= 1) {  // Hillis-Steele inclusive scan
@@ -92,16 +98,19 @@ extern "C" __global__ void base_kernel(const i64* cand_count, int B, i64* cand_b
 // One warp per row: composites of its children, their child nodes, and the request's best score.
 extern "C" __global__ void expand_kernel(const i64* TP, const i64* node_ids, const void* logprobs, int lp_dtype, int V,
                                          const float* beam_scores, const i64* row_req, const i64* req_rows,
-                                         const i64* row_off, i64 R, const i64* cand_base, u64* cand, int* cand_child,
-                                         u32* best_key) {
+                                         const i64* row_off, i64 R, int B, int D, const i64* cand_base, u64* cand,
+                                         int* cand_child, u32* best_key) {
     Trie t = load_trie(TP);
     i64 r = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (r >= R) return;
-    i64 n = node_ids[r];
-    if (n < 0 || n >= t.n_internal) return;
     i64 b = row_req[r];
-    i64 j0 = t.node_offsets[n], j1 = t.node_offsets[n + 1];
+    // (count_kernel numbered only the rows of request b's range that live_degree calls live)
+    if ((u64)b >= (u64)B || r < req_rows[b] || r >= req_rows[b + 1]) return;
+    i64 deg = live_degree(t, node_ids, row_req, r, b, D);
+    if (deg == 0) return;
+    i64 n = node_ids[r];
+    i64 j0 = t.node_offsets[n], j1 = j0 + deg;
     float bs = beam_scores[r];
     u64* out = cand + cand_base[b] + row_off[r];
     int* oc = cand_child + cand_base[b] + row_off[r];
@@ -109,11 +118,9 @@ extern "C" __global__ void expand_kernel(const i64* TP, const i64* node_ids, con
     u32 best = 0;
     for (i64 j = j0 + lane; j < j1; j += 32) {
         float s = bs + load_lp(logprobs, lp_dtype, r * (i64)V + t.child_tokens[j]);
-        if (s != s) s = -__int_as_float(0x7f800000);  // NaN ranks as -inf
-        if (s == 0.0f) s = 0.0f;                      // -0 ties +0 (as on the CPU), not below it
-        u32 key = sortable(s);
-        best = max(best, key);
-        out[j - j0] = ((u64)key << 32) | (u64)(0xFFFFFFFFu - (idx0 + (u32)(j - j0)));
+        u64 c = candidate_key(s, idx0 + (u32)(j - j0));  // NaN as -inf, -0 as +0, +inf above every finite score
+        best = max(best, (u32)(c >> 32));
+        out[j - j0] = c;
         oc[j - j0] = (int)(j + 1);
     }
     for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
@@ -343,17 +350,19 @@ extern "C" __global__ void gather_kernel(const i64* TP, const i64* node_ids, con
 }
 
 // One warp per row: allowed-token bitmask (bit v % 32 of word v / 32).
-extern "C" __global__ void mask_kernel(const i64* TP, const i64* QP, const i64* node_ids, const i64* row_req, i64 R, int words,
-                                       int gtm, u32* out) {
+// Rows whose node is not internal, or whose row_req is outside [0, B), are dead: no token allowed.
+extern "C" __global__ void mask_kernel(const i64* TP, const i64* QP, const i64* node_ids, const i64* row_req, i64 R, int B,
+                                       int words, int gtm, u32* out) {
     Trie t = load_trie(TP);
     Req q = load_req(QP);
     i64 r = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (r >= R) return;
     i64 n = node_ids[r];
-    if (n < 0 || n >= t.n_internal) return;
+    const i64 rb = row_req[r];
+    if (n < 0 || n >= t.n_internal || (u64)rb >= (u64)B) return;
     int d = depth_of(t, n) + 1;
-    int b = (int)row_req[r];
+    int b = (int)rb;
     const SparseReq* sp = gtm ? sparse_of(q, b) : nullptr;  // a block's rows may belong to several requests
     for (i64 j = t.node_offsets[n] + lane; j < t.node_offsets[n + 1]; j += 32) {
         if (!gtm || gtm_passes(t, q, b, sp, j + 1, d)) {

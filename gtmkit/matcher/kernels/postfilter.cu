@@ -14,7 +14,7 @@
 struct AdIndex {
     const i64* sid_ad_offsets; const i64* sid_ad_ids; const int* ad_bitmask;
     const i64* allow_off; const int* allow_codes; i64 allow_stride;
-    const i64* excl_off; const int* excl_codes; i64 excl_stride; i64 n_ads;
+    const i64* excl_off; const int* excl_codes; i64 excl_stride; i64 n_ads; i64 n_sids;
 };
 
 __device__ __forceinline__ AdIndex load_ads(const i64* P) {
@@ -22,6 +22,7 @@ __device__ __forceinline__ AdIndex load_ads(const i64* P) {
     a.sid_ad_offsets = (const i64*)P[0]; a.sid_ad_ids = (const i64*)P[1]; a.ad_bitmask = (const int*)P[2];
     a.allow_off = (const i64*)P[3]; a.allow_codes = (const int*)P[4]; a.allow_stride = P[5];
     a.excl_off = (const i64*)P[6]; a.excl_codes = (const int*)P[7]; a.excl_stride = P[8]; a.n_ads = P[9];
+    a.n_sids = P[10];
     return a;
 }
 
@@ -85,14 +86,15 @@ __device__ __forceinline__ i64 leaf_at(const void* leaves, int leaves64, i64 x) 
 
 // A block's SIDs x0 .. x0 + spb - 1 laid end to end (thread i < spb takes SID x0 + i; those from n_valid on,
 // and -1 / non-leaf entries, have no ads): a0[i] = its first ad, start[i] = where its ads begin in the block's
-// run, start[spb] = the run's length. Every thread of the block calls it; it ends with a barrier.
+// run, start[spb] = the run's length. An entry that is not a leaf id ([first_leaf, first_leaf + n_sids)) is
+// padding, like -1. Every thread of the block calls it; it ends with a barrier.
 __device__ __forceinline__ u32 lay_out_ads(const AdIndex& ai, const void* leaves, int leaves64, i64 first_leaf,
                                            i64 x0, int n_valid, int spb, i64* a0, u32* start, u32* warp_tot) {
     u32 n_ads = 0;
     if ((int)threadIdx.x < spb) {
         const i64 n = (int)threadIdx.x < n_valid ? leaf_at(leaves, leaves64, x0 + threadIdx.x) : -1;
         i64 first = 0;
-        if (n >= first_leaf) {
+        if ((u64)n - (u64)first_leaf < (u64)ai.n_sids) {  // (one compare: below first_leaf wraps around)
             first = ai.sid_ad_offsets[n - first_leaf];
             n_ads = (u32)(ai.sid_ad_offsets[n - first_leaf + 1] - first);
         }

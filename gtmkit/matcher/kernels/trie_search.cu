@@ -724,6 +724,7 @@ __device__ __forceinline__ void search_body(
                     u64 key = rd0 + (ww ? (rd1 >> (9 * (ww - 1))) & 511ull : 0ull);
                     if (bit) key += (u64)__popcll(term_word & ((1ull << bit) - 1ull));
                     float norm = (float)((double)sc * factor);
+                    norm = norm == norm ? norm : NEG_INF;  // (+inf x a factor of 0: NaN ranks as -inf)
                     is_fin = true;
                     fin_key = ((u64)sortable(norm) << 32) | (u64)(0xFFFFFFFFu - (u32)key);
                 }
