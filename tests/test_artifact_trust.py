@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gtmkit
 from gtmkit.errors import ArtifactError
-from gtmkit.formats.artifact import manifest_digest
+from gtmkit.formats.artifact import manifest_path, manifest_digest
 from gtmkit.indexer.succinct import SuccinctTrie
 from gtmkit.indexer.verify import verify_index
 
@@ -71,9 +71,10 @@ def edit_array(d: Path, name: str, fn) -> None:
 
 
 def copy(src: Path, tmp_path: Path) -> Path:
+    """A copy of a built artifact; returns the directory of the version it serves (a flat artifact)."""
     dst = tmp_path / src.name
     shutil.copytree(src, dst)
-    return dst
+    return manifest_path(dst).parent
 
 
 def refused(d: Path, name: str, trie: bool = False) -> str:
@@ -316,7 +317,7 @@ def _paths(obj, prefix=()):
         yield from _paths(v, prefix + (k,))
 
 
-JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64), st.floats(allow_nan=False),
+JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64), st.floats(allow_nan=False, allow_infinity=False),
                         st.text(max_size=4), st.lists(st.integers(-3, 3), max_size=3), st.just({}))
 
 
@@ -328,6 +329,7 @@ def test_random_manifest_edits_give_one_line(built, tmp_path, kind, pick, value,
     d = tmp_path / f"r{pick}_{kind}"
     shutil.rmtree(d, ignore_errors=True)
     shutil.copytree(built[kind], d)
+    d = manifest_path(d).parent
     m = _manifest(d)
     paths = [p for p in _paths(m) if p and p[0] not in ("manifest_sha256", "stats", "created", "source")]
     *parent, key = paths[pick % len(paths)]
