@@ -26,10 +26,15 @@ def _clean(x):
 
 @njit(cache=True, inline="always")
 def _bucket(s, mn, scale, NB):
-    """Linear score bucket, 0 = best; monotone, so a lower bucket holds strictly higher scores."""
+    """Linear score bucket, 0 = best; monotone, so a lower bucket holds strictly higher scores. mn and
+    scale come from the finite scores only: +inf (and anything the float64 map would put past the top)
+    lands in bucket 0, -inf in the last, so the index stays in [0, NB) for every float."""
     if s == -np.inf:
         return NB - 1
-    return NB - 1 - int((np.float64(s) - mn) * scale)
+    x = (np.float64(s) - mn) * scale
+    if not x < NB - 1:  # +inf, inf * 0 = NaN, or the top score itself
+        return 0
+    return NB - 1 - int(x)
 
 
 @njit(cache=True, inline="always")
@@ -109,7 +114,7 @@ def _sort_desc(buf, lo, hi):
     mn, mx = np.inf, -np.inf
     for x in range(lo, hi):
         f = _score_of(buf[x])
-        if f > -np.inf:
+        if -np.inf < f < np.inf:
             mn = min(mn, f)
             mx = max(mx, f)
     NB = max(16, min(N_BUCKETS, n >> 1))
@@ -117,14 +122,14 @@ def _sort_desc(buf, lo, hi):
     start = np.zeros(NB + 1, np.int64)
     for x in range(lo, hi):
         f = _score_of(buf[x])
-        bk = NB - 1 if f == -np.inf else NB - 1 - int((np.float64(f) - mn) * scale)
+        bk = _bucket(f, mn, scale, NB)
         start[bk + 1] += 1
     for i in range(NB):
         start[i + 1] += start[i]
     tmp = np.empty(n, np.uint64)
     for x in range(lo, hi):
         f = _score_of(buf[x])
-        bk = NB - 1 if f == -np.inf else NB - 1 - int((np.float64(f) - mn) * scale)
+        bk = _bucket(f, mn, scale, NB)
         tmp[start[bk]] = buf[x]
         start[bk] += 1
     b0 = 0
@@ -224,7 +229,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
             if v == 0:
                 v = np.float32(0.0)  # -0 ties +0 in the composite sort below, as in a float compare
             score[c] = v
-            if v > -np.inf:
+            if -np.inf < v < np.inf:  # +inf ranks first without stretching the buckets (see _bucket)
                 mn = min(mn, v)
                 mx = max(mx, v)
             c += 1
