@@ -135,14 +135,15 @@ class Index:
         start = base[depth] + (np.arange(self.num_nodes) - lo[depth]) * w[depth]
         return start, start + w[depth]
 
-    def _check_request(self, request) -> None:
-        check_request(request, 0, len(self.layout.names), self.layout.words, [t.shape[1] for t in self.bloom_tables])
+    def _check_request(self, request) -> Request:
+        return check_request(request, 0, len(self.layout.names), self.layout.words,
+                             [t.shape[1] for t in self.bloom_tables])
 
     def node_passes(self, node: int, request: Request) -> bool:
         """GTM test (DESIGN §2) on the node's stored matchers: passes iff any partition passes. Node -1
         (an absent node, as in padded node lists) passes nothing."""
         node = _int_id(node, "node")
-        self._check_request(request)
+        request = self._check_request(request)
         if node == -1:
             return False
         for p in self.node_partitions(node):
@@ -186,7 +187,7 @@ class Index:
         outside = (rows < 0) | (rows >= self.num_ads)
         if outside.any():
             raise RequestError(f"ad row {int(rows[np.flatnonzero(outside)[0]])} outside [0, {self.num_ads})")
-        self._check_request(request)
+        request = self._check_request(request)
         out = np.ones(len(rows), bool)
         exact.bitmask_ok(rows, self.ad_bitmask_ids, self.bitmask_table, request.bitmask, out)
         for b in range(len(self.bloom)):

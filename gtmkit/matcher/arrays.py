@@ -158,9 +158,10 @@ def _int_array(x, what: str, ndim: int) -> np.ndarray:
     return a
 
 
-def check_request(r, b: int, n_bitmask: int, words: int, bloom_widths) -> None:
-    """Request b (an encoded Request, possibly hand-made) against the index's widths: bitmask uint-like
-    [A, W], per Bloom matcher t signatures [n, bloom_widths[t]] and 1-d integer codes."""
+def check_request(r, b: int, n_bitmask: int, words: int, bloom_widths) -> Request:
+    """Request b (an encoded Request, possibly hand-made) against the index's widths: integer bitmask
+    [A, W], per Bloom matcher t integer signatures [n, bloom_widths[t]] and 1-d integer codes.
+    -> the request with the dtypes the kernels read (uint64 rows, int64 codes)."""
     if not isinstance(r, Request):
         raise RequestError(f"request {b}: expected an encoded Request (index.encode_request(user)), "
                            f"got {type(r).__name__}")
@@ -169,11 +170,14 @@ def check_request(r, b: int, n_bitmask: int, words: int, bloom_widths) -> None:
     if bm.shape != (n_bitmask, words) or not isinstance(r.bloom_sigs, (tuple, list)) or \
             not isinstance(r.bloom_codes, (tuple, list)) or len(r.bloom_sigs) != nb or len(r.bloom_codes) != nb:
         raise RequestError(f"request {b} was encoded for another index")
+    sigs, codes = [], []
     for t, w in enumerate(bloom_widths):
         s = _int_array(r.bloom_sigs[t], f"request {b}: Bloom signatures {t}", 2)
         if s.shape[1] != w:
             raise RequestError(f"request {b}: Bloom signatures {t} must be [n, {w}], got {list(s.shape)}")
-        _int_array(r.bloom_codes[t], f"request {b}: Bloom codes {t}", 1)
+        sigs.append(np.ascontiguousarray(s.astype(np.uint64, copy=False)))
+        codes.append(np.ascontiguousarray(_int_array(r.bloom_codes[t], f"request {b}: Bloom codes {t}", 1), np.int64))
+    return Request(np.ascontiguousarray(bm.astype(np.uint64, copy=False)), tuple(sigs), tuple(codes))
 
 
 def stack_requests(requests, n_bitmask: int, words: int, n_bloom: int, bloom_words: int,
@@ -205,7 +209,7 @@ def stack_requests(requests, n_bitmask: int, words: int, n_bloom: int, bloom_wor
     sigs, codes = [], []
     ns = nc = 0
     for b, r in enumerate(requests):
-        check_request(r, b, n_bitmask, words, widths)
+        r = check_request(r, b, n_bitmask, words, widths)
         bm[b] = r.bitmask
         for t in range(n_bloom):
             sig_off[b, t] = ns
