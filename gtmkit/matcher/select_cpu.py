@@ -25,16 +25,28 @@ def _clean(x):
 
 
 @njit(cache=True, inline="always")
-def _bucket(s, mn, scale, NB):
-    """Linear score bucket, 0 = best; monotone, so a lower bucket holds strictly higher scores. mn and
-    scale come from the finite scores only: +inf (and anything the float64 map would put past the top)
-    lands in bucket 0, -inf in the last, so the index stays in [0, NB) for every float."""
+def _bucket(s, mn, mx, scale, NB):
+    """Linear score bucket, 0 = best; monotone, so a lower bucket holds strictly higher scores. mn, mx:
+    the least and greatest finite scores (both 0 when none is finite), scale = (NB - 1) / (mx - mn) or 0:
+    +inf is clamped to mx (bucket 0), -inf goes last, so the index stays in [0, NB) for every float.
+    (A clamp, not a branch: this runs once a candidate per window round.)"""
     if s == -np.inf:
         return NB - 1
-    x = (np.float64(s) - mn) * scale
-    if not x < NB - 1:  # +inf, inf * 0 = NaN, or the top score itself
-        return 0
-    return NB - 1 - int(x)
+    return NB - 1 - int((min(np.float64(s), mx) - mn) * scale)
+
+
+@njit(cache=True)
+def _finite_range(score, n, mn, mx):
+    """(least, greatest) finite score of score[:n], given the range of those above -inf: a +inf (rare) would
+    stretch the buckets, so then the greatest finite one is looked for; (0, 0) when none is finite."""
+    if mx == np.inf:
+        mx = -np.inf
+        for i in range(n):
+            if -np.inf < score[i] < np.inf:
+                mx = max(mx, np.float64(score[i]))
+    if not mn <= mx:  # no finite score (mn is +inf only then)
+        return 0.0, 0.0
+    return mn, mx
 
 
 @njit(cache=True, inline="always")
@@ -118,18 +130,20 @@ def _sort_desc(buf, lo, hi):
             mn = min(mn, f)
             mx = max(mx, f)
     NB = max(16, min(N_BUCKETS, n >> 1))
+    if mx < mn:  # no finite score
+        mn = mx = 0.0
     scale = (NB - 1) / (mx - mn) if mx > mn else 0.0
     start = np.zeros(NB + 1, np.int64)
     for x in range(lo, hi):
         f = _score_of(buf[x])
-        bk = _bucket(f, mn, scale, NB)
+        bk = _bucket(f, mn, mx, scale, NB)
         start[bk + 1] += 1
     for i in range(NB):
         start[i + 1] += start[i]
     tmp = np.empty(n, np.uint64)
     for x in range(lo, hi):
         f = _score_of(buf[x])
-        bk = _bucket(f, mn, scale, NB)
+        bk = _bucket(f, mn, mx, scale, NB)
         tmp[start[bk]] = buf[x]
         start[bk] += 1
     b0 = 0
@@ -229,15 +243,16 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
             if v == 0:
                 v = np.float32(0.0)  # -0 ties +0 in the composite sort below, as in a float compare
             score[c] = v
-            if -np.inf < v < np.inf:  # +inf ranks first without stretching the buckets (see _bucket)
+            if v > -np.inf:
                 mn = min(mn, v)
                 mx = max(mx, v)
             c += 1
     NB = max(64, min(N_BUCKETS, C >> 2))  # fewer buckets for small requests: their fixed cost dominates
+    mn, mx = _finite_range(score, C, mn, mx)
     scale = (NB - 1) / (mx - mn) if mx > mn else 0.0
     cum = np.zeros(NB, np.int64)
     for i in range(C):
-        cum[_bucket(score[i], mn, scale, NB)] += 1
+        cum[_bucket(score[i], mn, mx, scale, NB)] += 1
     for i in range(1, NB):
         cum[i] += cum[i - 1]
     # Lazy GTM in score order: each round tests only the candidates of buckets (lo, hi]; the window
@@ -261,7 +276,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
         x = 0  # row cursor (i ascends)
         for i in range(C + 1):
             if i < C:
-                bk = _bucket(score[i], mn, scale, NB)
+                bk = _bucket(score[i], mn, mx, scale, NB)
                 if not lo < bk <= hi:
                     continue
                 if not gtm:
@@ -290,7 +305,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     if count_all and gtm:
         total = ns
         for i in range(C):
-            if _bucket(score[i], mn, scale, NB) > hi:
+            if _bucket(score[i], mn, mx, scale, NB) > hi:
                 x = _row_of(row_start, i)
                 n = node_ids[r0 + x]
                 child = no[n] + (i - row_start[x]) + 1
