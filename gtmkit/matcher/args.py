@@ -74,8 +74,10 @@ def floats(x, name: str, ndim: int) -> np.ndarray:
         raise GtmkitError(f"{name} must be a {ndim}-d array of floats, got shape {list(a.shape)}")
     if a.dtype.kind not in "fiu":
         raise GtmkitError(f"{name} must be floats, got dtype {a.dtype}")
-    with np.errstate(over="ignore"):
-        return np.ascontiguousarray(a, np.float32)
+    if a.dtype != np.float32:
+        with np.errstate(over="ignore"):
+            a = a.astype(np.float32)
+    return np.ascontiguousarray(a)
 
 
 def available_bytes() -> int:

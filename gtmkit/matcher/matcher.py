@@ -119,11 +119,10 @@ class Matcher:
                 bool_arg(rows_best_first, "rows_best_first"))
 
     @staticmethod
-    def _check_output(B: int, k: int, scratch: int) -> None:
+    def _check_output(B: int, k: int, scratch_per_thread: int) -> None:
         """Refuse a k whose [B, k] outputs (16 bytes a slot) and per-thread scratch cannot fit."""
-        need = B * k * 16 + scratch
-        if need > 1 << 28:  # reading the OS's figure costs more than a small step
-            check_memory(need, f"k={k} for {B} requests")
+        if (B * 16 + scratch_per_thread) * k > 1 << 26:  # reading the OS's figures costs more than a small step
+            check_memory(B * k * 16 + numba.get_num_threads() * scratch_per_thread * k, f"k={k} for {B} requests")
 
     # --- operations --------------------------------------------------------------------------
     def step(self, node_ids, logprobs, beam_scores, row_request, requests, k: int, gtm: bool = True,
@@ -146,7 +145,7 @@ class Matcher:
         q = self.batch(requests)
         B = q.size
         if self.cuda is not None:
-            self._check_output(B, k, 0)
+            self._check_output(B, k, 0)  # (host memory: the device's is the backend's to check)
             return self._step_cuda(node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates,
                                    max_children, rows_best_first)
         node_ids, _, starts = self._rows(node_ids, row_request, B)
@@ -158,7 +157,7 @@ class Matcher:
                               f"{list(logprobs.shape)} and {list(beam_scores.shape)}")
         if R * self._max_degree >= 2**32:  # a candidate's number within its request is 32 bits (select_cpu)
             raise GtmkitError(f"{R} rows of up to {self._max_degree} children: more than 2^32 candidates")
-        self._check_output(B, k, numba.get_num_threads() * (k + select_cpu.GTM_BATCH + 1) * 8)
+        self._check_output(B, k, 8)  # the band selection's passer buffer: k + a GTM batch, per thread
         out = Step(np.empty((B, k), np.int32), np.empty((B, k), np.int32), np.empty((B, k), np.int32),
                    np.empty((B, k), np.float32), np.empty(B, np.int64))  # the kernel writes every slot
         K.step_kernel(self.arrays, q, starts, node_ids, logprobs, beam_scores, k, gtm,
