@@ -14,6 +14,7 @@ from .formats import index_format as fmt
 from .formats.artifact import open_artifact
 from .formats.index_checks import index_problems
 from .matcher import exact
+from .matcher.arrays import check_request
 from .progress import Progress
 from .targeting import BitmaskLayout, Request, encode_request, row_passes
 
@@ -135,8 +136,17 @@ class Index:
         start = base[depth] + (np.arange(self.num_nodes) - lo[depth]) * w[depth]
         return start, start + w[depth]
 
+    def _check_request(self, request) -> Request:
+        return check_request(request, 0, len(self.layout.names), self.layout.words,
+                             [t.shape[1] for t in self.bloom_tables])
+
     def node_passes(self, node: int, request: Request) -> bool:
-        """GTM test (DESIGN §2) on the node's stored matchers: passes iff any partition passes."""
+        """GTM test (DESIGN §2) on the node's stored matchers: passes iff any partition passes. Node -1
+        (an absent node, as in padded node lists) passes nothing."""
+        node = _int_id(node, "node")
+        request = self._check_request(request)
+        if node == -1:
+            return False
         for p in self.node_partitions(node):
             bm = self.bitmask_table[self.part_bitmask_ids[p]]
             blooms = [self.bloom_tables[b][self.part_bloom_ids[p, b]] for b in range(len(self.bloom))]
@@ -161,8 +171,9 @@ class Index:
                               [b["name"] for b in self.bloom], lookups)
 
     def ad_rows(self, ad_ids) -> np.ndarray:
-        """Ad-level row (position in sid_ad_ids) of each ad id; RequestError for unknown ids."""
-        ad_ids = np.asarray(ad_ids, np.int64).reshape(-1)
+        """Ad-level row (position in sid_ad_ids) of each ad id; RequestError for unknown ids and for ids
+        that are not int64 integers."""
+        ad_ids = _int64s(ad_ids, "ad id")
         sorted_ids = self.artifact.array("ad_ids_sorted")
         pos = np.searchsorted(sorted_ids, ad_ids)
         pos_c = np.minimum(pos, len(sorted_ids) - 1)
@@ -172,8 +183,12 @@ class Index:
         return np.asarray(self.artifact.array("ad_rows_by_id")[pos_c], np.int64)
 
     def eligible_rows(self, rows: np.ndarray, request: Request) -> np.ndarray:
-        """Exact eligibility of ad-level rows -> bool array."""
-        rows = np.ascontiguousarray(rows, np.int64)
+        """Exact eligibility of ad-level rows (each in [0, num_ads)) -> bool array."""
+        rows = _int64s(rows, "ad row")
+        outside = (rows < 0) | (rows >= self.num_ads)
+        if outside.any():
+            raise RequestError(f"ad row {int(rows[np.flatnonzero(outside)[0]])} outside [0, {self.num_ads})")
+        request = self._check_request(request)
         out = np.ones(len(rows), bool)
         exact.bitmask_ok(rows, self.ad_bitmask_ids, self.bitmask_table, request.bitmask, out)
         for b in range(len(self.bloom)):
@@ -209,6 +224,31 @@ class Index:
     def __repr__(self) -> str:
         return (f"Index({str(self.path)!r}, sids={self.num_sids}, ads={self.num_ads}, "
                 f"L={self.sid_length}, V={self.vocab_size}, partition={self.partition_layout['kind']})")
+
+
+def _int_id(x, what: str) -> int:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise RequestError(f"{what} must be an integer, got {x!r}")
+    return int(x)
+
+
+def _int64s(x, what: str) -> np.ndarray:
+    """1-d int64 of integer ids; floats, bools, strings and ids beyond int64 refused with the first of them."""
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise RequestError(f"{what}s must be integers ({e})") from None
+    a = a.reshape(-1)
+    if a.size == 0:
+        return np.zeros(0, np.int64)
+    if a.dtype.kind == "u" and a.max() > np.iinfo(np.int64).max:
+        raise RequestError(f"{what} {int(a[np.argmax(a > np.iinfo(np.int64).max)])} does not fit int64")
+    if a.dtype.kind not in "iu":
+        bad = [v for v in a.tolist() if isinstance(v, bool) or not isinstance(v, int) or not -2**63 <= v < 2**63]
+        if a.dtype.kind != "O" or bad:  # an object array of Python ints that fit is taken
+            bad = bad[0] if bad else a.flat[0]
+            raise RequestError(f"{what}s must be int64 integers, got {bad!r} ({a.dtype})")
+    return np.ascontiguousarray(a, np.int64)
 
 
 def load_index(path, verify: bool = True, progress: Progress = None) -> Index:

@@ -65,18 +65,22 @@ def union_rows(rows: list) -> np.ndarray:
 
 def step_reference(index, node_ids, logprobs, beam_scores, row_request, requests, k, gtm=True):
     """CD+GTM step by brute force: every child of every live row, GTM via Index.node_passes, full sort.
-    Returns (parent_rows, tokens, nodes, scores) lists per request."""
+    A row whose node id is not an internal node is dead. A candidate scores float32(beam_score +
+    logprob), overflow going to +-inf; NaN scores as -inf; order: score desc (+inf first, -inf
+    candidates last but kept), then row asc, then token asc.
+    Returns (parent_rows, tokens, nodes, scores, num_candidates) per request."""
     B = len(requests)
     cands = [[] for _ in range(B)]
     for r, n in enumerate(node_ids):
-        if n < 0 or n >= index.first_leaf:
+        if not 0 <= int(n) < index.first_leaf:
             continue
         b = int(row_request[r])
         toks, kids = index.children(int(n))
         for tok, kid in zip(toks, kids):
             if gtm and not index.node_passes(int(kid), requests[b]):
                 continue
-            s = np.float32(np.float32(beam_scores[r]) + np.float32(logprobs[r, tok]))
+            with np.errstate(over="ignore", invalid="ignore"):
+                s = np.float32(np.float32(beam_scores[r]) + np.float32(logprobs[r, tok]))
             s = np.float32(-np.inf) if np.isnan(s) else s
             cands[b].append((-float(s), r, int(tok), int(kid)))
     out = []
@@ -91,7 +95,7 @@ def mask_reference(index, node_ids, row_request, requests, gtm=True) -> np.ndarr
     words = -(-index.vocab_size // 32)
     out = np.zeros((len(node_ids), words), np.uint32)
     for r, n in enumerate(node_ids):
-        if n < 0 or n >= index.first_leaf:
+        if not 0 <= int(n) < index.first_leaf:
             continue
         toks, kids = index.children(int(n))
         for tok, kid in zip(toks, kids):

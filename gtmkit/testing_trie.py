@@ -41,7 +41,8 @@ def ref_beam_search(ref: RefTrie, proposals, beam_width: int, theta_tok=-math.in
                     alpha=0.0, trace: list = None) -> tuple:
     """DESIGN §6 read literally, for one query. proposals(t, i) -> (tokens, logps) of live beam i at step
     t (NAR: the same list for every i), for t in range(steps) where steps = proposals.steps.
-    Scores add in float32; normalised = float32(float(score) * (6 / (5 + d)) ** alpha).
+    Scores add in float32 (overflow to +-inf); normalised = float32(float(score) * (6 / (5 + d)) ** alpha).
+    A NaN log-prob fails lp > theta_tok (dropped); +inf ranks above every finite score, ties as for any score.
     -> (key ids list, scores list), best first, at most beam_width. With trace=[], the live list of
     every step is appended to it as [(node id, score, parent beam, token), ...], best first."""
     tt, ts = np.float32(theta_tok), np.float32(theta_sent)
@@ -59,11 +60,12 @@ def ref_beam_search(ref: RefTrie, proposals, beam_width: int, theta_tok=-math.in
                 node = prefix + (tok,)
                 if node not in ref.node_id:
                     continue
-                score = np.float32(s + lp)
+                with np.errstate(over="ignore"):  # float32 sums and casts overflow to +-inf, as in the kernels
+                    score = np.float32(s + lp)
+                    norm = np.float32(float(score) * (6.0 / (5 + len(node))) ** alpha)
                 if not score > ts:
                     continue
                 if node in ref.keys:
-                    norm = np.float32(float(score) * (6.0 / (5 + len(node))) ** alpha)
                     k = ref.key_id[node]
                     finished[k] = max(finished.get(k, norm), norm)
                 if ref.kids[node]:

@@ -110,12 +110,96 @@ class RequestBatch(NamedTuple):
         return self.bitmask.shape[0]
 
 
-def stack_requests(requests, n_bitmask: int, words: int, n_bloom: int, bloom_words: int) -> RequestBatch:
-    if isinstance(requests, RequestBatch):
+class _Stacked(RequestBatch):
+    """A RequestBatch that stack_requests built or checked: trusted by the kernels after an O(1) check of its
+    widths against the index (a hand-made RequestBatch is checked whole on every use)."""
+
+    __slots__ = ()
+
+
+def _offsets(off, name: str, B: int, nb: int, n: int) -> None:
+    """off int64 [B, nb+1]: each row non-decreasing inside [0, n]."""
+    if not (isinstance(off, np.ndarray) and off.dtype == np.int64 and off.shape == (B, nb + 1)):
+        raise RequestError(f"RequestBatch.{name} must be int64 [{B}, {nb + 1}], got "
+                           f"{getattr(off, 'dtype', type(off).__name__)} {list(np.shape(off))}")
+    bad = (off[:, 0] < 0) | (off[:, -1] > n) | (np.diff(off, axis=1) < 0).any(axis=1)
+    if bad.any():
+        raise RequestError(f"RequestBatch.{name} of request {int(np.flatnonzero(bad)[0])}: offsets must be "
+                           f"non-decreasing in [0, {n}]")
+
+
+def _check_batch(q: RequestBatch, n_bitmask: int, words: int, n_bloom: int, bloom_words: int) -> RequestBatch:
+    """A caller's RequestBatch checked in O(its size): dtypes, shapes and offsets the kernels index by."""
+    want = {"bitmask": (np.uint64, 3), "sig_off": (np.int64, 2), "sigs": (np.uint64, 2),
+            "code_off": (np.int64, 2), "codes": (np.int64, 1)}
+    for name, (dt, nd) in want.items():
+        a = getattr(q, name)
+        if not (isinstance(a, np.ndarray) and a.dtype == dt and a.ndim == nd and a.flags.c_contiguous):
+            raise RequestError(f"RequestBatch.{name} must be a C-contiguous {np.dtype(dt).name} array of rank {nd}, "
+                               f"got {getattr(a, 'dtype', type(a).__name__)} {list(np.shape(a))}")
+    B = q.bitmask.shape[0]
+    if B < 1 or q.bitmask.shape[1:] != (n_bitmask, words):
+        raise RequestError(f"RequestBatch.bitmask must be [B >= 1, {n_bitmask}, {words}] for this index, got "
+                           f"{list(q.bitmask.shape)}")
+    if q.sigs.shape[1] != bloom_words:
+        raise RequestError(f"RequestBatch.sigs must be [n, {bloom_words}] for this index, got {list(q.sigs.shape)}")
+    _offsets(q.sig_off, "sig_off", B, n_bloom, q.sigs.shape[0])
+    _offsets(q.code_off, "code_off", B, n_bloom, q.codes.shape[0])
+    return _Stacked(*q)
+
+
+def _int_array(x, what: str, ndim: int) -> np.ndarray:
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError, OverflowError):
+        a = np.asarray(None)
+    if a.ndim != ndim or a.dtype.kind not in "iu":
+        raise RequestError(f"{what} must be a {ndim}-d integer array, got {a.dtype} {list(a.shape)}")
+    return a
+
+
+def check_request(r, b: int, n_bitmask: int, words: int, bloom_widths) -> Request:
+    """Request b (an encoded Request, possibly hand-made) against the index's widths: integer bitmask
+    [A, W], per Bloom matcher t integer signatures [n, bloom_widths[t]] and 1-d integer codes.
+    -> the request with the dtypes the kernels read (uint64 rows, int64 codes)."""
+    if not isinstance(r, Request):
+        raise RequestError(f"request {b}: expected an encoded Request (index.encode_request(user)), "
+                           f"got {type(r).__name__}")
+    bm = _int_array(r.bitmask, f"request {b}: bitmask", 2)
+    nb = len(bloom_widths)
+    if bm.shape != (n_bitmask, words) or not isinstance(r.bloom_sigs, (tuple, list)) or \
+            not isinstance(r.bloom_codes, (tuple, list)) or len(r.bloom_sigs) != nb or len(r.bloom_codes) != nb:
+        raise RequestError(f"request {b} was encoded for another index")
+    sigs, codes = [], []
+    for t, w in enumerate(bloom_widths):
+        s = _int_array(r.bloom_sigs[t], f"request {b}: Bloom signatures {t}", 2)
+        if s.shape[1] != w:
+            raise RequestError(f"request {b}: Bloom signatures {t} must be [n, {w}], got {list(s.shape)}")
+        sigs.append(np.ascontiguousarray(s.astype(np.uint64, copy=False)))
+        codes.append(np.ascontiguousarray(_int_array(r.bloom_codes[t], f"request {b}: Bloom codes {t}", 1), np.int64))
+    return Request(np.ascontiguousarray(bm.astype(np.uint64, copy=False)), tuple(sigs), tuple(codes))
+
+
+def stack_requests(requests, n_bitmask: int, words: int, n_bloom: int, bloom_words: int,
+                   bloom_widths=None) -> RequestBatch:
+    """Requests -> one RequestBatch, every request checked (bloom_widths: words of each Bloom matcher's
+    rows, default bloom_words for all). A RequestBatch is checked in O(its size) unless this built it."""
+    if isinstance(requests, _Stacked):
+        if requests.bitmask.shape[1:] != (n_bitmask, words) or requests.sig_off.shape[1] != n_bloom + 1 or \
+                requests.sigs.shape[1] != bloom_words:
+            raise RequestError("this RequestBatch was built for another index")
         return requests
+    if isinstance(requests, RequestBatch):
+        return _check_batch(requests, n_bitmask, words, n_bloom, bloom_words)
+    widths = [bloom_words] * n_bloom if bloom_widths is None else list(bloom_widths)
     if isinstance(requests, Request):
         requests = [requests]
-    requests = list(requests)
+    if not isinstance(requests, (list, tuple)):
+        try:
+            requests = list(requests)
+        except TypeError:
+            raise RequestError(f"requests must be encoded Requests or a RequestBatch, got "
+                               f"{type(requests).__name__}") from None
     if not requests:
         raise RequestError("no requests given")
     B = len(requests)
@@ -125,11 +209,7 @@ def stack_requests(requests, n_bitmask: int, words: int, n_bloom: int, bloom_wor
     sigs, codes = [], []
     ns = nc = 0
     for b, r in enumerate(requests):
-        if not isinstance(r, Request):
-            raise RequestError(f"request {b}: expected an encoded Request (index.encode_request(user)), "
-                               f"got {type(r).__name__}")
-        if r.bitmask.shape != (n_bitmask, words) or len(r.bloom_sigs) != n_bloom:
-            raise RequestError(f"request {b} was encoded for another index")
+        r = check_request(r, b, n_bitmask, words, widths)
         bm[b] = r.bitmask
         for t in range(n_bloom):
             sig_off[b, t] = ns
@@ -145,4 +225,4 @@ def stack_requests(requests, n_bitmask: int, words: int, n_bloom: int, bloom_wor
         code_off[b, n_bloom] = nc
     sigs_arr = np.concatenate(sigs) if sigs else np.zeros((1, max(bloom_words, 1)), np.uint64)
     codes_arr = np.concatenate(codes) if codes else np.zeros(1, np.int64)
-    return RequestBatch(bm, sig_off, sigs_arr, code_off, codes_arr)
+    return _Stacked(bm, sig_off, sigs_arr, code_off, codes_arr)

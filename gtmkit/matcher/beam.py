@@ -8,6 +8,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from ..errors import GtmkitError
+from .args import bool_arg, int_arg
 
 
 class Result(NamedTuple):
@@ -51,10 +52,17 @@ def beam_search(matcher, requests, logits_fn: Callable, beam_sizes=(1, 512, 1024
     keeps beam_sizes[t+1]; the last step keeps beam_sizes[-1] SIDs."""
     index = matcher.index
     L = index.sid_length
-    sizes = [int(x) for x in beam_sizes]
-    if len(sizes) != L or sizes[0] != 1 or min(sizes) < 1:
-        raise GtmkitError(f"beam_sizes must hold {L} positive sizes starting with 1 (one start row per "
-                          f"request), got {tuple(beam_sizes)}")
+    try:
+        sizes = [int_arg(x, "beam_sizes") for x in beam_sizes]
+    except (GtmkitError, TypeError):
+        sizes = []
+    if len(sizes) != L or sizes[0] != 1:
+        raise GtmkitError(f"beam_sizes must hold {L} positive integer sizes starting with 1 (one start row "
+                          f"per request), got {beam_sizes!r}")
+    gtm, postfilter = bool_arg(gtm, "gtm"), bool_arg(postfilter, "postfilter")
+    count_candidates = bool_arg(count_candidates, "count_candidates")
+    if not callable(logits_fn):
+        raise GtmkitError(f"logits_fn must be callable, got {type(logits_fn).__name__}")
     q = matcher.batch(requests)
     xp = matcher.xp
     gpu = xp is not np

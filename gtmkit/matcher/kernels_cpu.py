@@ -116,10 +116,9 @@ def _postfilter_request(t, q, b, leaves, first_leaf, exact, start, out_ads, out_
     qbm, coff, codes = q.bitmask, q.code_off, q.codes
     c = 0
     for m in range(leaves.shape[1]):
-        n = leaves[b, m]
-        if n < first_leaf:
+        s = leaves[b, m] - first_leaf
+        if not 0 <= s < sao.shape[0] - 1:  # -1 padding, and any id that is not a leaf, names no SID
             continue
-        s = n - first_leaf
         for r in range(sao[s], sao[s + 1]):
             if not exact or _eligible(adb, bmt, ao, ac, eo, ec, qbm, coff, codes, b, r):
                 if fill:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numba
 import numpy as np
 
 from ..errors import GtmkitError
 from . import kernels_cpu as K
 from . import select_cpu
+from .args import bool_arg, check_kind, check_memory, floats, ids, int_arg
 from .arrays import stack_requests, trie_arrays
 
 
@@ -58,6 +60,8 @@ class Matcher:
         self.vocab_size = index.vocab_size
         self.first_leaf = index.first_leaf
         self._bloom_words = int(self.arrays.bloom_table.shape[1])
+        self._bloom_widths = [int(t.shape[1]) for t in index.bloom_tables]
+        self._max_degree = int(np.max(index.max_degree, initial=1))
         # GTM pass rate last seen per depth (CPU step): sizes the first band of candidates kept
         self._gtm_rate = np.full(len(index.level_offsets), 1.0 / 3.0)
         self._band_from = select_cpu.BAND_FROM  # requests with this many candidates use the band selection
@@ -82,88 +86,118 @@ class Matcher:
     # --- inputs -----------------------------------------------------------------------------
     def batch(self, requests):
         """Stack encoded requests once (beam_search does this; pass the batch to every step).
-        On the GPU the batch is uploaded once too."""
+        On the GPU the batch is uploaded once too. Every request is checked against the index; a
+        RequestBatch that this did not build is checked whole on each use."""
         if self.cuda is not None:
             from .backend_cuda import DeviceBatch
             if isinstance(requests, DeviceBatch):
                 return requests
         ix = self.index
-        q = stack_requests(requests, len(ix.layout.names), ix.layout.words, len(ix.bloom), self._bloom_words)
+        q = stack_requests(requests, len(ix.layout.names), ix.layout.words, len(ix.bloom), self._bloom_words,
+                           self._bloom_widths)
         return self.cuda.batch(q) if self.cuda is not None else q
 
     def _rows(self, node_ids, row_request, n_requests):
-        node_ids = np.ascontiguousarray(node_ids, np.int64).reshape(-1)
-        row_request = np.ascontiguousarray(row_request, np.int64).reshape(-1)
+        """Host node ids and request numbers, checked. A node id that is not an internal node (leaves,
+        ids past the trie, negatives) is a dead row: no candidates, nothing in the mask."""
+        node_ids = ids(node_ids, "node_ids")
+        row_request = ids(row_request, "row_request")
         if row_request.shape != node_ids.shape:
             raise GtmkitError(f"row_request has {len(row_request)} rows, node_ids {len(node_ids)}")
+        if len(node_ids) >= 2**31:
+            raise GtmkitError(f"{len(node_ids)} rows: at most 2^31 - 1 (parent rows are int32)")
         starts = np.empty(n_requests + 1, np.int64)
         if not K.request_starts(row_request, starts):  # one numba pass: checks and offsets together
             raise GtmkitError("row_request must be non-decreasing request numbers in [0, num_requests)")
         return node_ids, row_request, starts
+
+    def _step_args(self, k, gtm, count_candidates, max_children, rows_best_first):
+        k = int_arg(k, "k")
+        if max_children is not None:
+            max_children = int_arg(max_children, "max_children")
+        return (k, bool_arg(gtm, "gtm"), bool_arg(count_candidates, "count_candidates"), max_children,
+                bool_arg(rows_best_first, "rows_best_first"))
+
+    @staticmethod
+    def _check_output(B: int, k: int, scratch_per_thread: int) -> None:
+        """Refuse a k whose [B, k] outputs (16 bytes a slot) and per-thread scratch cannot fit."""
+        if (B * 16 + scratch_per_thread) * k > 1 << 26:  # reading the OS's figures costs more than a small step
+            check_memory(B * k * 16 + numba.get_num_threads() * scratch_per_thread * k, f"k={k} for {B} requests")
 
     # --- operations --------------------------------------------------------------------------
     def step(self, node_ids, logprobs, beam_scores, row_request, requests, k: int, gtm: bool = True,
              count_candidates: bool = False, max_children: int = None, rows_best_first: bool = False) -> Step:
         """One fused CD+GTM step with top-k per request (DESIGN §5).
 
-        node_ids int [R] (-1 = dead row), logprobs float [R, V], beam_scores float [R],
-        row_request int [R] (non-decreasing: rows of a request are contiguous), requests: encoded
-        requests or a RequestBatch. Ties: score desc, then parent row asc, then token asc.
+        node_ids int [R] (-1, or any id that is not an internal node = dead row), logprobs float [R, V],
+        beam_scores float [R], row_request int [R] (non-decreasing: rows of a request are contiguous),
+        requests: encoded requests or a RequestBatch. A candidate scores float32(beam_score + logprob);
+        NaN ranks as -inf, +inf above every finite score. Ties: score desc, then parent row asc, then
+        token asc.
         On the GPU, inputs may be numpy, CuPy or torch CUDA tensors (DLPack, no copy; logprobs float32,
         float16 or bfloat16), outputs are CuPy arrays, and nothing waits for the device; max_children
         (the largest out-degree among the rows' nodes, e.g. index.max_degree[depth]) sizes the
         candidate buffer, default the index's largest. rows_best_first: each request's rows come best
         beam score first, as a previous step returns them; the GPU step then reads the request's best score
         from its first row instead of scanning them (the answer is the same either way)."""
+        k, gtm, count_candidates, max_children, rows_best_first = self._step_args(
+            k, gtm, count_candidates, max_children, rows_best_first)
         q = self.batch(requests)
         B = q.size
         if self.cuda is not None:
+            self._check_output(B, k, 0)  # (host memory: the device's is the backend's to check)
             return self._step_cuda(node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates,
                                    max_children, rows_best_first)
         node_ids, _, starts = self._rows(node_ids, row_request, B)
-        logprobs = np.ascontiguousarray(logprobs, np.float32)
-        beam_scores = np.ascontiguousarray(beam_scores, np.float32).reshape(-1)
+        logprobs = floats(logprobs, "logprobs", 2)
+        beam_scores = floats(beam_scores, "beam_scores", 1)
         R = len(node_ids)
         if logprobs.shape != (R, self.vocab_size) or beam_scores.shape != (R,):
             raise GtmkitError(f"expected logprobs [{R}, {self.vocab_size}] and beam_scores [{R}], got "
                               f"{list(logprobs.shape)} and {list(beam_scores.shape)}")
-        if k < 1:
-            raise GtmkitError("k must be >= 1")
+        if R * self._max_degree >= 2**32:  # a candidate's number within its request is 32 bits (select_cpu)
+            raise GtmkitError(f"{R} rows of up to {self._max_degree} children: more than 2^32 candidates")
+        self._check_output(B, k, 8)  # the band selection's passer buffer: k + a GTM batch, per thread
         out = Step(np.empty((B, k), np.int32), np.empty((B, k), np.int32), np.empty((B, k), np.int32),
                    np.empty((B, k), np.float32), np.empty(B, np.int64))  # the kernel writes every slot
-        K.step_kernel(self.arrays, q, starts, node_ids, logprobs, beam_scores, int(k), bool(gtm),
-                      bool(count_candidates), *out, self._gtm_rate, self._band_from)
+        K.step_kernel(self.arrays, q, starts, node_ids, logprobs, beam_scores, k, gtm,
+                      count_candidates, *out, self._gtm_rate, self._band_from)
         return out
 
     def mask(self, node_ids, row_request, requests, gtm: bool = True) -> np.ndarray:
         """int32 [R, ceil(V/32)]: bit v % 32 of word v // 32 set iff token v is allowed for row r."""
+        gtm = bool_arg(gtm, "gtm")
         q = self.batch(requests)
         if self.cuda is not None:
+            check_kind(node_ids, "node_ids", "iu", "integers")
+            check_kind(row_request, "row_request", "iu", "integers")
             with _stream_of(node_ids):
-                return self.cuda.mask(_dev(node_ids, "int64"), _dev(row_request, "int64"), q, bool(gtm))
+                return self.cuda.mask(_dev(node_ids, "int64"), _dev(row_request, "int64"), q, gtm)
         node_ids, row_request, _ = self._rows(node_ids, row_request, q.size)
         out = np.zeros((len(node_ids), -(-self.vocab_size // 32)), np.uint32)
-        K.mask_kernel(self.arrays, q, node_ids, row_request, bool(gtm), out)
+        K.mask_kernel(self.arrays, q, node_ids, row_request, gtm, out)
         return out.view(np.int32)
 
     def postfilter(self, leaf_nodes, requests, exact: bool = True) -> list:
         """Expand each request's SIDs (leaf_nodes [B, M], -1 padded) to ads and keep the exactly
-        eligible ones. Returns per request (ad_ids int64, sid_rank int32): SID rank order, then ad id."""
+        eligible ones. Returns per request (ad_ids int64, sid_rank int32): SID rank order, then ad id.
+        An id that is not a leaf (outside [first_leaf, num_nodes)) is skipped like the -1 padding."""
+        exact = bool_arg(exact, "exact")
         q = self.batch(requests)
         if self.cuda is not None:
             ads, rank, n = self.postfilter_padded(leaf_nodes, q, exact)
             counts = n.get()  # the one host round trip: per-request lengths
             return [(ads[b, :counts[b]], rank[b, :counts[b]]) for b in range(q.size)]
-        leaves = np.ascontiguousarray(leaf_nodes, np.int64)
-        if leaves.ndim != 2 or leaves.shape[0] != q.size:
+        leaves = ids(leaf_nodes, "leaf_nodes", ndim=2)
+        if leaves.shape[0] != q.size:
             raise GtmkitError(f"leaf_nodes must be [num_requests={q.size}, M], got {list(leaves.shape)}")
         counts = np.zeros(q.size, np.int64)
-        K.postfilter_count(self.arrays, q, leaves, self.first_leaf, bool(exact), counts)
+        K.postfilter_count(self.arrays, q, leaves, self.first_leaf, exact, counts)
         offsets = np.zeros(q.size + 1, np.int64)
         np.cumsum(counts, out=offsets[1:])
         ads = np.empty(int(offsets[-1]), np.int64)
         rank = np.empty(int(offsets[-1]), np.int32)
-        K.postfilter_fill(self.arrays, q, leaves, self.first_leaf, bool(exact), offsets, ads, rank)
+        K.postfilter_fill(self.arrays, q, leaves, self.first_leaf, exact, offsets, ads, rank)
         return [(ads[offsets[b]:offsets[b + 1]], rank[offsets[b]:offsets[b + 1]]) for b in range(q.size)]
 
     def postfilter_padded(self, leaf_nodes, requests, exact: bool = True):
@@ -171,12 +205,19 @@ class Matcher:
         [B, cap], counts int64 [B]), cap = M * the largest number of ads of one SID."""
         if self.cuda is None:
             raise GtmkitError("postfilter_padded is the GPU form; use postfilter on the CPU")
+        exact = bool_arg(exact, "exact")
+        check_kind(leaf_nodes, "leaf_nodes", "iu", "integers")
         q = self.batch(requests)
         with _stream_of(leaf_nodes):
-            return self.cuda.postfilter_padded(_dev_index(leaf_nodes), q, bool(exact))
+            return self.cuda.postfilter_padded(_dev_index(leaf_nodes), q, exact)
 
     def _step_cuda(self, node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates, max_children,
                    rows_best_first=False):
+        for x, name, kinds in ((node_ids, "node_ids", "iu"), (row_request, "row_request", "iu"),
+                               (logprobs, "logprobs", "fiu"), (beam_scores, "beam_scores", "fiu")):
+            check_kind(x, name, kinds, "integers" if kinds == "iu" else "floats")
+        if isinstance(node_ids, (np.ndarray, list, tuple)):  # host ids: the same conversion as on the CPU
+            node_ids = ids(node_ids, "node_ids")
         with _stream_of(logprobs):
             nodes = _dev_index(node_ids).reshape(-1)
             R = int(nodes.shape[0])
@@ -188,8 +229,8 @@ class Matcher:
             if bs.shape[0] != R or rr.shape[0] != R:
                 raise GtmkitError(f"beam_scores and row_request need {R} rows")
             mc = int(max_children) if max_children is not None else max(self.cuda.max_degree)
-            out = self.cuda.step(nodes, lp, lp_dtype, bs, rr, None, q, int(k), bool(gtm),
-                                 bool(count_candidates), mc, rows_best_first=bool(rows_best_first))
+            out = self.cuda.step(nodes, lp, lp_dtype, bs, rr, None, q, k, gtm, count_candidates, mc,
+                                 rows_best_first=rows_best_first)
         return Step(*out)
 
 

@@ -26,10 +26,39 @@ def _clean(x):
 
 @njit(cache=True, inline="always")
 def _bucket(s, mn, scale, NB):
-    """Linear score bucket, 0 = best; monotone, so a lower bucket holds strictly higher scores."""
+    """Linear score bucket, 0 = best; monotone, so a lower bucket holds strictly higher scores. s is finite
+    in [mn, mx] or -inf (last), scale = (NB - 1) / (mx - mn) or 0, so the index is in [0, NB); a +inf must
+    not reach here ((inf - mn) * scale is inf or NaN): the callers bucket it first."""
     if s == -np.inf:
         return NB - 1
     return NB - 1 - int((np.float64(s) - mn) * scale)
+
+
+@njit(cache=True)
+def _finite_range(score, n, mn, mx):
+    """-> (mn, mx, plus): the least and greatest finite score of score[:n] ((0, 0) when none is finite),
+    given the range of the scores above -inf. A +inf (rare) is written over with mx for the bucketing,
+    which puts it in bucket 0 with the best finite scores; plus lists where, to write it back."""
+    plus = np.zeros(0, np.int64)
+    if mx == np.inf:
+        mx = -np.inf
+        m = 0
+        for i in range(n):
+            if score[i] == np.inf:
+                m += 1
+            elif score[i] > -np.inf:
+                mx = max(mx, np.float64(score[i]))
+        plus = np.empty(m, np.int64)
+        m = 0
+        for i in range(n):
+            if score[i] == np.inf:
+                plus[m] = i
+                m += 1
+    if not mn <= mx:  # no finite score (mn is +inf only then)
+        mn, mx = 0.0, 0.0
+    for i in plus:
+        score[i] = mx
+    return mn, mx, plus
 
 
 @njit(cache=True, inline="always")
@@ -109,22 +138,24 @@ def _sort_desc(buf, lo, hi):
     mn, mx = np.inf, -np.inf
     for x in range(lo, hi):
         f = _score_of(buf[x])
-        if f > -np.inf:
+        if -np.inf < f < np.inf:
             mn = min(mn, f)
             mx = max(mx, f)
     NB = max(16, min(N_BUCKETS, n >> 1))
+    if mx < mn:  # no finite score
+        mn = mx = 0.0
     scale = (NB - 1) / (mx - mn) if mx > mn else 0.0
     start = np.zeros(NB + 1, np.int64)
     for x in range(lo, hi):
         f = _score_of(buf[x])
-        bk = NB - 1 if f == -np.inf else NB - 1 - int((np.float64(f) - mn) * scale)
+        bk = 0 if f == np.inf else _bucket(f, mn, scale, NB)
         start[bk + 1] += 1
     for i in range(NB):
         start[i + 1] += start[i]
     tmp = np.empty(n, np.uint64)
     for x in range(lo, hi):
         f = _score_of(buf[x])
-        bk = NB - 1 if f == -np.inf else NB - 1 - int((np.float64(f) - mn) * scale)
+        bk = 0 if f == np.inf else _bucket(f, mn, scale, NB)
         tmp[start[bk]] = buf[x]
         start[bk] += 1
     b0 = 0
@@ -229,6 +260,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
                 mx = max(mx, v)
             c += 1
     NB = max(64, min(N_BUCKETS, C >> 2))  # fewer buckets for small requests: their fixed cost dominates
+    mn, mx, plus = _finite_range(score, C, mn, mx)
     scale = (NB - 1) / (mx - mn) if mx > mn else 0.0
     cum = np.zeros(NB, np.int64)
     for i in range(C):
@@ -294,6 +326,8 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
         out_count[b] = total
     else:
         out_count[b] = -1 if gtm else C
+    for i in plus:
+        score[i] = np.inf  # bucketed as the best finite score, ranked as itself
     # Order the passers by distinct uint64 composites (sortable score << 32 | ~index): score desc, then
     # candidate index asc = (row asc, token asc).
     comp = np.empty(ns, np.uint64)

@@ -9,7 +9,9 @@ cut; candidates with children are ranked by s + lp (ties: node id asc, which at 
 order of the prefixes, so the rule does not depend on the order of the live list) and the best beam_width
 stay live, best first. The answer is the best beam_width finished keys (ties: key id asc). Scores add in
 float32; the normalised score is float32(float64(s + lp) * factor[d]), factor computed on the host.
-A token repeated in one proposal list counts once, with its best log-prob."""
+A token repeated in one proposal list counts once, with its best log-prob. Non-finite log-probs: NaN fails
+lp > theta_tok (dropped); +inf passes and ranks above every finite score, ties as above; so no sum is NaN,
+and alpha is refused where a length factor is 0 or infinite. Tokens outside [0, 2^31-1] match nothing."""
 
 from __future__ import annotations
 
@@ -360,8 +362,15 @@ class LiveBeams(NamedTuple):
 @functools.lru_cache(maxsize=64)
 def length_factors(alpha: float, steps: int) -> np.ndarray:
     """float64 [steps+1]: factor[d] = (6 / (5 + d)) ** alpha, the length normalisation (seed 004 Eq. 2).
-    Cached (read-only): a GPU query is short enough for ~3 us of host time to show."""
-    f = np.array([(6.0 / (5 + d)) ** alpha for d in range(steps + 1)], np.float64)
+    Cached (read-only): a GPU query is short enough for ~3 us of host time to show. An alpha whose
+    factor is 0 or infinite at some depth is refused: +inf * 0 would be a NaN score."""
+    try:
+        f = np.array([(6.0 / (5 + d)) ** alpha for d in range(steps + 1)], np.float64)
+    except OverflowError:
+        f = np.full(1, np.inf)
+    if not (np.isfinite(f).all() and (f > 0).all()):
+        raise GtmkitError(f"alpha = {alpha!r}: the length factor (6 / (5 + d)) ** alpha is 0 or infinite "
+                          f"within {steps} steps")
     f.flags.writeable = False
     return f
 
@@ -467,6 +476,8 @@ def trie_beam_search(trie, tokens, logp, beam_width: int, theta_tok: float = -ma
     a = _float(alpha, "alpha")
     tok, lp = _proposals(tokens, logp, "trie_beam_search")
     b, steps, k = tok.shape
+    if b == 0:
+        raise GtmkitError("trie_beam_search: tokens and logp hold no queries (b = 0)")
     ptok, plp = np.empty((b, steps, k), np.int32), np.empty((b, steps, k), np.float32)
     pcnt = np.empty((b, steps), np.int32)
     _prepare_rows(tok, lp, tt, np.full(b, steps, np.int64), ptok, plp, pcnt)
@@ -484,7 +495,11 @@ def stepper_settings(obj, batch, beam_width, theta_tok, theta_sent, alpha, max_s
     obj.theta_tok = np.float32(_float(theta_tok, "theta_tok"))
     obj.theta_sent = np.float32(_float(theta_sent, "theta_sent"))
     obj.alpha = _float(alpha, "alpha")
+    if max_steps is not None and (isinstance(max_steps, (bool, np.bool_)) or not isinstance(max_steps, (int, np.integer))
+                                  or max_steps < 1):
+        raise GtmkitError(f"TrieBeamStepper: max_steps must be a positive integer or None, got {max_steps!r}")
     obj.max_steps = None if max_steps is None else int(max_steps)
+    length_factors(obj.alpha, obj.max_steps or 1)  # an alpha that breaks the normalisation fails here
     obj.steps = 0
 
 
