@@ -14,6 +14,8 @@ from ..errors import GtmkitError
 
 def regular_file(path, error: type = GtmkitError, what: str = "file") -> Path:
     """The path if it names a regular file (symlinks followed); else one-line `error`. Never opens it."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise error(f"a {what} path must be a string or a path, got {type(path).__name__}")
     p = Path(path)
     try:
         mode = os.stat(p).st_mode
@@ -70,3 +72,12 @@ def utf8_problem(s: str) -> str | None:
     except UnicodeEncodeError as exc:
         return f"holds a lone surrogate {s[exc.start]!r} at position {exc.start}, which UTF-8 cannot encode"
     return None
+
+
+def short_repr(v: Any, limit: int = 60) -> str:
+    """A one-line repr of a value a user gave, cut to `limit` characters (values may be huge or deep)."""
+    try:
+        r = repr(v)
+    except (ValueError, RecursionError):  # an int past the str-conversion limit; nesting past the stack
+        return f"a {type(v).__name__} too large to print"
+    return r if len(r) <= limit else r[:limit - 3] + "..."

@@ -13,7 +13,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..errors import SchemaError
-from .inputs import parse_json, read_text, utf8_problem
+from .inputs import parse_json, read_text, short_repr as _show, utf8_problem
 
 PARTITION_MODES = ("none", "static", "dynamic")
 DEFAULT_TARGET_FILL = 0.5
@@ -97,15 +97,6 @@ class Schema:
                       self.bloom, partition, self.meta)
 
 
-def _show(v: Any) -> str:
-    """A short one-line repr of a value from a schema (which may be huge or deeply nested)."""
-    try:
-        r = repr(v)
-    except (ValueError, RecursionError):  # an int past the str-conversion limit; nesting past the stack
-        return f"a {type(v).__name__} too large to print"
-    return r if len(r) <= 60 else r[:57] + "..."
-
-
 def _check_keys(d: Any, allowed: set, where: str, src: str) -> dict:
     if not isinstance(d, dict):
         raise SchemaError(f"{src}: {where} must be a JSON object, got {_show(d)}")
@@ -127,9 +118,9 @@ def _int(v: Any, where: str, src: str, lo: int, hi: int = 2**31 - 1) -> int:
 def _str(v: Any, where: str, src: str) -> str:
     if not isinstance(v, str) or not v:
         raise SchemaError(f"{src}: {where} must be a non-empty string, got {_show(v)}")
-    why = utf8_problem(v)
-    if why:
-        raise SchemaError(f"{src}: {where} {why}")
+    why = utf8_problem(v) or ("holds a control character" if any(c < " " or c == "\x7f" for c in v) else None)
+    if why:  # names are quoted in one-line errors and written to the manifest: printable UTF-8 only
+        raise SchemaError(f"{src}: {where} {why}, got {_show(v)}")
     return str(v)
 
 

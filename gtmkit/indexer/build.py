@@ -15,6 +15,7 @@ from ..formats.catalog import read_catalog
 from ..formats.schema import PartitionSpec, Schema, make_partition, resolve_schema
 from ..progress import Progress, report
 from .adindex import reorder_lists, sid_ad_map
+from .budget import build_bytes, check_fits, least_row_words
 from .dedup import RowDeduper, add_columns
 from .partition import level_partitions
 from .rows import ad_rows, resolve_layout
@@ -70,7 +71,8 @@ def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_
         from ..errors import ArtifactError
         raise ArtifactError(f"{out_dir}: already exists (pass overwrite=True / --force to replace it)")
 
-    cat = read_catalog(catalog, schema, progress)
+    cat = read_catalog(catalog, schema, progress, check_rows=lambda n: check_fits(
+        build_bytes(n, schema.sid_length, least_row_words(schema)), f"{catalog}: building an index of {n} ads"))
     timer.lap("read")
 
     L, V = schema.sid_length, schema.vocab
@@ -82,6 +84,7 @@ def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_
     timer.lap("trie")
 
     layout, code_bits, rl = resolve_layout(cat, schema)
+    check_fits(build_bytes(N, L, rl.width), f"{catalog}: {N} ads with {rl.width * 64} targeting bits each")
     rows = ad_rows(cat, schema, layout, code_bits, rl, order)
     slices = rl.slices()
     # Bitmask lists and SIDs live on in `rows` and the trie: free them before the matcher phase peaks.
