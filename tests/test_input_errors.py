@@ -381,7 +381,7 @@ def test_synth_users_bad_schema(tmp_path):
     bad.write_bytes(b'{"sid": "\xfe"}')
     assert f"{bad}: schema is not UTF-8 text" in run_fails("synth", "users", "--schema", bad)
     assert "not a regular file" in run_fails("synth", "users", "--schema", _fifo(tmp_path))
-    bad.write_text('{"sid": {"length": 3, "vocab": "many"}, "bitmask": {"a": {}}}')
+    bad.write_text('{"sid": {"length": 3, "vocab": "many"}, "bitmask": {"a": {}}, "meta": {"world_seed": 0}}')
     assert f"{bad}: sid.vocab must be an integer" in run_fails("synth", "users", "--schema", bad)
     sd = schema_dict()
     sd["meta"] = {"generator": "gtmkit synth catalog", "world_seed": 0, "vocab": 10**12}
@@ -392,11 +392,11 @@ def test_synth_users_bad_schema(tmp_path):
 # --- succinct-trie keys ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("keys,text", [
-    ([[1, 2], [3, [4]]], "key 1 has a token that is not an integer, [4], at position 1"),
-    ([[1], [2.5]], "key 1 has a token that is not an integer, 2.5"),
+    ([[1, 2], [3, [4]]], "tokens must be integers: key 1 has [4] at position 1"),
+    ([[1], [2.5]], "tokens must be integers: key 1 has 2.5"),
     ([[1], [2**64 - 1]], "key 1 has token above 2^31-1 18446744073709551615 at position 0"),
     ([[1], [2**70]], "key 1 has token above 2^31-1 1180591620717411303424"),
-    ([[True], [False]], "key 0 has a token that is not an integer, True"),
+    ([[True], [False]], "tokens must be integers: key 0 has True"),
     ([[1], []], "key 1 is empty"),
     ([[1], "ab"], "key 1 is not a sequence of integers"),
     ([], "no keys"),

@@ -98,9 +98,11 @@ def _schema_from_file(path) -> dict:
 def _checked(schema: dict, src: str) -> dict:
     """The same checks as a build (every key and type, one line each), and a world vocabulary that is
     the SID vocabulary: the world draws one cluster per token."""
-    vocab = parse_schema(schema, src).vocab
     meta = schema.get("meta")
-    if isinstance(meta, dict) and "vocab" in meta and meta["vocab"] != vocab:
+    if not isinstance(meta, dict) or "world_seed" not in meta:
+        return schema  # not a synth catalog's schema: synth_users says so
+    vocab = parse_schema(schema, src).vocab
+    if "vocab" in meta and meta["vocab"] != vocab:
         raise SchemaError(f"{src}: meta.vocab {short_repr(meta['vocab'])} differs from sid.vocab {vocab}")
     return schema
 

@@ -77,7 +77,7 @@ def _name_bad_token(keys) -> None:
     for i, k in enumerate(keys):
         for j, x in enumerate(k):
             if not isinstance(x, (int, np.integer)) or isinstance(x, bool):
-                raise GtmkitError(f"keys: key {i} has a token that is not an integer, {short_repr(x)}, at position {j}")
+                raise GtmkitError(f"keys: tokens must be integers: key {i} has {short_repr(x)} at position {j}")
             if not 0 <= x <= MAX_TOKEN:
                 what = "negative token" if x < 0 else "token above 2^31-1"
                 raise GtmkitError(f"keys: key {i} has {what} {int(x)} at position {j}")
