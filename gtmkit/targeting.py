@@ -10,6 +10,7 @@ import mmh3
 import numpy as np
 
 from .errors import RequestError
+from .formats.inputs import short_repr, utf8_problem
 
 ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -131,16 +132,21 @@ class Request(NamedTuple):
     bloom_codes: tuple
 
 
-def _values(user: dict, name: str, where: str) -> list:
+def _values(user: dict, name: str) -> list:
+    """The attribute's strings; None (JSON null) is the same as leaving the attribute out."""
     v = user.get(name)
     if v is None:
         return []
-    if isinstance(v, str):
-        return [v]
-    if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
-        return list(v)
-    raise RequestError(f"request attribute '{name}': expected a string or a list of strings, got {v!r}"
-                       + where)
+    vals = [v] if isinstance(v, str) else list(v) if isinstance(v, (list, tuple)) else None
+    if vals is None or not all(isinstance(x, str) for x in vals):
+        bad = v if vals is None else next(x for x in vals if not isinstance(x, str))
+        raise RequestError(f"request attribute '{name}': expected a string or a list of strings, got "
+                           f"{type(bad).__name__} {short_repr(bad)}")
+    for i, x in enumerate(vals):
+        why = utf8_problem(x)
+        if why:  # such a string has no bytes to hash nor to compare with the catalog's
+            raise RequestError(f"request attribute '{name}': value {i} {why}")
+    return [str(x) for x in vals]
 
 
 def encode_request(user: dict, layout: BitmaskLayout, bloom_params: Sequence[tuple],
@@ -154,10 +160,10 @@ def encode_request(user: dict, layout: BitmaskLayout, bloom_params: Sequence[tup
     known = set(layout.names) | set(bloom_names)
     for key in user:
         if not isinstance(key, str) or (key not in known and not key.startswith("_")):
-            raise RequestError(f"unknown request attribute {key!r} (known: {', '.join(sorted(known))})")
+            raise RequestError(f"unknown request attribute {short_repr(key)} (known: {', '.join(sorted(known))})")
     bm = np.zeros((len(layout.names), layout.words), np.uint64)
     for a, name in enumerate(layout.names):
-        vals = _values(user, name, "")
+        vals = _values(user, name)
         bits = layout.value_bits(a)
         if not vals:
             set_bit(bm[a], layout.other_bit(a))
@@ -165,7 +171,7 @@ def encode_request(user: dict, layout: BitmaskLayout, bloom_params: Sequence[tup
             set_bit(bm[a], bits.get(v, layout.other_bit(a)))
     sigs, codes = [], []
     for b, name in enumerate(bloom_names):
-        vals = _values(user, name, "")
+        vals = _values(user, name)
         bits, hashes, seed = bloom_params[b]
         if vals:
             sigs.append(np.stack([bloom_signature(s, bits, hashes, seed) for s in vals]))

@@ -388,7 +388,7 @@ def test_cli_users(tmp_path):
     assert [json.loads(x) for x in out.read_text().splitlines()] == lines
 
     for args, msg in [(["--index", str(tmp_path / "nope")], "manifest.json"),
-                      (["--schema", str(tmp_path / "c.parquet")], "not valid JSON"),
+                      (["--schema", str(tmp_path / "c.parquet")], "not UTF-8 text"),
                       ([], "exactly one"),
                       (["--index", str(idx), "--schema", schema_path], "exactly one")]:
         res = r.invoke(command, ["users", *args, "-n", "2"])

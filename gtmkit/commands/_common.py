@@ -18,8 +18,8 @@ def handle_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except GtmkitError as exc:
-            raise click.ClickException(str(exc)) from None
+        except GtmkitError as exc:  # a value quoted from user input may hold a line break: keep one line
+            raise click.ClickException(str(exc).replace("\r", "\\r").replace("\n", "\\n")) from None
 
     return wrapper
 

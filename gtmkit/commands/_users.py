@@ -2,30 +2,33 @@
 
 from __future__ import annotations
 
-import json
+from ..errors import GtmkitError, RequestError
+from ..formats.inputs import parse_json, read_text
 
-from ..errors import GtmkitError
 
-
-def read_users_file(path) -> list:
+def read_users_file(path, index=None) -> list:
+    """One JSON object per line (blank lines skipped). With an index, every user is also encoded, so
+    a bad value is named by its line before any search runs."""
     users = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    u = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise GtmkitError(f"{path}: line {i}: not valid JSON ({exc.msg})") from None
-                if not isinstance(u, dict):
-                    raise GtmkitError(f"{path}: line {i}: a user must be a JSON object")
-                users.append(u)
-    except OSError as exc:
-        raise GtmkitError(f"{path}: cannot read users ({exc.strerror or exc})") from None
+    for i, line in enumerate(read_text(path, GtmkitError, "users file").splitlines(), 1):
+        if not line.strip():
+            continue
+        u = parse_json(line, GtmkitError, f"{path}: line {i}")
+        if not isinstance(u, dict):
+            raise GtmkitError(f"{path}: line {i}: a user must be a JSON object, got {type(u).__name__}")
+        if index is not None:
+            check_user(index, u, f"{path}: line {i}")
+        users.append(u)
     if not users:
         raise GtmkitError(f"{path}: no users")
     return users
+
+
+def check_user(index, user, where: str) -> None:
+    try:
+        index.encode_request(user)
+    except RequestError as exc:
+        raise RequestError(f"{where}: {exc}") from None
 
 
 def synth_users_for(index, n: int, seed: int) -> list:
@@ -36,17 +39,14 @@ def synth_users_for(index, n: int, seed: int) -> list:
 
 def parse_user(text: str) -> dict:
     """--user accepts inline JSON or @file.json."""
+    where = "--user"
     if text.startswith("@"):
-        try:
-            text = open(text[1:], encoding="utf-8").read()
-        except OSError as exc:
-            raise GtmkitError(f"{text[1:]}: cannot read user ({exc.strerror or exc})") from None
-    try:
-        u = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GtmkitError(f"--user: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        where = text[1:]
+        text = read_text(where, GtmkitError, "user file")
+    u = parse_json(text, GtmkitError, where)
     if not isinstance(u, dict):
-        raise GtmkitError("--user must be a JSON object, e.g. '{\"country\": \"US\"}'")
+        raise GtmkitError(f"{where}: a user must be a JSON object, e.g. '{{\"country\": \"US\"}}', "
+                          f"got {type(u).__name__}")
     return u
 
 

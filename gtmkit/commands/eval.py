@@ -73,7 +73,7 @@ def command(index_dir, n_users, users_file, seed, beams, logits, peak, device, r
     from ..index import load_index
 
     index = load_index(index_dir, verify=False)
-    users = read_users_file(users_file) if users_file else synth_users_for(index, n_users, seed)
+    users = read_users_file(users_file, index) if users_file else synth_users_for(index, n_users, seed)
     with StderrProgress(silent or as_json) as bar:
         result = evaluate(index, users, beams, logits, seed, device, recall_sample, peak, progress=bar)
         if partition_sweep:

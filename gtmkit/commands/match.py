@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ._common import echo_json, handle_errors
-from ._users import parse_beams, parse_user
+from ._users import check_user, parse_beams, parse_user
 
 
 def match_user(index, user: dict, beams, logits: str = "peaked", seed: int = 0, device: str = "cpu",
@@ -51,8 +51,10 @@ def command(index_dir, user_json, beams, logits, seed, top, device, as_json):
     """
     from ..index import load_index
 
+    user = parse_user(user_json)
     index = load_index(index_dir, verify=False)
-    r = match_user(index, parse_user(user_json), beams, logits, seed, device, top)
+    check_user(index, user, "--user")
+    r = match_user(index, user, beams, logits, seed, device, top)
     if as_json:
         echo_json(r)
         return

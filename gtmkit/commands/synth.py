@@ -12,6 +12,8 @@ import click
 
 from ..errors import ArtifactError, SchemaError
 from ..formats.artifact import manifest_path
+from ..formats.inputs import parse_json, read_text, short_repr
+from ..formats.schema import parse_schema
 from ..synth import TargetingRates, synth_users, write_catalog, write_users
 from ._common import StderrProgress, echo_json, handle_errors
 
@@ -79,39 +81,30 @@ def catalog(n_ads, seed, vocab, sid_length, world_seed, bloom_bits, bloom_hashes
                    f"{q['p50']}/{q['p90']}/{q['p99']} (schema {schema_path}, {seconds:.1f} s)")
 
 
-def _why(exc: ValueError) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        return f"line {exc.lineno}: {exc.msg}"
-    return "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
-
-
 def _schema_from_index(index_dir) -> dict:
     manifest = manifest_path(index_dir)
-    try:
-        text = manifest.read_bytes()
-    except OSError as exc:
-        raise ArtifactError(f"{index_dir}: cannot read manifest.json ({exc.strerror or exc}); "
-                            "is this a gtmkit index directory?") from None
-    try:
-        schema = json.loads(text)["schema"]
-    except ValueError as exc:
-        raise ArtifactError(f"{manifest}: not valid JSON ({_why(exc)})") from None
-    except (KeyError, TypeError):
-        raise ArtifactError(f"{manifest}: no 'schema' entry") from None
+    if not manifest.exists() and not manifest.is_symlink():
+        raise ArtifactError(f"{index_dir}: no manifest.json; is this a gtmkit index directory?")
+    d = parse_json(read_text(manifest, ArtifactError, "manifest"), ArtifactError, str(manifest))
+    schema = d.get("schema") if isinstance(d, dict) else None
     if not isinstance(schema, dict):
-        raise ArtifactError(f"{manifest}: 'schema' is not a JSON object")
-    return schema
+        raise ArtifactError(f"{manifest}: no 'schema' object")
+    return _checked(schema, str(manifest))
 
 
 def _schema_from_file(path) -> dict:
-    try:
-        schema = json.loads(Path(path).read_bytes())
-    except OSError as exc:
-        raise SchemaError(f"{path}: cannot read schema ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise SchemaError(f"{path}: not valid JSON ({_why(exc)})") from None
-    if not isinstance(schema, dict):
-        raise SchemaError(f"{path}: a schema must be a JSON object")
+    return _checked(parse_json(read_text(path, SchemaError, "schema"), SchemaError, str(path)), str(path))
+
+
+def _checked(schema: dict, src: str) -> dict:
+    """The same checks as a build (every key and type, one line each), and a world vocabulary that is
+    the SID vocabulary: the world draws one cluster per token."""
+    meta = schema.get("meta")
+    if not isinstance(meta, dict) or "world_seed" not in meta:
+        return schema  # not a synth catalog's schema: synth_users says so
+    vocab = parse_schema(schema, src).vocab
+    if "vocab" in meta and meta["vocab"] != vocab:
+        raise SchemaError(f"{src}: meta.vocab {short_repr(meta['vocab'])} differs from sid.vocab {vocab}")
     return schema
 
 

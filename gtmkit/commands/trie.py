@@ -10,6 +10,7 @@ import click
 import numpy as np
 
 from ..errors import GtmkitError
+from ..formats.inputs import regular_file
 from ._common import StderrProgress, echo_json, handle_errors
 
 
@@ -28,6 +29,7 @@ def _where(exc: GtmkitError, path, column: str) -> str:
 def _read_keys(path, column: str):
     import pyarrow.parquet as pq
 
+    regular_file(path, GtmkitError, "Parquet file")  # a FIFO would block the open for ever
     try:
         names = pq.read_schema(path).names
     except Exception as exc:  # pyarrow raises several types for missing / non-Parquet files
@@ -126,6 +128,7 @@ def stats(trie_dir, as_json):
 
 
 def _load_proposals(path):
+    regular_file(path, GtmkitError, "proposals .npz")
     try:
         with np.load(path, allow_pickle=False) as z:
             if "tokens" not in z or "logp" not in z:

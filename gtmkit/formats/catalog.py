@@ -5,7 +5,6 @@ Every problem is one CatalogError naming the file, the column and the first offe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +14,7 @@ import pyarrow.parquet as pq
 from .._arrays import offsets_from_lengths
 from ..errors import CatalogError
 from ..progress import Progress, report
+from .inputs import regular_file
 from .schema import Schema
 
 BATCH_ROWS = 1 << 20
@@ -62,7 +62,8 @@ class _ListBuilder:
         self.codes = []
         self._last = (None, None)  # (batch dictionary, its remap): row groups repeat dictionaries
 
-    def add(self, lengths: np.ndarray, values: pa.Array) -> None:
+    def add(self, lengths: np.ndarray, values: pa.Array, where: tuple) -> None:
+        """where: (path, column, first row of the batch), to name a row holding invalid UTF-8."""
         r, n = self.rows, len(lengths)
         seg = offsets_from_lengths(lengths)
         self.offsets[r + 1:r + n + 1] = seg[1:] + self.offsets[r]
@@ -75,6 +76,7 @@ class _ListBuilder:
             enc = enc.combine_chunks()
         last, remap = self._last
         if last is None or not enc.dictionary.equals(last):
+            _check_utf8(enc, lengths, *where)
             local = enc.dictionary.to_pylist()
             remap = np.fromiter((self.index.setdefault(s, len(self.index)) for s in local), np.int32, len(local))
             while len(self.dictionary) < len(self.index):
@@ -89,6 +91,30 @@ class _ListBuilder:
         return StringLists(self.offsets, codes.astype(np.int32, copy=False), self.dictionary)
 
 
+def _check_utf8(enc: pa.DictionaryArray, lengths: np.ndarray, path, column, row0) -> None:
+    """Parquet does not check that string columns hold UTF-8; Python cannot decode what does not."""
+    try:
+        enc.dictionary.validate(full=True)
+        return
+    except pa.ArrowInvalid:
+        pass
+    raw = enc.dictionary.view(pa.large_binary() if pa.types.is_large_string(enc.dictionary.type) else pa.binary())
+    for code, b in enumerate(raw.to_pylist()):
+        try:
+            b.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            why = f"a string is not valid UTF-8 (byte {exc.start} of {b[:16]!r}: {exc.reason})"
+            uses = np.flatnonzero(enc.indices.to_numpy(zero_copy_only=False) == code)
+            if not len(uses):
+                raise CatalogError(f"{path}: column '{column}': {why}") from None
+            row = int(np.searchsorted(np.cumsum(lengths), uses[0], side="right"))
+            raise _fail(path, column, row0 + row, why) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _fail(path, column, row, msg) -> CatalogError:
     return CatalogError(f"{path}: column '{column}', row {row}: {msg}")
 
@@ -100,15 +126,10 @@ def _first_true(mask: np.ndarray) -> int:
 def _string_lists(arr: pa.Array, path, column, row0) -> tuple:
     """-> (lengths int64 [n], flat values StringArray); null or empty = untargeted."""
     t = arr.type
-    if pa.types.is_dictionary(t) and pa.types.is_string(t.value_type):
+    if _is_string(t):
         valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
         return valid.astype(np.int64), arr.drop_null()
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
-        return valid.astype(np.int64), arr.drop_null()
-    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
-            pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)
-            or (pa.types.is_dictionary(t.value_type) and pa.types.is_string(t.value_type.value_type))):
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_string(t.value_type):
         lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         values = pc.list_flatten(arr)
         if values.null_count:
@@ -137,42 +158,43 @@ def _sid_tokens(arr: pa.Array, schema: Schema, path, row0) -> np.ndarray:
         raise _fail(path, col, row0 + i, "null token in SID")
     mm = pc.min_max(values).as_py()
     if mm["min"] < 0 or mm["max"] >= V:  # only now pay for locating the row
-        tok = values.to_numpy(zero_copy_only=False).astype(np.int64).reshape(-1, L)
-        bad = (tok < 0) | (tok >= V)
+        tok = values.to_numpy(zero_copy_only=False).reshape(-1, L)  # its own dtype: uint64 stays exact
+        bad = (tok >= V) if tok.dtype.kind == "u" else (tok < 0) | (tok >= V)
         i = _first_true(bad.any(axis=1))
         raise _fail(path, col, row0 + i, f"token {int(tok[i][bad[i]][0])} outside [0, {V})")
     return values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False).reshape(-1, L)
 
 
-def _open(path, string_columns=()) -> pq.ParquetFile:
-    """Open the file; string columns come back dictionary-encoded straight from Parquet's own
+def _open(path, string_columns=()) -> tuple:
+    """-> (ParquetFile, {column: type as stored}). A regular file only: a FIFO would block the open.
+    String columns come back dictionary-encoded straight from Parquet's own
     dictionary pages, which saves materialising and re-hashing every string."""
-    p = Path(path)
-    if not p.exists():
-        raise CatalogError(f"{path}: no such file")
-    if p.is_dir():
-        raise CatalogError(f"{path}: is a directory, expected a Parquet file")
+    p = regular_file(path, CatalogError, "Parquet file")
     try:
         pf = pq.ParquetFile(p)
         leaves = [pf.schema.column(i) for i in range(len(pf.schema))]
         wanted = set(string_columns)
         dict_paths = [c.path for c in leaves if c.path.split(".")[0] in wanted and c.physical_type == "BYTE_ARRAY"]
-        return pq.ParquetFile(p, read_dictionary=dict_paths) if dict_paths else pf
-    except (pa.ArrowException, OSError) as exc:
-        raise CatalogError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+        file_types = {f.name: f.type for f in pf.schema_arrow}  # as stored, before dictionary decoding
+        return (pq.ParquetFile(p, read_dictionary=dict_paths) if dict_paths else pf), file_types
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        raise CatalogError(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
 
 
-def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: int = BATCH_ROWS) -> Catalog:
-    """Stream the catalog's schema columns and validate every row (DESIGN §3)."""
-    pf = _open(path, [c for a in (*schema.bitmask, *schema.bloom) for c in (a.column, a.exclude_column) if c])
-    names = set(pf.schema_arrow.names)
-    for col in schema.columns():
-        if col not in names:
-            raise CatalogError(f"{path}: missing column '{col}' (columns: {', '.join(sorted(names))})")
+def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: int = BATCH_ROWS,
+                 check_rows=None) -> Catalog:
+    """Stream the catalog's schema columns and validate every row (DESIGN §3).
+
+    check_rows: optional callable(number of rows), run once the file's metadata is read and before any
+    row is (a build refuses there a catalog too large for memory)."""
+    pf, file_types = _open(path, [c for a in (*schema.bitmask, *schema.bloom) for c in (a.column, a.exclude_column) if c])
+    _check_types(file_types, schema, path)
     attrs = [*schema.bitmask, *schema.bloom]
     total = pf.metadata.num_rows
     if total == 0:
         raise CatalogError(f"{path}: the catalog has no rows")
+    if check_rows is not None:
+        check_rows(total)
     ad_ids = np.empty(total, np.int64)
     sids = np.empty((total, schema.sid_length), np.int32)
     allowed, excluded = [], []
@@ -188,15 +210,16 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
             ad_ids[row0:row0 + n] = _ad_ids(batch.column(schema.ad_id_column), schema.ad_id_column, path, row0)
             sids[row0:row0 + n] = _sid_tokens(batch.column(schema.sid_column), schema, path, row0)
             for j, a in enumerate(attrs):
-                allowed[j].add(*_string_lists(batch.column(a.column), path, a.column, row0))
+                allowed[j].add(*_string_lists(batch.column(a.column), path, a.column, row0), (path, a.column, row0))
                 if a.exclude_column:
-                    excluded[j].add(*_string_lists(batch.column(a.exclude_column), path, a.exclude_column, row0))
+                    excluded[j].add(*_string_lists(batch.column(a.exclude_column), path, a.exclude_column, row0),
+                                    (path, a.exclude_column, row0))
                 else:
                     excluded[j].rows += n
             row0 += n
             report(progress, row0, total, "read")
     except (pa.ArrowException, OSError) as exc:
-        raise CatalogError(f"{path}: cannot read rows near row {row0} ({str(exc).splitlines()[0]})") from None
+        raise CatalogError(f"{path}: cannot read rows near row {row0} ({_first_line(exc)})") from None
     if row0 != total:
         raise CatalogError(f"{path}: metadata says {total} rows, read {row0}")
     _check_unique(ad_ids, schema.ad_id_column, path)
@@ -206,6 +229,32 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
     return cat
 
 
+def _is_string(t) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or (
+        pa.types.is_dictionary(t) and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)))
+
+
+def _check_types(file_types: dict, schema: Schema, path) -> None:
+    """Every column the schema names exists with a usable type: refused before any row is read."""
+    for col in schema.columns():
+        if col not in file_types:
+            raise CatalogError(f"{path}: missing column '{col}' (columns: {', '.join(sorted(file_types))})")
+    t = file_types[schema.ad_id_column]
+    if not pa.types.is_integer(t):
+        raise CatalogError(f"{path}: column '{schema.ad_id_column}' has type {t}, expected int64")
+    t = file_types[schema.sid_column]
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) \
+            or not pa.types.is_integer(t.value_type):
+        raise CatalogError(f"{path}: column '{schema.sid_column}' has type {t}, expected list<int> of "
+                           f"{schema.sid_length} tokens")
+    for a in (*schema.bitmask, *schema.bloom):
+        for col in (a.column, a.exclude_column):
+            t = file_types.get(col)
+            if col and not (_is_string(t) or ((pa.types.is_list(t) or pa.types.is_large_list(t))
+                                               and _is_string(t.value_type))):
+                raise CatalogError(f"{path}: column '{col}' has type {t}, expected list<string> or string")
+
+
 def _ad_ids(arr: pa.Array, col, path, row0) -> np.ndarray:
     if not pa.types.is_integer(arr.type):
         raise CatalogError(f"{path}: column '{col}' has type {arr.type}, expected int64")
@@ -213,7 +262,8 @@ def _ad_ids(arr: pa.Array, col, path, row0) -> np.ndarray:
         raise _fail(path, col, row0 + _first_true(arr.is_null().to_numpy(zero_copy_only=False)), "null ad_id")
     v = arr.to_numpy(zero_copy_only=False)
     if v.dtype == np.uint64 and np.any(v > np.iinfo(np.int64).max):
-        raise _fail(path, col, row0 + _first_true(v > np.iinfo(np.int64).max), "ad_id does not fit int64")
+        i = _first_true(v > np.iinfo(np.int64).max)
+        raise _fail(path, col, row0 + i, f"ad_id {int(v[i])} does not fit int64")
     return v.astype(np.int64, copy=False)
 
 

@@ -16,6 +16,7 @@ from ..formats.output import check_output
 from ..formats.schema import PartitionSpec, Schema, make_partition, resolve_schema
 from ..progress import Progress, report
 from .adindex import reorder_lists, sid_ad_map
+from .budget import build_bytes, check_fits, least_row_words
 from .dedup import RowDeduper, add_columns
 from .partition import level_partitions
 from .rows import ad_rows, resolve_layout
@@ -69,7 +70,8 @@ def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_
     schema = schema.with_partition(spec)
     out_dir = check_output(out_dir, overwrite)  # refused before the catalog is read, not after the build
 
-    cat = read_catalog(catalog, schema, progress)
+    cat = read_catalog(catalog, schema, progress, check_rows=lambda n: check_fits(
+        build_bytes(n, schema.sid_length, least_row_words(schema)), f"{catalog}: building an index of {n} ads"))
     timer.lap("read")
 
     L, V = schema.sid_length, schema.vocab
@@ -81,6 +83,7 @@ def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_
     timer.lap("trie")
 
     layout, code_bits, rl = resolve_layout(cat, schema)
+    check_fits(build_bytes(N, L, rl.width), f"{catalog}: {N} ads with {rl.width * 64} targeting bits each")
     rows = ad_rows(cat, schema, layout, code_bits, rl, order)
     slices = rl.slices()
     # Bitmask lists and SIDs live on in `rows` and the trie: free them before the matcher phase peaks.

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import GtmkitError
+from ..formats.inputs import short_repr
 
 MAX_TOKEN = 2**31 - 1
 
@@ -59,13 +60,27 @@ def _from_sequences(keys) -> tuple:
             raise GtmkitError(f"keys: key {i} is not a sequence of integers ({type(k).__name__})")
         lengths[i] = len(k)
     flat = list(itertools.chain.from_iterable(keys))
-    tokens = np.asarray(flat) if flat else np.zeros(0, np.int64)
-    if tokens.dtype.kind not in "iu" or tokens.ndim != 1:
-        kind = "non-integer values" if tokens.dtype.kind != "O" else "mixed or out-of-range values"
-        raise GtmkitError(f"keys: tokens must be integers, got {kind} (dtype {tokens.dtype})")
+    try:
+        tokens = np.asarray(flat) if flat else np.zeros(0, np.int64)
+    except (ValueError, TypeError, OverflowError):  # nested sequences of different lengths
+        tokens = None
+    if tokens is None or tokens.dtype.kind not in "iu" or tokens.ndim != 1:
+        _name_bad_token(keys)
+        raise GtmkitError(f"keys: tokens must be integers, got {'mixed' if tokens is None else tokens.dtype} values")
     offsets = np.zeros(len(keys) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return tokens, offsets
+
+
+def _name_bad_token(keys) -> None:
+    """Raise naming the first token that is not an integer in [0, 2^31-1] (slow: errors only)."""
+    for i, k in enumerate(keys):
+        for j, x in enumerate(k):
+            if not isinstance(x, (int, np.integer)) or isinstance(x, bool):
+                raise GtmkitError(f"keys: tokens must be integers: key {i} has {short_repr(x)} at position {j}")
+            if not 0 <= x <= MAX_TOKEN:
+                what = "negative token" if x < 0 else "token above 2^31-1"
+                raise GtmkitError(f"keys: key {i} has {what} {int(x)} at position {j}")
 
 
 def key_arrays(keys, check: bool = True) -> tuple:
