@@ -3,7 +3,7 @@ one Matcher (one SuccinctTrie), each thread's kernels on one core (numba.set_num
 
     python benchmarks/threads.py --workdir /tmp/gtmkit-threads --out benchmarks/results
 
-A synth catalog (default 1M ads, built once and cached in --workdir), B=1 request a search, beams
+A synth catalog (default 1M ads, built once and cached in --workdir), B=8 requests a search, beams
 (1, 256, 512, 512); each search's log-probs are recorded once from the synthetic decoder and replayed, so
 only gtmkit is timed. Rounds alternate 1 and 2 threads (a background load slows both alike); each round
 runs --searches searches per thread; the rate is the median over rounds. Every threaded answer is checked
@@ -59,12 +59,14 @@ def ensure_index(work: Path, n_ads: int):
     return gtmkit.build_index(cat, out, partition="static", k=[1, 4, 4, 2], overwrite=True)
 
 
-def recorded_searches(m, users, sizes, seed):
-    """Per user: (encoded request, the decoder's log-probs per step, the answer) of one real search."""
+def recorded_searches(m, users, per_search, sizes, seed):
+    """Per group of per_search users: (encoded requests, the decoder's log-probs per step, the answer) of
+    one real search."""
     out = []
-    for i, u in enumerate(users):
-        q = [m.index.encode_request(u)]
-        logits, steps = SyntheticDecoder([u], m.index.vocab_size, "peaked", seed + i), []
+    for i in range(0, len(users) - per_search + 1, per_search):
+        us = users[i:i + per_search]
+        q = [m.index.encode_request(u) for u in us]
+        logits, steps = SyntheticDecoder(us, m.index.vocab_size, "peaked", seed + i), []
 
         def spy(step, prev, parents, logits=logits, steps=steps):
             steps.append(np.asarray(logits(step, prev, parents), np.float32))
@@ -100,7 +102,8 @@ def trie_call(trie, bw):
 
 
 def timed(call, cases, n_threads: int, per_thread: int) -> tuple:
-    """(calls per second, all answers right) for n_threads workers, each making per_thread calls on one core."""
+    """(calls per second, all answers right, load) for n_threads workers, each making per_thread calls on
+    one core."""
     ok = [True] * n_threads
     start = threading.Barrier(n_threads + 1)
     done = [0.0] * n_threads
@@ -116,27 +119,58 @@ def timed(call, cases, n_threads: int, per_thread: int) -> tuple:
     for t in ts:
         t.start()
     start.wait()
-    t0 = time.perf_counter()
+    t0, watch = time.perf_counter(), CpuWatch()
     for t in ts:
         t.join()
-    return n_threads * per_thread / (max(done) - t0), all(ok)
+    return n_threads * per_thread / (max(done) - t0), all(ok), watch.stop()
+
+
+def outside_kernels(call, cases, n: int) -> float:
+    """Share of one thread's time spent outside gtmkit's parallel kernels (which release the GIL): an
+    upper bound on the share under the GIL, so 2 threads can reach 1 / max(share, 0.5) at most."""
+    from gtmkit.threads import ParallelKernel
+
+    inside = [0.0]
+    orig = ParallelKernel.__call__
+
+    def timed_call(self, *args):
+        t = time.perf_counter()
+        try:
+            return orig(self, *args)
+        finally:
+            inside[0] += time.perf_counter() - t
+
+    numba.set_num_threads(1)
+    ParallelKernel.__call__ = timed_call
+    try:
+        t0 = time.perf_counter()
+        for i in range(n):
+            call(cases[i % len(cases)])
+        total = time.perf_counter() - t0
+    finally:
+        ParallelKernel.__call__ = orig
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    return (total - inside[0]) / total
 
 
 def scaling(name, call, cases, per_thread, rounds) -> dict:
     for _ in range(2):  # warm: compile, caches, page-in
         timed(call, cases, 2, 2)
-    rates = {1: [], 2: []}
+    rates, loads = {1: [], 2: []}, {1: [], 2: []}
     right = True
-    watch = CpuWatch()
     for _ in range(rounds):
         for n in (1, 2):
-            r, ok = timed(call, cases, n, per_thread)
+            r, ok, load = timed(call, cases, n, per_thread)
             rates[n].append(r)
+            loads[n].append(load)
             right &= ok
-    load = watch.stop()
+    # mean cores busy with this process and with others during each phase
+    load = {f"{n} thread(s)": {key: round(float(np.mean([x.get(key, np.nan) for x in loads[n]])), 2)
+                               for key in ("ours_cores", "other_cores")} for n in (1, 2)}
     r1, r2 = float(np.median(rates[1])), float(np.median(rates[2]))
+    share = outside_kernels(call, cases, per_thread)
     log(f"{name}: 1 thread {r1:.1f}/s, 2 threads {r2:.1f}/s, x{r2 / r1:.2f}, answers equal: {right}")
-    return {"name": name, "rate_1": r1, "rate_2": r2, "ratio": r2 / r1, "ms_per_call_1": 1e3 / r1,
+    return {"name": name, "rate_1": r1, "rate_2": r2, "ratio": r2 / r1, "ms_per_call_1": 1e3 / r1, "outside_kernels": share,
             "rates_1": rates[1], "rates_2": rates[2], "answers_equal": right, "load": load}
 
 
@@ -146,16 +180,20 @@ def markdown(res) -> str:
              f"`{res['command']}`", "",
              f"{res['machine']['cpu']}, {res['machine']['cores']} cores, numba {res['machine']['numba']} "
              f"({res['layer']} layer), one Matcher / one SuccinctTrie shared by the threads, each thread's "
-             f"kernels on one core. Index: synth catalog of {a['ads']:,} ads ({res['sids']:,} SIDs), B=1 request "
+             f"kernels on one core. Index: synth catalog of {a['ads']:,} ads ({res['sids']:,} SIDs), B={a['requests']} requests "
              f"a search, beams {a['beams']}, GTM + post-filter, recorded log-probs replayed. Trie: "
              f"{a['trie_keys']:,} keys, b={a['trie_b']} queries, T=8, K={a['trie_k']}, BW={a['trie_bw']}. "
              f"Median over {a['rounds']} rounds alternating 1 and 2 threads, {a['searches']} calls a thread "
              "a round.", "",
-             "| work | ms a call (1 thread) | calls/s, 1 thread | calls/s, 2 threads | ratio | answers equal |",
-             "|---|---:|---:|---:|---:|---|"]
+             "Outside kernels: share of one thread's time spent outside the parallel kernels (which release "
+             "the GIL), an upper bound on the share under the GIL; the GIL alone would allow up to "
+             "1 / max(share, 0.5) from 2 threads.", "",
+             "| work | ms a call (1 thread) | calls/s, 1 thread | calls/s, 2 threads | ratio | outside kernels "
+             "| answers equal |",
+             "|---|---:|---:|---:|---:|---:|---|"]
     for r in res["rows"]:
         lines.append(f"| {r['name']} | {r['ms_per_call_1']:.1f} | {r['rate_1']:.1f} | {r['rate_2']:.1f} | "
-                     f"{r['ratio']:.2f}x | {r['answers_equal']} |")
+                     f"{r['ratio']:.2f}x | {100 * r['outside_kernels']:.1f}% | {r['answers_equal']} |")
     lines += ["", "Load while measuring (cores busy with other processes: the ratio is only as good as the "
               "second core was free):", ""]
     for r in res["rows"]:
@@ -168,7 +206,8 @@ def main():
     ap.add_argument("--workdir", default="/tmp/gtmkit-threads", help="catalog + index cache")
     ap.add_argument("--ads", type=int, default=1_000_000)
     ap.add_argument("--beams", default="1,256,512,512")
-    ap.add_argument("--users", type=int, default=16, help="distinct recorded searches")
+    ap.add_argument("--requests", type=int, default=8, help="requests (B) of one beam search")
+    ap.add_argument("--searches-recorded", type=int, default=8, help="distinct recorded searches")
     ap.add_argument("--searches", type=int, default=20, help="calls per thread per round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--trie-keys", type=int, default=1_000_000)
@@ -181,9 +220,9 @@ def main():
 
     idx = ensure_index(Path(args.workdir), args.ads)
     m = gtmkit.Matcher(idx)
-    users = synth_users(idx.manifest["schema"], args.users, seed=11)
-    rows = [scaling("beam_search", beam_call(m, sizes), recorded_searches(m, users, sizes, 7), args.searches,
-                    args.rounds)]
+    users = synth_users(idx.manifest["schema"], args.requests * args.searches_recorded, seed=11)
+    rows = [scaling("beam_search", beam_call(m, sizes), recorded_searches(m, users, args.requests, sizes, 7),
+                    args.searches, args.rounds)]
     if args.trie_keys:
         trie = gtmkit.SuccinctTrie.build(synth_keys(args.trie_keys, seed=3))
         cases = []
