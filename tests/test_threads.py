@@ -175,3 +175,18 @@ def test_fork_after_gnu_openmp_is_refused_in_one_line(served):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_every_cpu_kernel_releases_the_gil_and_parallel_ones_take_the_guard():
+    """A parallel kernel built with plain njit would skip the workqueue lock and the fork check, and one
+    without nogil would hold the GIL, so threads could not overlap."""
+    import re
+    bad = []
+    for path in sorted((ROOT / "gtmkit").rglob("*.py")):
+        if path.name in ("threads.py", "trie_search_cuda.py"):  # the guard itself; the GPU trie host code
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            m = re.match(r"\s*@(?:numba\.)?njit\b(.*)", line)
+            if m and ("parallel=True" in m.group(1) or "nogil=True" not in m.group(1)):
+                bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert bad == []
