@@ -2,6 +2,7 @@
 
 Offline `build_index` turns a Parquet ad catalog into an artifact; `load_index` opens it."""
 
+from . import threads as _threads  # noqa: F401  (picks the numba threading layer first)
 from ._version import __version__
 from .errors import ArtifactError, CatalogError, GtmkitError, RequestError, SchemaError
 from .index import Index, load_index

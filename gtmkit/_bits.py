@@ -27,7 +27,7 @@ def popcount(typingctx, x):
     return sig, codegen
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def mix64(h):
     """splitmix64 finaliser: a cheap, well-spread 64-bit hash step."""
     h = (h ^ (h >> S30)) * MIX1
@@ -35,7 +35,7 @@ def mix64(h):
     return h ^ (h >> S31)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def row_hash(row):
     h = GOLDEN
     for w in range(row.shape[0]):
@@ -43,7 +43,7 @@ def row_hash(row):
     return h
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def row_popcount(rows):
     """Set bits per row of a uint64 [n, W] array -> int64 [n]."""
     out = np.zeros(rows.shape[0], np.int64)
@@ -55,7 +55,7 @@ def row_popcount(rows):
     return out
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def sorted_contains(codes, lo, hi, c):
     """Is c in the ascending slice codes[lo:hi]? (binary search)"""
     a, b = lo, hi

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from .threads import parallel_njit
 from .logits import SyntheticDecoder
 from .matcher.beam import as_numpy, beam_search
 from .matcher.kernels_cpu import ad_eligible, depth_of, node_passes
@@ -14,7 +15,7 @@ from .matcher.matcher import Matcher
 from .progress import Progress, report
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def _recall(t, q, rows, sid_of_row, first_leaf, eligible_out, ok_out):
     """Per request b: of the sampled ad rows that are exactly eligible, how many have every SID
     prefix (leaf up to the root's children) passing GTM. Must be all of them."""

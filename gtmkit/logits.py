@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .threads import parallel_njit
 from ._bits import GOLDEN, mix64
 
 # Step-0 boost (in logits) of a user's interest tokens. The beam keeps all ~512 first tokens at step
@@ -20,7 +21,7 @@ from ._bits import GOLDEN, mix64
 DEFAULT_PEAK = 13.0
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def _logits(keys, boost_rows, boosts, V, scale, out):
     """out[r, v] = log_softmax(scale * logistic_noise(keys[r], v) + boosts[boost_rows[r], v])."""
     for r in prange(keys.shape[0]):
@@ -41,7 +42,7 @@ def _logits(keys, boost_rows, boosts, V, scale, out):
             out[r, v] = out[r, v] - lse
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _extend(keys, parents, tokens, out):
     for r in range(parents.shape[0]):
         p = parents[r]

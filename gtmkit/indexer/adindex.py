@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..threads import parallel_njit
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _group_stable(keys, n_keys, items, offsets, out):
     """Counting sort of items by keys[item], keeping the items' order within a key."""
     for i in items:
@@ -47,13 +48,13 @@ def sid_ad_map(ad_sid: np.ndarray, ad_ids: np.ndarray, num_sids: int) -> tuple:
     return order, offsets, ad_ids[order], ad_ids[by_id], row_of[by_id]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _gather_lengths(off, order, out):
     for i in range(order.shape[0]):
         out[i + 1] = out[i] + (off[order[i] + 1] - off[order[i]])
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def _gather_sorted(off, codes, order, new_off, out):
     """Row i of the result = sorted distinct codes of input row order[i] (duplicates become -1 at the
     end, then trimmed by the caller's second pass)."""
@@ -65,7 +66,7 @@ def _gather_sorted(off, codes, order, new_off, out):
         out[dst:dst + (b - a)].sort()
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dedupe_rows(off, codes, new_off, out):
     k = 0
     for i in range(off.shape[0] - 1):

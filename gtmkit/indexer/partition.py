@@ -9,13 +9,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..threads import parallel_njit
 from .._arrays import offsets_from_lengths
 from .._bits import popcount
 
 N_CHUNKS = 512
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _greedy(M, a, b, k, P, pc, used, assign):
     """Assign members M[a:b] to k partitions; returns the summed set bits of the used partitions."""
     W = M.shape[1]
@@ -44,7 +45,7 @@ def _greedy(M, a, b, k, P, pc, used, assign):
     return total
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def assign_partitions(M, lo, hi, k_fixed, dynamic, target_fill, k_max, n_bits, assign, counts):
     """For every node i (members M[lo[i]:hi[i]]): pick k, assign members, compact used partitions.
 
@@ -89,7 +90,7 @@ def assign_partitions(M, lo, hi, k_fixed, dynamic, target_fill, k_max, n_bits, a
             counts[i] = nused
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def emit_partitions(M, lo, hi, assign, part_offsets, out):
     """out[part_offsets[i] + assign[m]] = OR of node i's members in that partition."""
     n = lo.shape[0]

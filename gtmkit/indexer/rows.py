@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from ..threads import parallel_njit
 from ..formats.catalog import Catalog
 from ..formats.schema import Schema
 from ..targeting import BitmaskLayout, bloom_signature
@@ -62,7 +63,7 @@ def resolve_layout(catalog: Catalog, schema: Schema) -> tuple:
     return layout, code_bits, row_layout
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def _bitmask_attr(rows, order, a_off, a_codes, e_off, e_codes, code_bit, lo, n_dom):
     """rows[i] |= ad order[i]'s bits of one attribute: allowed - excluded, or (untargeted)
     the whole range (domain + other) - excluded."""
@@ -80,7 +81,7 @@ def _bitmask_attr(rows, order, a_off, a_codes, e_off, e_codes, code_bit, lo, n_d
             rows[i, b >> 6] &= ~(ONE << np.uint64(b & 63))
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def _bloom_attr(rows, order, a_off, a_codes, sigs, start):
     """rows[i, start:start+W] = OR of the signatures of ad order[i]'s strings; all ones if none."""
     W = sigs.shape[1]

@@ -27,7 +27,7 @@ def words_for(nbits: int) -> int:
     return (int(nbits) >> 6) + 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pack_bits(flags):
     """bool/uint8 [n] -> uint64 [n // 64 + 1] with bit i = flags[i]."""
     n = flags.shape[0]
@@ -38,7 +38,7 @@ def pack_bits(flags):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rank_directory(words):
     """rank9 directory of uint64 [W] words -> uint64 [ceil(W/8) + 1, 2]: row s = (ones before superblock s,
     packed 9-bit counts of ones in words 0..w-1 of the superblock at bits 9*(w-1), w = 1..7)."""
@@ -62,14 +62,14 @@ def rank_directory(words):
     return rd
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _sub(rd, s, w):
     if w == 0:
         return _U0
     return (rd[s, 1] >> np.uint64(9 * (w - 1))) & _M9
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rank1(words, rd, p):
     """Ones in bits [0, p), 0 <= p <= nbits."""
     s = p >> 9
@@ -81,7 +81,7 @@ def rank1(words, rd, p):
     return np.int64(r)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def select64(x, r):
     """Bit position of the r-th (0-based) set bit of uint64 x; x must have more than r set bits."""
     pos = 0
@@ -105,7 +105,7 @@ def select64(x, r):
     return pos + np.int64(trailing_zeros(x))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def select_samples(rd, n_words, total, zeros):
     """uint32 [ceil(total/SAMPLE) + 1]: superblock holding the (j*SAMPLE)-th one (zeros=False) or zero
     (zeros=True), for the `total` ones/zeros of the vector; the last entry is the last superblock."""
@@ -123,13 +123,13 @@ def select_samples(rd, n_words, total, zeros):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _before(rd, s, zeros):
     ones = np.int64(rd[s, 0])
     return s * SUPER_BITS - ones if zeros else ones
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _select(words, rd, samples, k, zeros):
     j = k // SAMPLE
     lo = np.int64(samples[j])
@@ -163,24 +163,24 @@ def _select(words, rd, samples, k, zeros):
     return (lo * 8 + w) * 64 + select64(x, r - c)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def select1(words, rd, samples, k):
     """Position of the k-th (0-based) one; k < number of ones."""
     return _select(words, rd, samples, k, False)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def select0(words, rd, samples, k):
     """Position of the k-th (0-based) zero; k < number of zeros within nbits."""
     return _select(words, rd, samples, k, True)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def get_bit(words, i):
     return (words[i >> 6] >> np.uint64(i & 63)) & _U1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pack_fields(values, width):
     """Non-negative ints [n] -> uint64 [n*width // 64 + 1] holding value i at bits [i*width, (i+1)*width)."""
     n = values.shape[0]
@@ -198,7 +198,7 @@ def pack_fields(values, width):
     return out
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def get_field(words, i, width):
     """Value i of a pack_fields array (0 when width == 0)."""
     if width == 0:

@@ -14,7 +14,7 @@ LEN_BITS = 24  # a sort record is start << 24 | length: keys up to 2^24-1 tokens
 _LEN_MASK = np.uint64((1 << LEN_BITS) - 1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _split_pass(records, tokens, j, n_act, ib, out):
     """Keys shorter than j+1 go to the front of `out` in their current order; the others get sort words
     (token j << ib | their rank among the others) -> (words uint64 [n_act], records uint64 [n_act])."""
@@ -35,7 +35,7 @@ def _split_pass(records, tokens, j, n_act, ib, out):
     return words, act
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _gather_sorted(words, act, ib, out, base):
     mask = (np.uint64(1) << np.uint64(ib)) - np.uint64(1)
     for i in range(words.shape[0]):
@@ -67,7 +67,7 @@ def sorted_records(tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return records
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _levels(records, tokens, capacity):
     """Walk the sorted keys once, skipping repeats; a key adds the nodes of depths lcp+1..len, where lcp
     is its common prefix with the previous key. Depth-d nodes arrive in sorted order, which is their BFS
@@ -112,7 +112,7 @@ def _concat_levels(buf: np.ndarray, base: np.ndarray, count: np.ndarray, skip_ro
     return np.concatenate(parts)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _louds_words(degree):
     """LOUDS: '10' for a super-root, then per node in BFS order degree ones and a zero -> 2n+1 bits."""
     n = degree.shape[0]

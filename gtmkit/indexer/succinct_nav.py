@@ -44,7 +44,7 @@ class LoudsArrays(NamedTuple):
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def next_zero(words, p):
     """Position of the first zero bit at or after p (callers know one exists: every node's run ends in one)."""
     w = p >> 6
@@ -55,7 +55,7 @@ def next_zero(words, p):
     return w * 64 + np.int64(trailing_zeros(x))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def run_end(t, s, v):
     """Position of the zero that ends node v's run of ones (s = select0(v)): the next two words are scanned
     (nearly every node has fewer than 64 children), longer runs (the root of a large-vocabulary trie has
@@ -67,7 +67,7 @@ def run_end(t, s, v):
     return select0(t.louds, t.louds_rank, t.louds_select0, v + 1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def child_range(t, v):
     """(first, end): the children of node v are nodes first .. end-1 (first == end for a leaf)."""
     s = select0(t.louds, t.louds_rank, t.louds_select0, v)
@@ -75,25 +75,25 @@ def child_range(t, v):
     return first, first + (run_end(t, s, v) - s - 1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def first_child(t, v):
     """Id the first child of v has or would have; v may be n, giving n."""
     return select0(t.louds, t.louds_rank, t.louds_select0, v) - v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def has_children(t, v):
     return get_bit(t.louds, select0(t.louds, t.louds_rank, t.louds_select0, v) + 1) != 0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def label(t, node):
     """Token on the edge into node (node >= 1)."""
     j = node - 1
     return np.int64(t.label_low[j]) | (get_field(t.label_high, j, t.high_bits) << 16)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lower_bound(t, lo, hi, token):
     """First node in [lo, hi) (siblings, sorted by label) whose label is >= token."""
     while lo < hi:
@@ -105,7 +105,7 @@ def lower_bound(t, lo, hi, token):
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def find_child(t, v, token):
     """Child of v along token, or -1."""
     first, end = child_range(t, v)
@@ -115,24 +115,24 @@ def find_child(t, v, token):
     return -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def is_terminal(t, v):
     return get_bit(t.terminal, v) != 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def key_id(t, v):
     """Key id of terminal node v: terminals before v in BFS order."""
     return rank1(t.terminal, t.terminal_rank, v)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def parent(t, v):
     """Parent of node v >= 1: its LOUDS one sits after (parent + 1) zeros."""
     return select1(t.louds, t.louds_rank, t.louds_select1, v) - v - 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def walk(t, tokens, a, b):
     """Node reached from the root along tokens[a:b], or -1."""
     v = 0
@@ -146,7 +146,7 @@ def walk(t, tokens, a, b):
     return v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def lookup_many(t, tokens, offsets):
     """Key id of tokens[offsets[i]:offsets[i+1]] for each i, -1 where it is not a key -> int64 [m]."""
     m = offsets.shape[0] - 1
@@ -159,12 +159,12 @@ def lookup_many(t, tokens, offsets):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def node_of_key(t, k):
     return select1(t.terminal, t.terminal_rank, t.terminal_select1, k)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def key_tokens(t, k, out):
     """Write key k's tokens into out[:depth] and return depth; out needs max-depth room."""
     v = node_of_key(t, k)
@@ -177,7 +177,7 @@ def key_tokens(t, k, out):
     return d
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def subtree_keys(t, v, limit):
     """Key ids under node v (v itself included), ascending, at most limit -> int64 [<= limit].
 
@@ -204,7 +204,7 @@ def subtree_keys(t, v, limit):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def labels_between(t, first, end):
     """int64 [end-first]: labels of nodes first .. end-1."""
     out = np.empty(end - first, np.int64)
@@ -213,7 +213,7 @@ def labels_between(t, first, end):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def labels_of(t, nodes):
     """int64 [len(nodes)]: label of each node (nodes >= 1)."""
     out = np.empty(nodes.shape[0], np.int64)

@@ -6,9 +6,10 @@ Returns a list of one-line problems; an empty list means the index is sound."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..errors import ArtifactError
+from ..threads import parallel_njit
 from ..formats import index_format as fmt
 from ..formats.artifact import open_artifact, verify_artifact
 from ..formats.catalog import read_catalog
@@ -19,7 +20,7 @@ from .adindex import reorder_lists
 from .rows import RowLayout, ad_rows
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def node_unions(part_start, part_end, part_ids, table):
     """uint64 [n_nodes, W]: OR of the table rows of each node's partitions (ids < 0 are padding)."""
     out = np.zeros((part_start.shape[0], table.shape[1]), np.uint64)
@@ -32,7 +33,7 @@ def node_unions(part_start, part_end, part_ids, table):
     return out
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def uncovered(owner, rows, unions):
     """bad[i]: rows[i] has a bit that unions[owner[i]] lacks."""
     bad = np.zeros(rows.shape[0], np.bool_)
@@ -43,7 +44,7 @@ def uncovered(owner, rows, unions):
     return bad
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def walk(node_offsets, child_tokens, sids):
     """Leaf node of each SID (rows of sids), -1 where the path leaves the trie."""
     out = np.full(sids.shape[0], -1, np.int64)

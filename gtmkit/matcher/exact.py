@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from numba import njit, prange
+from numba import prange
 
+from ..threads import parallel_njit
 from .._bits import sorted_contains as _contains
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def bitmask_ok(ad_rows, ad_bitmask_ids, table, req_bitmask, out):
     """out[i] &= for every attribute a: (table[ad_bitmask_ids[ad_rows[i]]] & req_bitmask[a]) != 0."""
     A, W = req_bitmask.shape
@@ -26,7 +27,7 @@ def bitmask_ok(ad_rows, ad_bitmask_ids, table, req_bitmask, out):
                 break
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def bloom_ok(ad_rows, allow_off, allow_codes, excl_off, excl_codes, req_codes, out):
     """out[i] &= (ad untargeted or allows a request code) and excludes no request code.
 

@@ -14,7 +14,7 @@ from .._memory import prefetch
 # (measured: ~340 ns against ~6 ns for one GTM test at depth 1).
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _depth(level_offsets, node):
     a, b = 0, level_offsets.shape[0] - 1
     while b - a > 1:  # largest d with level_offsets[d] <= node
@@ -26,7 +26,7 @@ def _depth(level_offsets, node):
     return a
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _gtm(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff, sigs, b, node, ck, cv):
     """GTM (DESIGN §2) of node for request b: some partition meets every bitmask attribute and holds
     a request signature for every Bloom attribute. ck/cv: a direct-mapped cache of partition results
@@ -93,7 +93,7 @@ CACHE_SLOTS = 4096
 GTM_BATCH = 64
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def request_words(qbm, soff, sigs, b):
     """Request b's nonzero words, for _gtm_batch: per bitmask attribute a, at a * (W + 1), the count n then
     the n word indices where qbm[b, a] has bits; then per signature of request b, in order, (Wb + 1)
@@ -119,7 +119,7 @@ def request_words(qbm, soff, sigs, b):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff, sigs, b,
                nodes, n, ok_out, s0, s1, todo, words):
     """_gtm for nodes[:n], partition by partition across the batch: the table rows of different nodes
@@ -216,12 +216,12 @@ def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, bl
                 todo[z] = False
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def depth_of(t, node):
     return _depth(t.level_offsets, node)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def node_passes(t, q, b, node, depth=-1):
     """GTM of one node for request b (convenience form for cold paths; hot loops call _gtm)."""
     ck, cv = np.full(1, -1, np.int64), np.zeros(1, np.bool_)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..threads import parallel_njit
 from .._bits import sorted_contains as _contains
 from .gtm_cpu import _gtm, depth_of, node_passes  # noqa: F401  (depth_of, node_passes: public here)
 from .select_cpu import _select_request
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def request_starts(row_request, starts):
     """starts[b] = first row of request b (starts[-1] = rows); False unless row_request is
     non-decreasing within [0, len(starts) - 1)."""
@@ -36,7 +37,7 @@ def request_starts(row_request, starts):
     return True
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def step_kernel(t, q, req_rows, node_ids, logprobs, beam_scores, k, gtm, count_all,
                 out_parent, out_token, out_node, out_score, out_count, rate_hint, band_from):
     """for each request b (rows req_rows[b]:req_rows[b+1]):
@@ -51,7 +52,7 @@ def step_kernel(t, q, req_rows, node_ids, logprobs, beam_scores, k, gtm, count_a
                         count_all, out_parent, out_token, out_node, out_score, out_count, rate_hint, band_from)
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def mask_kernel(t, q, node_ids, row_request, gtm, out):
     """out[r, v // 32] bit v % 32 set iff token v leads from node_ids[r] to a child (that passes GTM)."""
     no, ct = t.node_offsets, t.child_tokens
@@ -71,7 +72,7 @@ def mask_kernel(t, q, node_ids, row_request, gtm, out):
                 out[r, v >> 5] |= np.uint32(1) << np.uint32(v & 31)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _eligible(ad_bitmask, bmt, allow_off, allow_codes, excl_off, excl_codes, qbm, code_off, codes, b, r):
     """Exact eligibility (DESIGN §2) of ad row r for request b."""
     bid = ad_bitmask[r]
@@ -100,14 +101,14 @@ def _eligible(ad_bitmask, bmt, allow_off, allow_codes, excl_off, excl_codes, qbm
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def ad_eligible(t, q, b, r):
     """Exact eligibility of ad row r for request b (convenience form; loops call _eligible)."""
     return _eligible(t.ad_bitmask, t.bitmask_table, t.allow_off, t.allow_codes, t.excl_off, t.excl_codes,
                      q.bitmask, q.code_off, q.codes, b, r)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _postfilter_request(t, q, b, leaves, first_leaf, exact, start, out_ads, out_rank, fill):
     """Eligible ads of request b's SIDs in rank order (ascending ad id within a SID); written from
     out_ads[start] on when fill, else only counted. Returns the count."""
@@ -128,7 +129,7 @@ def _postfilter_request(t, q, b, leaves, first_leaf, exact, start, out_ads, out_
     return c
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def postfilter_count(t, q, leaves, first_leaf, exact, counts):
     dummy_ads, dummy_rank = np.empty(0, np.int64), np.empty(0, np.int32)
     for b in prange(leaves.shape[0]):
@@ -136,7 +137,7 @@ def postfilter_count(t, q, leaves, first_leaf, exact, counts):
         counts[bb] = _postfilter_request(t, q, bb, leaves, first_leaf, exact, 0, dummy_ads, dummy_rank, False)
 
 
-@njit(parallel=True, cache=True)
+@parallel_njit(cache=True)
 def postfilter_fill(t, q, leaves, first_leaf, exact, offsets, out_ads, out_rank):
     """Ads of the SIDs leaves[b, :] in rank order (ascending ad id within a SID), exact-filtered."""
     for b in prange(leaves.shape[0]):

@@ -4,6 +4,7 @@ backend "cpu" = numba (this module's kernels_cpu); "cuda" = CuPy RawKernels (imp
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numba
@@ -45,7 +46,13 @@ class Matcher:
 
     On the GPU the matcher keeps one set of scratch buffers, which its calls reuse: use one Matcher from one
     stream at a time (a GraphedBeamSearch owns its own buffers; build a Matcher per stream for concurrent
-    work: the index tables are uploaded per Matcher)."""
+    work: the index tables are uploaded per Matcher).
+
+    On the CPU one Matcher may be called from any number of threads at once, with answers equal to
+    single-threaded ones: its kernels release the GIL, its only written state (the GTM pass-rate hint) is
+    per thread, and gtmkit picks a re-entrant numba threading layer (tbb, else OpenMP) or, where only
+    workqueue is available, serialises the parallel kernel launches (gtmkit/threads.py; docs/matcher.md,
+    "Threads")."""
 
     def __init__(self, index, device: str = "cpu"):
         if device == "auto":
@@ -62,13 +69,23 @@ class Matcher:
         self._bloom_words = int(self.arrays.bloom_table.shape[1])
         self._bloom_widths = [int(t.shape[1]) for t in index.bloom_tables]
         self._max_degree = int(np.max(index.max_degree, initial=1))
-        # GTM pass rate last seen per depth (CPU step): sizes the first band of candidates kept
-        self._gtm_rate = np.full(len(index.level_offsets), 1.0 / 3.0)
+        # GTM pass rate last seen per depth (CPU step), one array per thread (see _gtm_rate)
+        self._rates = threading.local()
         self._band_from = select_cpu.BAND_FROM  # requests with this many candidates use the band selection
         self.cuda = None
         if device == "cuda":
             from .backend_cuda import CudaBackend
             self.cuda = CudaBackend(self.arrays, index)
+
+    @property
+    def _gtm_rate(self) -> np.ndarray:
+        """This thread's GTM pass rate per depth, written by the CPU step kernel: it sizes the first band
+        of candidates kept, so it changes speed only, never an answer (tests/test_matcher_cpu.py runs
+        the band selection under extreme hints); per thread so threads do not share a written array."""
+        rate = getattr(self._rates, "gtm", None)
+        if rate is None:
+            rate = self._rates.gtm = np.full(len(self.index.level_offsets), 1.0 / 3.0)
+        return rate
 
     @property
     def xp(self):

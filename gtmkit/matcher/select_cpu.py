@@ -18,13 +18,13 @@ SHIFT32 = np.uint64(32)
 LOW32 = np.uint64(0xFFFFFFFF)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _clean(x):
     # NaN sorts as -inf: a broken logit never outranks a real one, and the order stays total.
     return -np.inf if x != x else x
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _bucket(s, mn, scale, NB):
     """Linear score bucket, 0 = best; monotone, so a lower bucket holds strictly higher scores. s is finite
     in [mn, mx] or -inf (last), scale = (NB - 1) / (mx - mn) or 0, so the index is in [0, NB); a +inf must
@@ -34,7 +34,7 @@ def _bucket(s, mn, scale, NB):
     return NB - 1 - int((np.float64(s) - mn) * scale)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _finite_range(score, n, mn, mx):
     """-> (mn, mx, plus): the least and greatest finite score of score[:n] ((0, 0) when none is finite),
     given the range of the scores above -inf. A +inf (rare) is written over with mx for the bucketing,
@@ -61,7 +61,7 @@ def _finite_range(score, n, mn, mx):
     return mn, mx, plus
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _row_of(row_start, i):
     """Last row whose first candidate index is <= i (rows without candidates share the next one's)."""
     a, z = 0, row_start.shape[0] - 1
@@ -74,7 +74,7 @@ def _row_of(row_start, i):
     return a
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _row_after(row_start, x, i):
     """_row_of(row_start, i) for candidate indices that only ascend: the cursor x moves forward from the last row."""
     while x + 1 < row_start.shape[0] - 1 and row_start[x + 1] <= i:
@@ -82,7 +82,7 @@ def _row_after(row_start, x, i):
     return x
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _composite(v, i):
     """Distinct uint64 whose descending order is (score desc, candidate index asc)."""
     u = np.uint64(np.float32(v).view(np.uint32))
@@ -90,14 +90,14 @@ def _composite(v, i):
     return (key << SHIFT32) | (LOW32 - np.uint64(i))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _score_of(comp):
     u = np.uint32(comp >> SHIFT32)
     bits = (u & np.uint32(0x7FFFFFFF)) if u & np.uint32(0x80000000) else ~u
     return np.uint32(bits).view(np.float32)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _insertion_desc(a, lo, hi):
     for x in range(lo + 1, hi):
         v = a[x]
@@ -108,7 +108,7 @@ def _insertion_desc(a, lo, hi):
         a[y + 1] = v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _emit(no, ct, node_ids, r0, row_start, comp, n, b, k, out_parent, out_token, out_node, out_score):
     """Request b's outputs from its passers' composites comp[:n], best first: the k best, -1 / -inf
     padded. A candidate's row and child come back from its index through the per-row offsets."""
@@ -127,7 +127,7 @@ def _emit(no, ct, node_ids, r0, row_start, comp, n, b, k, out_parent, out_token,
         out_score[b, x] = -np.inf
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sort_desc(buf, lo, hi):
     """Sort buf[lo:hi] descending in place: a counting sort on linear score bins, then insertion sorts
     inside the (small) bins; a crowded bin (many equal scores) gets a real sort."""
@@ -169,7 +169,7 @@ def _sort_desc(buf, lo, hi):
     buf[lo:hi] = tmp
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, lo, hi_incl, buf, tmp):
     """Composites of the candidates with lo <= score <= hi_incl, scored in one
     pass, keeping only about the best `want`: whenever the buffer fills, the threshold rises to the
@@ -220,7 +220,7 @@ def _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, 
     return n, theta
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count_all,
                     out_parent, out_token, out_node, out_score, out_count):
     """Top-k of request b for small requests: score every candidate into an array, bucket the scores,
@@ -337,7 +337,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     _emit(no, ct, node_ids, r0, row_start, comp, ns, b, k, out_parent, out_token, out_node, out_score)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count_all,
                     out_parent, out_token, out_node, out_score, out_count, rate_hint):
     """Top-k of request b: one scoring pass keeps about the best `want` candidates (a threshold that
@@ -453,7 +453,7 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
 BAND_FROM = 16384  # candidates of one request from which the band selection pays off (measured)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count_all,
                     out_parent, out_token, out_node, out_score, out_count, rate_hint, band_from):
     """Both selections give the same answer; the band one reads the log-probs in one pass and keeps

@@ -32,7 +32,7 @@ WIDE_SHARE = 8  # the wide groups' lists take at most 1/WIDE_SHARE of the trie's
                 # the general path (10M keys: 7.5k wide groups, 3.9 MB against 97 MB of trie)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _zero_bits(words, nbits, i):
     """The zeros of word i as set bits, bits at or past nbits left out."""
     x = ~words[i]
@@ -42,7 +42,7 @@ def _zero_bits(words, nbits, i):
     return x
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _count_zeros(words, nbits):
     zeros = 0
     for i in range(words.shape[0]):
@@ -53,7 +53,7 @@ def _count_zeros(words, nbits):
     return zeros
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def zero_positions(words, nbits, shift):
     """int64 [ceil(zeros / 2^shift)]: position of zero number j << shift, for the zeros in bits [0, nbits)."""
     zeros = _count_zeros(words, nbits)
@@ -70,7 +70,7 @@ def zero_positions(words, nbits, shift):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _window_zeros(words, nbits, p):
     """Zeros in [p, nbits) within the four words from p's, as the kernel's zero_pair loads them."""
     w = p >> 6
@@ -85,7 +85,7 @@ def _window_zeros(words, nbits, p):
     return c
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _wide_groups(words, nbits, zpos, shift, max_wide):
     n_zeros = _count_zeros(words, nbits)
     g = 1 << shift

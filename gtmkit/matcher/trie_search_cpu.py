@@ -23,6 +23,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from ..threads import parallel_njit
 from ..errors import GtmkitError
 from ..indexer.succinct_input import MAX_TOKEN, clip_tokens
 from ..indexer.succinct_nav import child_range, has_children, is_terminal, key_id, label
@@ -32,7 +33,7 @@ from ..indexer.succinct_nav import child_range, has_children, is_terminal, key_i
 # Bounded heaps: the root is the worst entry kept, so a new entry costs one comparison unless it beats it.
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def live_better(s1, n1, s2, n2):
     """Live candidates: score desc, then node id asc (BFS ids: the prefixes' lexicographic order at one
     depth; the GPU's NAR search then needs no ordered live list)."""
@@ -41,7 +42,7 @@ def live_better(s1, n1, s2, n2):
     return n1 < n2
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _live_swap(hs, hp, ht, hn, i, j):
     hs[i], hs[j] = hs[j], hs[i]
     hp[i], hp[j] = hp[j], hp[i]
@@ -49,7 +50,7 @@ def _live_swap(hs, hp, ht, hn, i, j):
     hn[i], hn[j] = hn[j], hn[i]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _live_down(hs, hp, ht, hn, n, i):
     while True:
         w = i
@@ -64,13 +65,13 @@ def _live_down(hs, hp, ht, hn, n, i):
         i = w
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def live_enters(hs, hn, n, s, node):
     """Would (s, node) be kept by a heap holding n of its hs.shape[0] entries?"""
     return n < hs.shape[0] or live_better(s, node, hs[0], hn[0])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def live_push(hs, hp, ht, hn, n, s, p, tk, node):
     """Keep (score s, parent p, token tk, node) if it is among the best cap = hs.shape[0]; -> new n."""
     if n < hs.shape[0]:
@@ -89,7 +90,7 @@ def live_push(hs, hp, ht, hn, n, s, p, tk, node):
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def live_sort(hs, hp, ht, hn, n):
     """Heap -> best-first order in place (pop the worst to the back)."""
     for end in range(n - 1, 0, -1):
@@ -97,7 +98,7 @@ def live_sort(hs, hp, ht, hn, n):
         _live_down(hs, hp, ht, hn, end, 0)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def fin_better(s1, k1, s2, k2):
     """Finished keys: normalised score desc, then key id asc."""
     if s1 != s2:
@@ -105,7 +106,7 @@ def fin_better(s1, k1, s2, k2):
     return k1 < k2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fin_down(hs, hk, n, i):
     while True:
         w = i
@@ -121,7 +122,7 @@ def _fin_down(hs, hk, n, i):
         i = w
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fin_push(hs, hk, n, s, k):
     """Keep finished key k with score s if among the best hs.shape[0]; -> new n."""
     if n < hs.shape[0]:
@@ -141,7 +142,7 @@ def fin_push(hs, hk, n, s, k):
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fin_sort(hs, hk, n):
     for end in range(n - 1, 0, -1):
         hs[0], hs[end] = hs[end], hs[0]
@@ -153,7 +154,7 @@ def fin_sort(hs, hk, n):
 # Kernels
 
 
-@njit(cache=True, parallel=True)
+@parallel_njit(cache=True)
 def _prepare_rows(tokens, logp, theta_tok, rows_used, out_tok, out_lp, out_cnt):
     """Proposal rows tokens int64 / logp float32 [b, R, K] -> for rows r < rows_used[q]: the proposals
     with lp > theta_tok and a token in [0, 2^31-1], sorted by token, a repeated token once with its best
@@ -186,7 +187,7 @@ def _prepare_rows(tokens, logp, theta_tok, rows_used, out_tok, out_lp, out_cnt):
         out_cnt[q, r] = m
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _gallop_tokens(row, lo, hi, x):
     """First i in [lo, hi) with row[i] >= x (row ascending), else hi: exponential then binary search,
     so a short child list against a long proposal list costs O(deg log K), not O(K)."""
@@ -207,7 +208,7 @@ def _gallop_tokens(row, lo, hi, x):
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _gallop_children(t, lo, hi, x):
     """First node in [lo, hi) whose label is >= x, else hi (labels of siblings ascend)."""
     if lo >= hi or label(t, lo) >= x:
@@ -227,7 +228,7 @@ def _gallop_children(t, lo, hi, x):
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _expand_chunk(t, ptok, plp, pcnt, row, q, c, n_chunks, live_node, live_score, n_live, theta_sent,
                   factor, last, hs, hp, ht, hn, fs, fk):
     """Beams c, c + n_chunks, ... of query q against their proposal rows (row >= 0: shared NAR row, else
@@ -276,7 +277,7 @@ def _expand_chunk(t, ptok, plp, pcnt, row, q, c, n_chunks, live_node, live_score
     return nl, nf
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _merge_query(q, hs, hp, ht, hn, h_cnt, fs, fk, f_cnt, live_node, live_score, live_parent, live_tok,
                  n_live, gs, gk, g_cnt):
     """Fold the chunk heaps of query q into its new live list (best first) and its finished heap."""
@@ -299,7 +300,7 @@ def _merge_query(q, hs, hp, ht, hn, h_cnt, fs, fk, f_cnt, live_node, live_score,
     g_cnt[q] = g
 
 
-@njit(cache=True, parallel=True)
+@parallel_njit(cache=True)
 def _run_steps(t, ptok, plp, pcnt, nar, step0, step1, last_step, theta_sent, factors, live_node, live_score,
                live_parent, live_tok, n_live, hs, hp, ht, hn, h_cnt, fs, fk, f_cnt, gs, gk, g_cnt):
     """Steps step0 .. step1-1 for every query: threads over (query, beam chunk) pairs, then over queries
@@ -323,7 +324,7 @@ def _run_steps(t, ptok, plp, pcnt, nar, step0, step1, last_step, theta_sent, fac
                          live_tok, n_live, gs, gk, g_cnt)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _finished(gs, gk, g_cnt):
     """Best-first copies of the finished heaps -> (key ids int64 [b, BW] -1 padded, scores float32 -inf)."""
     b, bw = gs.shape

@@ -367,7 +367,7 @@ def _fill_host(buf: _Buffers, tokens: np.ndarray, logp: np.ndarray, rows: int) -
     return 8 * nf + 8 * n
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _stage_rows(tokens, logp, out_i, out_f):
     """Row r of the flat staging buffer: the tokens as int32 (-1 where no key can hold the id), then the log-probs
     as float32 (out_i, out_f: int32 and float32 views of that buffer). One pass over contiguous 1-D slices:

@@ -1,0 +1,192 @@
+"""One Matcher (one Index, one SuccinctTrie) called from several threads at once: every answer equals the
+same call made from one thread, under the re-entrant layer gtmkit picks and under workqueue (serialised)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+
+import gtmkit
+from gtmkit import threads
+from gtmkit.indexer.succinct import SuccinctTrie
+from gtmkit.logits import SyntheticDecoder
+from gtmkit.matcher.beam import beam_search
+from gtmkit.matcher.matcher import Matcher
+from gtmkit.matcher.trie_search_cpu import trie_beam_search
+
+from catalogs import random_user
+from test_build import _build
+
+THREADS = 4
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _same(a, b) -> bool:
+    """Deep equality of nested tuples / lists / arrays (NaN-free outputs: array_equal is exact)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype \
+            and np.array_equal(a, b)
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def work_items(idx, trie, seed=0) -> list:
+    """Calls on one Matcher and one trie, each a () -> comparable result, on random inputs."""
+    m = Matcher(idx)
+    rng = np.random.default_rng(seed)
+    users = [random_user(rng) for _ in range(3)]
+    reqs = [idx.encode_request(u) for u in users]
+    items = []
+    for depth in range(idx.sid_length):
+        lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
+        nodes = rng.integers(lo, hi, size=3 * 40).astype(np.int32)
+        nodes[rng.random(len(nodes)) < 0.2] = -1
+        rr = np.repeat(np.arange(3), 40).astype(np.int32)
+        lp = np.round(rng.normal(size=(len(nodes), idx.vocab_size)), 1).astype(np.float32)
+        bs = np.round(rng.normal(size=len(nodes)), 1).astype(np.float32)
+        for gtm in (True, False):
+            for k, count in ((5, False), (60, True)):
+                items.append(lambda a=(nodes, lp, bs, rr, reqs, k, gtm, count):
+                             tuple(m.step(*a[:6], gtm=a[6], count_candidates=a[7])))
+            items.append(lambda a=(nodes, rr, reqs, gtm): m.mask(*a[:3], gtm=a[3]))
+    leaves = rng.integers(0, idx.num_nodes, size=(3, 30))
+    for exact in (True, False):
+        items.append(lambda exact=exact: m.postfilter(leaves, reqs, exact=exact))
+    for gtm in (True, False):
+        def search(gtm=gtm):
+            r = beam_search(m, reqs, SyntheticDecoder(users, idx.vocab_size, seed=3), (1, 8, 16), gtm=gtm)
+            return r.sids, r.scores, r.leaf_nodes, r.ads, r.candidates, r.beams
+        items.append(search)
+    tok = rng.integers(-1, 9, size=(4, 5, 6))
+    logp = np.log(rng.random(tok.shape) + 1e-6).astype(np.float32)
+    items.append(lambda: trie_beam_search(trie, tok, logp, 6))
+    return m, items
+
+
+def run_threaded(items, rounds=3, seed=0) -> list:
+    """Each of THREADS threads runs every item `rounds` times in its own random order (thread 0 with one
+    numba thread); returns the list of mismatches and errors."""
+    want = [f() for f in items]
+    bad = []
+    start = threading.Barrier(THREADS)
+
+    def worker(w):
+        try:
+            if w == 0:
+                numba.set_num_threads(1)  # thread-local: this thread's kernels use one core
+            order = np.random.default_rng(seed + w).permutation(np.tile(np.arange(len(items)), rounds))
+            start.wait()
+            for i in order:
+                if not _same(items[i](), want[i]):
+                    bad.append((w, int(i)))
+        except Exception as exc:  # reported by the main thread's assert
+            bad.append((w, repr(exc)))
+
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(THREADS)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return bad
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("threads")
+    idx, _, _ = _build(tmp, 31, "dynamic", {"target_fill": 0.3, "k_max": 3}, n_ads=400, L=3, V=10)
+    rng = np.random.default_rng(5)
+    keys = [[int(x) for x in rng.integers(0, 9, size=rng.integers(1, 5))] for _ in range(300)]
+    return idx, SuccinctTrie.build(keys), tmp
+
+
+@pytest.mark.parametrize("band_from", [0, 1 << 62])  # both top-k selections of the CPU step
+def test_threads_share_one_matcher(served, band_from):
+    idx, trie, _ = served
+    m, items = work_items(idx, trie)
+    m._band_from = band_from
+    assert run_threaded(items) == []
+
+
+def test_layer_is_reentrant_or_serialised(served):
+    """gtmkit asked for a re-entrant layer where one loads; launches are serialised only under workqueue."""
+    idx, trie, _ = served
+    work_items(idx, trie)[1][0]()  # a parallel kernel has run: the layer is known
+    layer = threads.threading_layer()
+    if "NUMBA_THREADING_LAYER" not in os.environ:
+        assert layer in ("tbb", "omp") or not (threads._loads("tbb") or threads._loads("omp"))
+    assert threads.serialised() == (layer == "workqueue")
+
+
+def _serve_in_subprocess(layer: str, script: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, NUMBA_THREADING_LAYER=layer, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_workqueue_launches_are_serialised(served):
+    """workqueue aborts the process on concurrent parallel launches: under it gtmkit takes its lock, so
+    the threaded run answers like a single thread and the process lives."""
+    idx, _, _ = served
+    script = (
+        "import gtmkit, numba, numpy as np\n"
+        "from gtmkit.indexer.succinct import SuccinctTrie\n"
+        "import test_threads as T\n"
+        f"idx = gtmkit.load_index({str(idx.path)!r})\n"
+        "rng = np.random.default_rng(5)\n"
+        "keys = [[int(x) for x in rng.integers(0, 9, size=rng.integers(1, 5))] for _ in range(300)]\n"
+        "m, items = T.work_items(idx, SuccinctTrie.build(keys), seed=1)\n"
+        "bad = T.run_threaded(items, rounds=2)\n"
+        "print(numba.threading_layer(), gtmkit.threads.serialised(), bad)\n")
+    out = _serve_in_subprocess("workqueue", script)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["workqueue", "True", "[]"], out.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_after_gnu_openmp_is_refused_in_one_line(served):
+    """A child forked after GNU OpenMP ran cannot run a parallel kernel (numba would kill it with
+    SIGTERM): gtmkit refuses with ThreadingLayerError; serial calls still work there."""
+    idx, trie, _ = served
+    m, items = work_items(idx, trie)
+    items[0]()
+    if threads.threading_layer() != "omp":
+        pytest.skip("the layer here is not OpenMP")
+    from numba.np.ufunc import omppool
+    if omppool.openmp_vendor != "GNU":
+        pytest.skip("OpenMP here is not GNU's")
+    pid = os.fork()
+    if pid == 0:  # the child: exit status says what happened
+        code = 3
+        try:
+            items[0]()
+            code = 1
+        except threads.ThreadingLayerError as exc:
+            ok = "forked after GNU OpenMP" in str(exc) and "\n" not in str(exc)
+            code = 0 if ok and SuccinctTrie.lookup(trie, [0]) is not None else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_every_cpu_kernel_releases_the_gil_and_parallel_ones_take_the_guard():
+    """A parallel kernel built with plain njit would skip the workqueue lock and the fork check, and one
+    without nogil would hold the GIL, so threads could not overlap."""
+    import re
+    bad = []
+    for path in sorted((ROOT / "gtmkit").rglob("*.py")):
+        if path.name in ("threads.py", "trie_search_cuda.py"):  # the guard itself; the GPU trie host code
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            m = re.match(r"\s*@(?:numba\.)?njit\b(.*)", line)
+            if m and ("parallel=True" in m.group(1) or "nogil=True" not in m.group(1)):
+                bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert bad == []
