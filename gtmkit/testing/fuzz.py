@@ -49,7 +49,7 @@ def _child(conn, kind: str, seed: int, index: int, ctx: dict, log: str, hang_aft
     os.dup2(fd, 2)
     faulthandler.enable()  # a crash leaves its Python stack in the log
     faulthandler.dump_traceback_later(hang_after, exit=False)
-    ctx = CaseContext(ctx, work=str(Path(log).parent))
+    ctx = CaseContext(ctx or {}, work=str(Path(log).parent))
     try:
         outcome, detail = _case_fn(kind)(case_rng(seed, kind, index), ctx), ""
     except BaseException as exc:  # noqa: BLE001  (the outcome of the case, whatever it is)
@@ -91,6 +91,14 @@ def _crash_detail(log: Path, exitcode: int) -> str:
     return f"{name}: {msg[:120]}{where}"
 
 
+def _last_line(log: Path) -> str:
+    try:
+        lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:200] if lines else ""
+
+
 def _hang_detail(log: Path) -> str:
     try:
         text = log.read_text(errors="replace")
@@ -110,7 +118,7 @@ def signature(r: dict) -> str:
     there count as one signature."""
     s = re.sub(r"(?<![\w.])/[^\s:'\"]+", "<path>", r["detail"])
     s = re.sub(r"'[^']*'|\"[^\"]*\"", "<v>", s)
-    s = re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "N", s)
+    s = re.sub(r"(?<![\w.])-?\d+(\.\d+)?(e[-+]?\d+)?(?!\w)", "N", s)
     return f"{r['kind']} {r['outcome']}: {s[:160]}"
 
 
@@ -168,7 +176,7 @@ class Runner:
             if msg is None:
                 code = p.exitcode
                 msg = (CRASH, _crash_detail(work / "log", code), _note(work)) if code is not None and code < 0 else \
-                    (TRACEBACK, f"child exited with code {code} without an answer", _note(work))
+                    (TRACEBACK, f"child exited with code {code} without an answer: {_last_line(work / 'log')}", _note(work))
             recv.close()
             self.records.append({"kind": kind, "index": index, "outcome": msg[0], "detail": msg[1],
                                  "note": msg[2]})

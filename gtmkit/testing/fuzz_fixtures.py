@@ -22,6 +22,7 @@ def build_fixtures(root: Path, seed: int) -> dict:
     """Catalog (L=3, with Bloom), its index in a fixed and a jagged layout, a SuccinctTrie; -> the
     context every case gets (paths, users, workload inputs and the untouched artifacts' answers)."""
     from .. import SuccinctTrie, build_index
+    from ..indexer.verify import verify_index
 
     rng = np.random.default_rng([int(seed), 7])
     spec = random_spec(rng, bloom_required=True)
@@ -35,6 +36,7 @@ def build_fixtures(root: Path, seed: int) -> dict:
     for name, kw in (("fixed", {"partition": "static", "k": [2, 2, 1]}),
                      ("jagged", {"partition": "dynamic", "target_fill": 0.4, "k_max": 3})):
         idx = build_index(cat, root / name, **kw)
+        verify_index(root / name)  # compiles the checker's kernels here, not in every child
         ctx["paths"][name] = str(root / name)
         ctx["answers"][name] = index_answers(idx, ctx)
     keys = [[int(x) for x in rng.choice([0, 1, 2, 3, 70000, 2**31 - 1], size=rng.integers(1, 5))] for _ in range(30)]
