@@ -233,6 +233,8 @@ def summarize(records: list, seed: int, seconds: float) -> dict:
 def format_text(summary: dict) -> str:
     """The summary as text: a table of counts by kind and outcome, then one line per failure."""
     out = [f"fuzz seed {summary['seed']}: {summary['cases']} cases in {summary['seconds']} s"]
+    if summary.get("manifest_digest"):
+        out.append("manifest digest for value edits: " + ", ".join(f"{k} {v}" for k, v in summary["manifest_digest"].items()))
     kinds = sorted(summary["counts"])
     out.append(f"{'outcome':<22}" + "".join(f"{k:>10}" for k in kinds) + f"{'total':>10}")
     for o in OUTCOMES:
@@ -256,7 +258,9 @@ def fuzz(seconds: float = None, seed: int = 0, kinds=KINDS, cases: int = None, o
         if set(kinds) & set(KINDS):  # the built-in kinds start from fixture artifacts
             r.fixtures()
         records = r.run(seconds, cases, only)
-    return summarize(records, seed, time.monotonic() - t0)
+    s = summarize(records, seed, time.monotonic() - t0)
+    s["manifest_digest"] = (r.ctx or {}).get("manifest_digest", {})
+    return s
 
 
 def main(argv=None) -> int:

@@ -41,6 +41,16 @@ def _digest_forms(manifest: dict, key: str) -> list:
     return [hashlib.sha256(d.encode()).hexdigest() for d in dumps]
 
 
+def digest_status(path) -> str:
+    """How value edits can keep a manifest digest valid: 'none' (the format has none), 'recomputed
+    (<key>)', or 'not reproducible (<key>)' (then every value edit is refused by the digest alone)."""
+    man = json.loads((Path(path) / MANIFEST).read_text())
+    key = _digest_key(man)
+    if key is None:
+        return "none"
+    return f"{'recomputed' if man[key] in _digest_forms(man, key) else 'not reproducible'} ({key})"
+
+
 def write_manifest(path: Path, manifest: dict, original: dict, recompute: bool) -> None:
     """Write the manifest as the writer does; with recompute, refresh a manifest digest the way the
     untouched manifest's digest was made (found by trying the writer's likely spellings)."""

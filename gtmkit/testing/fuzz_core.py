@@ -33,13 +33,17 @@ def case_rng(seed: int, kind: str, index: int) -> np.random.Generator:
 
 
 def product_frame(tb) -> str:
-    """'file.py:function' of the innermost frame inside gtmkit but outside gtmkit/testing."""
-    where = "?"
+    """'file.py:function' of the innermost frame inside gtmkit but outside gtmkit/testing; where the
+    exception came from the fuzz cases' own code, that frame, marked "(fuzz harness)"."""
+    where, harness = None, "?"
     for fr in traceback.extract_tb(tb):
         f = os.path.abspath(fr.filename)
+        rel = f"{os.path.relpath(f, os.path.dirname(PKG))}:{fr.name}"
         if f.startswith(PKG) and os.sep + "testing" + os.sep not in f[len(PKG):]:
-            where = f"{os.path.relpath(f, os.path.dirname(PKG))}:{fr.name}"
-    return where
+            where = rel
+        else:
+            harness = f"{rel} (fuzz harness)" if f.startswith(PKG) else harness
+    return where or harness
 
 
 def classify(exc: BaseException, lazy_artifact_ok: bool = True) -> tuple:

@@ -47,6 +47,8 @@ def build_fixtures(root: Path, seed: int) -> dict:
     ctx["proposals"] = (rng.choice([0, 1, 2, 3, 5, 70000, 2**31 - 1, -1], size=(3, depth, 4)).astype(np.int64),
                         np.log(rng.random((3, depth, 4)) + 1e-3).astype(np.float32))
     ctx["answers"]["trie"] = trie_answers(SuccinctTrie.load(root / "trie"), ctx)
+    from .fuzz_artifact import digest_status
+    ctx["manifest_digest"] = {n: digest_status(p) for n, p in ctx["paths"].items()}
     return ctx
 
 

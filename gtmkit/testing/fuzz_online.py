@@ -258,7 +258,8 @@ def _user(rng, idx, m, reqs, inputs: Inputs, ctx) -> str:
         r = rng.random()
         key = str(rng.choice(names)) if r < 0.8 else ["nope", 5, "_meta"][int(rng.integers(3))]
         user[key] = v
-        inputs.mark("bad" if key in ("nope", 5) else label, f"user[{key!r}] = {v!r}"[:60])
+        label = "bad" if key in ("nope", 5) else "" if key == "_meta" else label  # "_" keys are metadata
+        inputs.mark(label or "info", f"user[{key!r}] = {v!r}"[:60])
     table = pq.read_table(ctx["catalog"])
     return expect(inputs, lambda: idx.encode_request(user),
                   lambda q: check_against_catalog(idx, table, parse_schema(spec), [user], rng))
