@@ -42,3 +42,10 @@ def refused(rng, ctx):
 def wrong(rng, ctx):
     raise Wrong("answer differs")
 
+
+
+def late_crash(rng, ctx):
+    """Answers, then dies while the process winds down (as a corrupted heap does at a later free)."""
+    import threading
+    threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGSEGV))).start()
+    return OK_SAME

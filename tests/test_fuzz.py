@@ -8,8 +8,8 @@ import pytest
 from gtmkit.testing.fuzz import format_text, fuzz
 from gtmkit.testing.fuzz_core import FAILURES
 
-SELF = ["ok", "crash", "abort", "hang", "traceback", "multiline", "refused", "wrong"]
-EXPECT = {"ok": "ok-same-answer", "crash": "crash", "abort": "crash", "hang": "hang", "traceback": "traceback",
+SELF = ["ok", "crash", "abort", "late_crash", "hang", "traceback", "multiline", "refused", "wrong"]
+EXPECT = {"ok": "ok-same-answer", "crash": "crash", "abort": "crash", "late_crash": "crash", "hang": "hang", "traceback": "traceback",
           "multiline": "multi-line error", "refused": "refused-one-line", "wrong": "wrong answer"}
 
 
@@ -23,6 +23,7 @@ def test_runner_reports_each_way_a_case_ends(tmp_path):
     fails = {f["kind"].split(":")[1]: f for f in s["failures"]}
     assert fails["crash"]["detail"].startswith("SIGSEGV") and fails["crash"]["note"] == "reads address 0"
     assert fails["abort"]["detail"].startswith("SIGABRT")
+    assert fails["late_crash"]["detail"].startswith("answered ok-same-answer, then SIGSEGV")
     assert "KeyError" in fails["traceback"]["detail"]
     assert fails["hang"]["detail"].startswith("no answer in 5 s")
     assert fails["wrong"]["reproducer"] == "python -m gtmkit.testing.fuzz --kinds fuzz_selfcheck:wrong --seed 3 --case 0"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -54,6 +55,7 @@ def _child(conn, kind: str, seed: int, index: int, ctx: dict, log: str, hang_aft
         outcome, detail = _case_fn(kind)(case_rng(seed, kind, index), ctx), ""
     except BaseException as exc:  # noqa: BLE001  (the outcome of the case, whatever it is)
         outcome, detail = classify(exc)
+    gc.collect()  # frees the case's objects now: a corrupted heap then aborts before the answer is sent
     conn.send((outcome, detail, ctx.get("note", "")))
     conn.close()
 
@@ -172,8 +174,16 @@ class Runner:
                 p.kill()
                 p.join()
                 msg = (HANG, f"no answer in {self.timeout:.0f} s, {_hang_detail(work / 'log')}", _note(work))
-            p.join()
+            elif msg is not None:
+                p.join(10.0)
+            if msg is not None and p.is_alive():  # answered, then stuck on the way out
+                p.kill()
+                p.join()
+                msg = (HANG, f"answered {msg[0]}, then did not exit", msg[2])
+            elif msg is not None and msg[0] != HANG and p.exitcode and p.exitcode < 0:
+                msg = (CRASH, f"answered {msg[0]}, then {_crash_detail(work / 'log', p.exitcode)}", msg[2])
             if msg is None:
+                p.join()
                 code = p.exitcode
                 msg = (CRASH, _crash_detail(work / "log", code), _note(work)) if code is not None and code < 0 else \
                     (TRACEBACK, f"child exited with code {code} without an answer: {_last_line(work / 'log')}", _note(work))
