@@ -253,13 +253,16 @@ def _user(rng, idx, m, reqs, inputs: Inputs, ctx) -> str:
     spec = ctx["spec"]
     user = random_user(rng, spec)
     names = sorted(spec["bitmask"]) + sorted(spec["bloom"])
+    labels = {}  # the label of each key's final value (a later edit of a key replaces the earlier)
     for _ in range(int(rng.integers(1, 3))):
         v, label = ODD_USER_VALUES[int(rng.integers(len(ODD_USER_VALUES)))]
         r = rng.random()
         key = str(rng.choice(names)) if r < 0.8 else ["nope", 5, "_meta"][int(rng.integers(3))]
         user[key] = v
         label = "bad" if key in ("nope", 5) else "" if key == "_meta" else label  # "_" keys are metadata
-        inputs.mark(label or "info", f"user[{key!r}] = {v!r}"[:60])
+        labels[key] = (label or "info", f"user[{key!r}] = {v!r}"[:60])
+    for label, what in labels.values():
+        inputs.mark(label, what)
     table = pq.read_table(ctx["catalog"])
     return expect(inputs, lambda: idx.encode_request(user),
                   lambda q: check_against_catalog(idx, table, parse_schema(spec), [user], rng))
