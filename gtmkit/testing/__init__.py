@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .targeting import BitmaskLayout, bitmask_ad_row, bloom_ad_row
+from ..targeting import BitmaskLayout, bitmask_ad_row, bloom_ad_row
 
 
 def catalog_rows(table, schema) -> list:
