@@ -20,7 +20,7 @@ def parse_k(ctx, param, value):
 
 @click.command("build")
 @click.argument("catalog", type=click.Path())  # checked by the build: one line, exit 1
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Index directory to write (new, empty, or a gtmkit index with --force).")
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(), help="Index directory to write (new, empty, or a gtmkit index with --force).")
 @click.option("--schema", type=click.Path(), help="Schema JSON [default: <stem>.schema.json beside CATALOG].")
 @click.option("--partition", type=click.Choice(["none", "static", "dynamic"]), default=None,
               help="k-way matcher partitioning [default: the schema's, else none].")

@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..formats.artifact import MANIFEST, file_sha256
+from ..formats.artifact import MANIFEST, file_sha256, manifest_path
+from ..formats.layout import POINTER, current
 from .fuzz_core import OK_CHANGED, OK_SAME, REFUSED, WRONG, Wrong, after_load, classify, same
 from .fuzz_fixtures import check_kernels, index_answers, load_fixture, trie_answers
 
@@ -44,7 +45,7 @@ def _digest_forms(manifest: dict, key: str) -> list:
 def digest_status(path) -> str:
     """How value edits can keep a manifest digest valid: 'none' (the format has none), 'recomputed
     (<key>)', or 'not reproducible (<key>)' (then every value edit is refused by the digest alone)."""
-    man = json.loads((Path(path) / MANIFEST).read_text())
+    man = json.loads(manifest_path(path).read_text())
     key = _digest_key(man)
     if key is None:
         return "none"
@@ -64,7 +65,11 @@ def write_manifest(path: Path, manifest: dict, original: dict, recompute: bool) 
 
 def _flip(rng, art: Path, man: dict) -> str:
     files = [MANIFEST] + [e["file"] for e in man["files"].values()]
-    f = art / (MANIFEST if rng.random() < 0.3 else str(rng.choice(files)))
+    pointer = art.parent / POINTER
+    if pointer.is_file() and rng.random() < 0.1:  # the version pointer is a member of the trust boundary too
+        f = pointer
+    else:
+        f = art / (MANIFEST if rng.random() < 0.3 else str(rng.choice(files)))
     data = bytearray(f.read_bytes())
     if rng.random() < 0.6 and data:
         for p in rng.integers(0, len(data), size=int(rng.integers(1, 4))):
@@ -180,18 +185,19 @@ def mutate(rng, ctx, work: Path) -> tuple:
     name = ["fixed", "jagged", "trie"][int(rng.integers(3))]
     art = work / name
     shutil.copytree(ctx["paths"][name], art)
-    original = json.loads((art / MANIFEST).read_text())
+    vdir = current(art)  # the version the artifact serves: its members are what a mutation edits
+    original = json.loads((vdir / MANIFEST).read_text())
     man = json.loads(json.dumps(original))
     r = rng.random()
     if r < 0.3:
-        return name, art, _flip(rng, art, man), False
+        return name, art, _flip(rng, vdir, man), False
     if r < 0.65:
-        what = _value(rng, art, man)
-        write_manifest(art, man, original, True)
+        what = _value(rng, vdir, man)
+        write_manifest(vdir, man, original, True)
         return name, art, what, True
     deep = rng.random() < 0.5
     what = _manifest(rng, man)
-    write_manifest(art, man, original, deep)
+    write_manifest(vdir, man, original, deep)
     return name, art, what + (" (manifest digest recomputed)" if deep and _digest_key(original) else ""), \
         deep and _digest_key(original) is not None
 

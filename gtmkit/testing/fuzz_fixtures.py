@@ -57,19 +57,20 @@ def build_fixtures(root: Path, seed: int) -> dict:
 def _normalise(path: Path) -> None:
     """Give the manifest fixed bytes for a seed (no time stamp, timings or temporary paths), so that a
     byte flip at an offset hits the same field when a failure is rerun."""
-    from ..formats.artifact import MANIFEST
+    from ..formats.artifact import manifest_path
     from .fuzz_artifact import digest_status, write_manifest
 
     if digest_status(path).startswith("not reproducible"):
         return
-    original = json.loads((path / MANIFEST).read_text())
+    mpath = manifest_path(path)
+    original = json.loads(mpath.read_text())
     man = json.loads(json.dumps(original))
     man["created"] = "2000-01-01T00:00:00+00:00"
     if "source" in man:
         man["source"] = {"catalog": "fixture.parquet"}
     if isinstance(man.get("stats"), dict) and "build_seconds" in man["stats"]:
         man["stats"]["build_seconds"] = {k: 0.0 for k in man["stats"]["build_seconds"]}
-    write_manifest(path, man, original, True)
+    write_manifest(mpath.parent, man, original, True)
 
 
 def fixed_logits(V_base: int, V: int):
