@@ -157,7 +157,10 @@ def verify_index(path, catalog=None, schema=None, progress: Progress = None) -> 
     try:  # one version throughout: a rebuild of the path while this runs must not mix two
         art = open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=False)
     except ArtifactError as e:  # the manifest or a file cannot be trusted to read the arrays
-        return verify_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, progress) or [str(e)]
+        try:
+            return verify_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, progress) or [str(e)]
+        except ArtifactError as again:  # not even a version to check (e.g. a broken version pointer)
+            return [str(again)]
     try:
         P = verify_artifact(art.dir, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, progress)
         P += index_problems(art, full=True)
@@ -170,8 +173,3 @@ def verify_index(path, catalog=None, schema=None, progress: Progress = None) -> 
         return P
     finally:
         art.close()
-    idx = Index(art)
-    P = coverage_problems(idx)
-    if not P and catalog is not None:
-        P = catalog_problems(idx, catalog, schema, progress)
-    return P

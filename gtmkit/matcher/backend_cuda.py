@@ -15,11 +15,14 @@ padding, like -1; a row's children past max_children are not candidates. Scores 
 
 Threads: one backend may be called from several host threads at once. Scratch buffers belong to the CUDA stream
 a call enqueues its work on (the caller's current stream), so two calls share buffers only when the stream
-orders their kernels one after the other; a lock guards the buffer table itself. (One set per stream, not per
+orders their kernels one after the other; a lock guards the buffer table itself, and a stream's lock is held while
+one call enqueues its kernels, so that two threads on one stream cannot interleave their launches over shared
+buffers (host-side only: the kernels of one stream run one after the other anyway). (One set per stream, not per
 thread: a thread that moves between streams would otherwise let two of its own calls race on the device.)"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -48,6 +51,12 @@ _modules = {}
 _modules_lock = threading.Lock()
 PER_THREAD_STREAM = 2  # cudaStreamPerThread: each host thread's own stream behind one handle
 KEPT_STREAMS = 64      # streams whose scratch buffers are kept (the least recently used one's are freed)
+STREAM_LOCKS = 64      # striped: streams whose keys collide only take turns at enqueueing
+
+
+def _stream_key(stream):
+    ptr = int(stream.ptr)
+    return (ptr, threading.get_ident()) if ptr == PER_THREAD_STREAM else ptr
 
 
 def load_module(path: Path, defines: tuple = ()) -> cp.RawModule:
@@ -124,6 +133,7 @@ class CudaBackend:
         self._buffers = {}  # stream key -> {(name, shape, dtype): buffer}
         self._buffers_lock = threading.Lock()
         self._streams = {}
+        self._enqueue_locks = [threading.RLock() for _ in range(STREAM_LOCKS)]
         # set to a CuPy int64 [B, FUSED_PROF_W] array to record the fused step's phase timestamps (profiling)
         self.profile = None
 
@@ -149,12 +159,18 @@ class CudaBackend:
                 b = store[key] = (cp.zeros if zero else cp.empty)(shape, dtype)
             return b
 
+    def _enqueue_lock(self, scratch):
+        """The lock to hold while one call enqueues its kernels over the current stream's buffers (a captured
+        search's own `scratch` needs none)."""
+        if scratch is not None:
+            return contextlib.nullcontext()
+        return self._enqueue_locks[hash(_stream_key(cp.cuda.get_current_stream())) % STREAM_LOCKS]
+
     def _stream_buffers(self) -> dict:
         """The scratch buffers of the current stream (kernels on one stream run in order, whichever thread
         enqueued them)."""
         stream = cp.cuda.get_current_stream()
-        ptr = int(stream.ptr)
-        key = (ptr, threading.get_ident()) if ptr == PER_THREAD_STREAM else ptr
+        key = _stream_key(stream)
         store = self._buffers.pop(key, None)
         if store is None:
             store = {}
@@ -175,6 +191,12 @@ class CudaBackend:
         hist_in, then its token; -1s for padding rows); only when self.fused. first_window (fused step, with
         GTM): candidates the first GTM round tests (0: the kernel's FIRST_WIN x k); speed only, any value gives
         the same answer."""
+        with self._enqueue_lock(scratch):
+            return self._step(node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm, count_all,
+                              max_children, out, scratch, history, rows_best_first, first_window)
+
+    def _step(self, node_ids, logprobs, lp_dtype, beam_scores, row_req, req_rows, q, k, gtm, count_all, max_children,
+              out, scratch, history, rows_best_first, first_window):
         if not 1 <= k <= MAX_K:
             raise GtmkitError(f"k must be in [1, {MAX_K}] on the GPU, got {k}")
         if int(max_children) < 1:
@@ -293,6 +315,10 @@ class CudaBackend:
     def postfilter_padded(self, leaves, q: DeviceBatch, exact: bool, out=None, scratch=None):
         """(ads int64 [B, cap], sid_rank int32 [B, cap], counts int64 [B]) with cap = M * max ads per SID;
         entries past counts[b] are unspecified. leaves: int32 or int64 [B, M], contiguous."""
+        with self._enqueue_lock(scratch):
+            return self._postfilter(leaves, q, exact, out, scratch)
+
+    def _postfilter(self, leaves, q, exact, out, scratch):
         if leaves.dtype not in (cp.int32, cp.int64):
             leaves = leaves.astype(cp.int64)
         leaves64 = np.int32(leaves.dtype == cp.int64)

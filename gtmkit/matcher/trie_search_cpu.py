@@ -26,6 +26,7 @@ from numba import njit, prange
 from ..threads import parallel_njit
 from ..errors import GtmkitError
 from ..indexer.succinct_input import MAX_TOKEN, clip_tokens
+from .args import check_memory
 from ..indexer.succinct_nav import child_range, has_children, is_terminal, key_id, label
 
 
@@ -433,6 +434,7 @@ class _State:
         # balance, since a beam's work varies with its degree.
         self.chunks = max(1, min(bw, -(-2 * numba.get_num_threads() // b)))
         c = self.chunks
+        check_memory(b * bw * (16 + 12 + 28 * c), f"trie search of {b} queries with beam_width={bw}")
         self.live = LiveBeams(np.full((b, bw), -1, np.int32), np.full((b, bw), -np.inf, np.float32),
                               np.full((b, bw), -1, np.int32), np.full((b, bw), -1, np.int32),
                               np.zeros(b, np.int32))

@@ -209,6 +209,14 @@ class _Buffers:
     the live list / finished keys, which `keep` (an AR stepper's previous set) hands over."""
 
     def __init__(self, dev, b: int, bw: int, rows: int, k: int, nf: int, keep: "_Buffers" = None):
+        try:
+            self._allocate(dev, b, bw, rows, k, nf, keep)
+        except MemoryError as exc:  # CuPy's OutOfMemoryError is one
+            need = b * bw * (k + 1) * 8 + b * max(bw * k, 1) * 48  # the finished keys and two candidate sets
+            raise GtmkitError(f"trie search of {b} queries with beam_width={bw}, k={k} would need at least "
+                              f"{need / 2**30:.1f} GiB of device memory ({str(exc).splitlines()[0][:120]})") from None
+
+    def _allocate(self, dev, b, bw, rows, k, nf, keep):
         e = dev.empty
         self.b, self.bw, self.rows, self.k, self.nf = b, bw, rows, k, nf
         if keep is None:
