@@ -23,7 +23,7 @@ import numba
 import numpy as np
 
 from gtmkit.indexer.succinct import SuccinctTrie
-from gtmkit.matcher.trie_search_cpu import trie_beam_search
+from gtmkit.matcher.trie_search import trie_beam_search
 from gtmkit.synth_trie import synth_keys, synth_proposals
 
 

@@ -8,7 +8,7 @@ from .errors import ArtifactError, CatalogError, GtmkitError, RequestError, Sche
 from .index import Index, load_index
 from .indexer.build import build_index
 from .indexer.succinct import SuccinctTrie
-from .matcher.trie_search_cpu import TrieBeamStepper, trie_beam_search
+from .matcher.trie_search import TrieBeamStepper, trie_beam_search
 from .matcher.trie_server_cuda import TrieSearchServer
 from .matcher.beam import Result, beam_search
 from .matcher.matcher import Matcher, Step

@@ -19,7 +19,7 @@ from gtmkit.indexer.succinct import SuccinctTrie
 from gtmkit.logits import SyntheticDecoder
 from gtmkit.matcher.beam import beam_search
 from gtmkit.matcher.matcher import Matcher
-from gtmkit.matcher.trie_search_cpu import trie_beam_search
+from gtmkit.matcher.trie_search import trie_beam_search
 
 from catalogs import random_user
 from test_build import _build

@@ -19,7 +19,7 @@ import cupy as cp  # noqa: E402
 from gtmkit.errors import GtmkitError  # noqa: E402
 from gtmkit.indexer.succinct import SuccinctTrie  # noqa: E402
 from gtmkit.matcher import trie_search_cuda as tsc  # noqa: E402
-from gtmkit.matcher.trie_search_cpu import TrieBeamStepper, trie_beam_search  # noqa: E402
+from gtmkit.matcher.trie_search import TrieBeamStepper, trie_beam_search  # noqa: E402
 from gtmkit.synth_trie import synth_keys, synth_proposals  # noqa: E402
 
 from test_succinct_search import random_logp, random_settings, random_tokens, random_trie  # noqa: E402

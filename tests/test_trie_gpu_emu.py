@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.trie_search_cpu import TrieBeamStepper, trie_beam_search
+from gtmkit.matcher.trie_search import TrieBeamStepper, trie_beam_search
 from gtmkit.matcher.trie_search_cuda import KERNEL_FILE, TrieBeamStepperCuda, trie_beam_search_cuda
 from gtmkit.errors import GtmkitError
 from gtmkit.indexer.succinct import SuccinctTrie

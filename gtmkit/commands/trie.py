@@ -171,7 +171,7 @@ def search(trie_dir, proposals, beam_width, theta_tok, theta_sent, alpha, device
         gtmkit trie search trie/ --proposals props.npz --bw 1000 --theta-tok -20 --alpha 1 --json
     """
     from ..indexer.succinct import SuccinctTrie
-    from ..matcher.trie_search_cpu import trie_beam_search
+    from ..matcher.trie_search import trie_beam_search
 
     trie = SuccinctTrie.load(trie_dir)
     tokens, logp = _load_proposals(proposals)

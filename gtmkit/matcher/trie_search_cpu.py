@@ -377,17 +377,6 @@ def length_factors(alpha: float, steps: int) -> np.ndarray:
     return f
 
 
-def _gpu() -> bool:
-    from .matcher import cuda_available
-    return cuda_available()
-
-
-def check_device(device: str) -> str:
-    if device not in ("cpu", "auto"):
-        raise GtmkitError(f"trie_beam_search: device must be 'cpu', 'cuda' or 'auto', got {device!r}")
-    return "cpu"
-
-
 def _float(x, what: str) -> float:
     try:
         v = float(x)
@@ -456,22 +445,9 @@ class _State:
         return _finished(*self.fin)
 
 
-def trie_beam_search(trie, tokens, logp, beam_width: int, theta_tok: float = -math.inf,
-                     theta_sent: float = -math.inf, alpha: float = 0.0, device: str = "cpu") -> tuple:
-    """NAR constrained beam search: all T steps in one call (semantics in the module docstring).
-
-    tokens  int [b, T, K]    per query and step, the top-K proposed tokens, shared by all beams
-                             (any order; ids outside [0, 2^31-1], e.g. -1 padding, match nothing)
-    logp    float [b, T, K]  their log-probs
-    -> (key_ids int64 [b, beam_width], -1 padded; scores float32 [b, beam_width], -inf padded), best
-    first; restore a key's tokens with trie.key(id). device: "cpu", "cuda" or "auto" (the GPU when CuPy
-    sees one). On the GPU the results are NumPy arrays for NumPy proposals, CuPy arrays for CuPy ones."""
-    if device == "cuda" or (device == "auto" and _gpu()):
-        if not _gpu():
-            raise GtmkitError("trie_beam_search: device 'cuda' needs CuPy and a visible GPU")
-        from .trie_search_cuda import trie_beam_search_cuda
-        return trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok, theta_sent, alpha)
-    check_device(device)
+def trie_beam_search_cpu(trie, tokens, logp, beam_width: int, theta_tok: float = -math.inf,
+                         theta_sent: float = -math.inf, alpha: float = 0.0) -> tuple:
+    """trie_beam_search (trie_search.py) on the CPU."""
     arrays = _trie_arrays(trie, "trie_beam_search")
     bw = _beam_width(beam_width)
     tt = np.float32(_float(theta_tok, "theta_tok"))
@@ -506,34 +482,11 @@ def stepper_settings(obj, batch, beam_width, theta_tok, theta_sent, alpha, max_s
     obj.steps = 0
 
 
-class TrieBeamStepper:
-    """AR constrained beam search, one step per call, proposals per beam from the caller's model.
-
-        stepper = TrieBeamStepper(trie, batch=b, beam_width=BW)
-        for t in range(T):
-            live = stepper.live            # beams to score: live.nodes / live.count (step 0: the root)
-            tokens, logp = model_topk(...)  # [b, R, K], row i = proposals of live beam i (R >= count)
-            live = stepper.step(tokens, logp)  # reorder model state by live.parents
-        key_ids, scores = stepper.result()
-
-    Same semantics and outputs as trie_beam_search; rows past a query's live count are ignored. With
-    max_steps given, the last step skips building a live list nobody will extend. device "cuda" (or
-    "auto" with a visible GPU) returns the GPU stepper (trie_search_cuda.TrieBeamStepperCuda: same calls,
-    CuPy arrays)."""
-
-    def __new__(cls, trie, batch: int, beam_width: int, theta_tok: float = -math.inf,
-                theta_sent: float = -math.inf, alpha: float = 0.0, max_steps: int = None, device: str = "cpu"):
-        if device == "cuda" or (device == "auto" and _gpu()):
-            if not _gpu():
-                raise GtmkitError("TrieBeamStepper: device 'cuda' needs CuPy and a visible GPU")
-            from .trie_search_cuda import TrieBeamStepperCuda
-            return TrieBeamStepperCuda(trie, batch, beam_width, theta_tok, theta_sent, alpha, max_steps)
-        if device not in ("cpu", "auto"):
-            raise GtmkitError(f"TrieBeamStepper: device must be 'cpu', 'cuda' or 'auto', got {device!r}")
-        return super().__new__(cls)
+class TrieBeamStepperCpu:
+    """trie_search.TrieBeamStepper on the CPU: NumPy arrays."""
 
     def __init__(self, trie, batch: int, beam_width: int, theta_tok: float = -math.inf,
-                 theta_sent: float = -math.inf, alpha: float = 0.0, max_steps: int = None, device: str = "cpu"):
+                 theta_sent: float = -math.inf, alpha: float = 0.0, max_steps: int = None):
         self._arrays = _trie_arrays(trie, "TrieBeamStepper")
         stepper_settings(self, batch, beam_width, theta_tok, theta_sent, alpha, max_steps)
         self._state = _State(self.batch, self.beam_width)

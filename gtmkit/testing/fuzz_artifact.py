@@ -9,9 +9,7 @@ plain-Python references on the edited arrays."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -19,48 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..formats.artifact import MANIFEST, file_sha256, manifest_path
+from ..formats.artifact import MANIFEST, file_sha256
 from ..formats.layout import POINTER, current
 from .fuzz_core import OK_CHANGED, OK_SAME, REFUSED, WRONG, Wrong, after_load, classify, same
 from .fuzz_fixtures import check_kernels, index_answers, load_fixture, trie_answers
+from .fuzz_manifest import digest_key, write_manifest
 
-DIGEST_KEY = re.compile(r"(manifest_)?(sha256|digest|checksum)", re.I)
 ODD_NUMBERS = [0, -1, 1, 2**31 - 1, 2**31, 2**63, 10**30, 1.5, "7", None, True, [3]]
-
-
-def _digest_key(manifest: dict):
-    keys = [k for k in manifest if k != "files" and DIGEST_KEY.fullmatch(k) and isinstance(manifest[k], str)]
-    return keys[0] if keys else None
-
-
-def _digest_forms(manifest: dict, key: str) -> list:
-    body = {k: v for k, v in manifest.items() if k != key}
-    dumps = [json.dumps(body, sort_keys=True, indent=1, allow_nan=False) + "\n",
-             json.dumps(body, sort_keys=True, indent=1, allow_nan=False),
-             json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False),
-             json.dumps(body, sort_keys=True, allow_nan=False)]
-    return [hashlib.sha256(d.encode()).hexdigest() for d in dumps]
-
-
-def digest_status(path) -> str:
-    """How value edits can keep a manifest digest valid: 'none' (the format has none), 'recomputed
-    (<key>)', or 'not reproducible (<key>)' (then every value edit is refused by the digest alone)."""
-    man = json.loads(manifest_path(path).read_text())
-    key = _digest_key(man)
-    if key is None:
-        return "none"
-    return f"{'recomputed' if man[key] in _digest_forms(man, key) else 'not reproducible'} ({key})"
-
-
-def write_manifest(path: Path, manifest: dict, original: dict, recompute: bool) -> None:
-    """Write the manifest as the writer does; with recompute, refresh a manifest digest the way the
-    untouched manifest's digest was made (found by trying the writer's likely spellings)."""
-    key = _digest_key(original)
-    if key and recompute and key in manifest:
-        forms = _digest_forms(original, key)
-        if original[key] in forms:
-            manifest[key] = _digest_forms(manifest, key)[forms.index(original[key])]
-    (path / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1) + "\n", encoding="utf-8")
 
 
 def _flip(rng, art: Path, man: dict) -> str:
@@ -198,8 +161,8 @@ def mutate(rng, ctx, work: Path) -> tuple:
     deep = rng.random() < 0.5
     what = _manifest(rng, man)
     write_manifest(vdir, man, original, deep)
-    return name, art, what + (" (manifest digest recomputed)" if deep and _digest_key(original) else ""), \
-        deep and _digest_key(original) is not None
+    return name, art, what + (" (manifest digest recomputed)" if deep and digest_key(original) else ""), \
+        deep and digest_key(original) is not None
 
 
 def judge(rng, ctx, name: str, art: Path, checksummed: bool) -> str:

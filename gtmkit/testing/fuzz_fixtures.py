@@ -14,6 +14,7 @@ from . import step_reference
 from ..targeting import ad_eligible_reference
 from .fuzz_core import Wrong
 from .fuzz_gen import random_spec, random_table, random_user
+from .fuzz_manifest import digest_status, write_manifest
 
 BEAMS = (1, 3, 5)
 
@@ -47,7 +48,6 @@ def build_fixtures(root: Path, seed: int) -> dict:
     ctx["proposals"] = (rng.choice([0, 1, 2, 3, 5, 70000, 2**31 - 1, -1], size=(3, depth, 4)).astype(np.int64),
                         np.log(rng.random((3, depth, 4)) + 1e-3).astype(np.float32))
     ctx["answers"]["trie"] = trie_answers(SuccinctTrie.load(root / "trie"), ctx)
-    from .fuzz_artifact import digest_status
     ctx["manifest_digest"] = {n: digest_status(p) for n, p in ctx["paths"].items()}
     for p in ctx["paths"].values():
         _normalise(Path(p))
@@ -58,7 +58,6 @@ def _normalise(path: Path) -> None:
     """Give the manifest fixed bytes for a seed (no time stamp, timings or temporary paths), so that a
     byte flip at an offset hits the same field when a failure is rerun."""
     from ..formats.artifact import manifest_path
-    from .fuzz_artifact import digest_status, write_manifest
 
     if digest_status(path).startswith("not reproducible"):
         return
