@@ -15,8 +15,8 @@ import cupy as cp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gtmkit.matcher.backend_cuda as bc  # noqa: E402
-from gtmkit.matcher.pdl import _Config, _function_ptr  # noqa: E402
+import gtmkit.matcher.cuda.backend as bc  # noqa: E402
+from gtmkit.matcher.cuda.pdl import _Config, _function_ptr  # noqa: E402
 
 
 def max_clusters(fn, cl: int, nt: int, smem: int) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import gtmkit  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
-from gtmkit.matcher.kernel_params import FUSED_PROF_W  # noqa: E402
+from gtmkit.matcher.cuda.params import FUSED_PROF_W  # noqa: E402
 from step_gpu import record_inputs  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -35,8 +35,8 @@ m = gtmkit.Matcher(idx, "cuda")
 steps, _, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users, (1, 512, 1024, 1024))
 be = m.cuda
 if args.sub or args.define or args.cubin:
-    from gtmkit.matcher.backend_cuda import FUSED_FILE, FUSED_SMEM, KERNEL_DIR, load_module
-    from gtmkit.matcher.kernel_source import kernel_source
+    from gtmkit.matcher.cuda.backend import FUSED_FILE, FUSED_SMEM, KERNEL_DIR, load_module
+    from gtmkit.matcher.cuda.source import kernel_source
     if args.cubin:
         mod, label = cp.RawModule(path=args.cubin), f"cubin: {args.cubin}"
     elif args.sub:
@@ -63,7 +63,7 @@ if args.ncu_step:
     cp.cuda.profiler.stop()
     sys.exit(0)
 if args.windows == "auto":
-    from gtmkit.matcher.windows import calibrate_windows, pass_counts
+    from gtmkit.matcher.cuda.windows import calibrate_windows, pass_counts
     counts = [pass_counts(be, s["node_ids"], s["logprobs"], 0, s["beam_scores"], s["row_req"], s["req_rows"], q, s["k"],
                           s["max_children"]) for s in steps]
     windows = calibrate_windows(counts, (1, 512, 1024, 1024))

@@ -25,9 +25,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gtmkit.matcher.backend_cuda as bc  # noqa: E402
-from gtmkit.matcher.graph import GraphedBeamSearch  # noqa: E402
-from gtmkit.matcher.kernel_params import FUSED_PROF_W  # noqa: E402
+import gtmkit.matcher.cuda.backend as bc  # noqa: E402
+from gtmkit.matcher.cuda.graph import GraphedBeamSearch  # noqa: E402
+from gtmkit.matcher.cuda.params import FUSED_PROF_W  # noqa: E402
 from step_gpu import capture_step, cuda_time, variant_run  # noqa: E402
 
 NON_PORTABLE, SCHED = 14, 15  # CUfunction_attribute values (cuda.h)

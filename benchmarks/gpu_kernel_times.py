@@ -5,7 +5,7 @@
 import sys, json, cupy as cp
 import gtmkit
 from gtmkit.synth import synth_users, write_catalog
-from gtmkit.matcher.graph import GpuSyntheticDecoder
+from gtmkit.synth.logits_cuda import GpuSyntheticDecoder
 cat, _ = write_catalog("/tmp/kt.parquet", int(sys.argv[1]), seed=1)
 idx = gtmkit.build_index(cat, "/tmp/kt_idx", partition="static", k=[1, 4, 4, 2], overwrite=True)
 m = gtmkit.Matcher(idx, "cuda")

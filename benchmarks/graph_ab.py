@@ -18,7 +18,7 @@ import cupy as cp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gtmkit.matcher.graph import GraphedBeamSearch  # noqa: E402
+from gtmkit.matcher.cuda.graph import GraphedBeamSearch  # noqa: E402
 from step_gpu import cuda_time, variant_run  # noqa: E402
 
 

@@ -20,8 +20,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gtmkit.matcher.backend_cuda as bc  # noqa: E402
-from gtmkit.matcher.graph import GraphedBeamSearch  # noqa: E402
+import gtmkit.matcher.cuda.backend as bc  # noqa: E402
+from gtmkit.matcher.cuda.graph import GraphedBeamSearch  # noqa: E402
 from step_gpu import cuda_time, recorded_search  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """Probe (issue 3): does the CPU GTM test at depth 3 pay for two cache misses per node (part_bitmask and
-part_bloom are separate arrays)? Times gtm_cpu._gtm_batch on the children of a recorded depth-3 step's rows
+part_bloom are separate arrays)? Times cpu.gtm._gtm_batch on the children of a recorded depth-3 step's rows
 of request 0, the index's layout against the two interleaved into one int32 [P, 1+nb] array (same nodes,
 same verdicts, caches evicted between runs), then sorted nodes and warm caches.
 
@@ -11,8 +11,8 @@ import time
 import gtmkit
 import numpy as np
 from gtmkit.synth import synth_users
-from gtmkit.logits import SyntheticDecoder
-from gtmkit.matcher.gtm_cpu import _gtm_batch, request_words
+from gtmkit.synth.logits import SyntheticDecoder
+from gtmkit.matcher.cpu.gtm import _gtm_batch, request_words
 
 idx = gtmkit.load_index("/tmp/gtmkit-stepcpu/idx", verify=False)
 m = gtmkit.Matcher(idx)

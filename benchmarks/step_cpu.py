@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE.parent))
 import numba  # noqa: E402
 
 import gtmkit  # noqa: E402
-from gtmkit.logits import SyntheticDecoder  # noqa: E402
+from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
 from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 
 from _common import CpuWatch  # noqa: E402

@@ -24,9 +24,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import gtmkit  # noqa: E402
-from gtmkit.matcher.backend_cuda import step_outputs  # noqa: E402
-from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch  # noqa: E402
-from gtmkit.matcher.windows import calibrate_window, pass_counts  # noqa: E402
+from gtmkit.matcher.cuda.backend import step_outputs  # noqa: E402
+from gtmkit.matcher.cuda.graph import GraphedBeamSearch
+from gtmkit.synth.logits_cuda import GpuSyntheticDecoder  # noqa: E402
+from gtmkit.matcher.cuda.windows import calibrate_window, pass_counts  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
 
 

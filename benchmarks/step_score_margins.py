@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import gtmkit
-from gtmkit.logits import SyntheticDecoder
+from gtmkit.synth.logits import SyntheticDecoder
 from gtmkit.synth import synth_users
 from gtmkit.matcher.arrays import trie_arrays
 

@@ -32,9 +32,10 @@ sys.path.insert(0, str(HERE.parent))
 import numba  # noqa: E402
 
 import gtmkit  # noqa: E402
-from gtmkit.logits import SyntheticDecoder  # noqa: E402
+from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
 from gtmkit.synth import synth_users, write_catalog  # noqa: E402
-from gtmkit.synth_trie import synth_keys, synth_proposals  # noqa: E402
+from gtmkit.synth.keys import synth_keys  # noqa: E402
+from gtmkit.synth.proposals import synth_proposals  # noqa: E402
 
 from _common import CpuWatch  # noqa: E402
 from _common import machine as _machine  # noqa: E402

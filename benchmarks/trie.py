@@ -67,7 +67,7 @@ CHILD_OURS = r"""
 import json, os, resource, shutil, sys, time
 import pyarrow.parquet as pq
 from gtmkit import SuccinctTrie
-from gtmkit.synth_trie import synth_keys
+from gtmkit.synth.keys import synth_keys
 path, out, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 def rss_gib():
@@ -169,7 +169,7 @@ def log(*a):
 
 def keys_file(work: Path, n: int) -> tuple:
     """-> (Parquet path, seconds spent writing it now, or None when it was cached in work)."""
-    from gtmkit.synth_trie import write_keys
+    from gtmkit.synth.keys import write_keys
 
     path = work / f"keys_{n}.parquet"
     if path.exists():
@@ -215,13 +215,13 @@ def _sync(result):
     return np.asarray(ids), np.asarray(scores)
 
 
-SERVER = "cuda-server"  # gtmkit.matcher.trie_server_cuda.TrieSearchServer: b=1 latency only
+SERVER = "cuda-server"  # gtmkit.matcher.succinct.server_cuda.TrieSearchServer: b=1 latency only
 
 
 def server_searcher(trie):
     """fn(tokens [1, T, K], logp, bw) on a TrieSearchServer kept while (bw, T, K) stays the same; fn.close()
     stops the last one (a resident kernel would make a device-wide synchronize wait forever)."""
-    from gtmkit.matcher.trie_server_cuda import TrieSearchServer
+    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
     held = {}
 
     def fn(tokens, logp, bw):
@@ -250,7 +250,7 @@ def make_searchers(trie, devices: list) -> tuple:
     """-> ({device: fn(tokens, logp, bw) -> (ids, scores) on the host}, {device: reason it was skipped})."""
     from gtmkit import trie_beam_search
     from gtmkit.matcher.matcher import cuda_available
-    from gtmkit.synth_trie import synth_proposals
+    from gtmkit.synth.proposals import synth_proposals
 
     fns, skipped = {}, {}
     probe = synth_proposals(trie, 1, 8, 16, seed=99)
@@ -304,7 +304,7 @@ def bench_latency(trie, fns, bws, T, queries, queries_large, large_from, seed, b
     """Every query timed alone; the devices take turns in blocks of `block` queries (1: query by query), each
     turn starting with `turn_warmup` untimed queries (the block's first), and with `settle` once no other
     thread of this process runs (the CPU search's OpenMP workers spin for a while after it returns)."""
-    from gtmkit.synth_trie import synth_proposals
+    from gtmkit.synth.proposals import synth_proposals
 
     rows = []
     for bw in bws:
@@ -350,7 +350,7 @@ def bench_latency(trie, fns, bws, T, queries, queries_large, large_from, seed, b
 
 
 def bench_throughput(trie, fns, batches, bw, T, pool, rounds, min_seconds, seed, settle=False) -> list:
-    from gtmkit.synth_trie import synth_proposals
+    from gtmkit.synth.proposals import synth_proposals
 
     tok, lp = synth_proposals(trie, pool, T, bw, seed=seed)
     rows = []

@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import busy_threads, settle_workers  # noqa: E402
 from gtmkit import trie_beam_search  # noqa: E402
-from gtmkit.indexer.succinct import SuccinctTrie  # noqa: E402
-from gtmkit.synth_trie import synth_keys, synth_proposals  # noqa: E402
+from gtmkit.indexer.succinct.trie import SuccinctTrie  # noqa: E402
+from gtmkit.synth.keys import synth_keys  # noqa: E402
+from gtmkit.synth.proposals import synth_proposals  # noqa: E402
 
 
 def main() -> None:
@@ -86,7 +87,7 @@ def main() -> None:
                         pass
             server = None
             if how == "server":
-                from gtmkit.matcher.trie_server_cuda import TrieSearchServer
+                from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
                 server = TrieSearchServer(trie, a.bw, a.steps, a.bw)
                 server.search(tok[start], lp[start])
             gpu(start)

@@ -14,9 +14,10 @@ import cupy as cp
 import numpy as np
 
 from gtmkit import trie_beam_search
-from gtmkit.indexer.succinct import SuccinctTrie
-from gtmkit.matcher import trie_search_cuda as tsc
-from gtmkit.synth_trie import synth_keys, synth_proposals
+from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.matcher.succinct import search_cuda as tsc
+from gtmkit.synth.keys import synth_keys
+from gtmkit.synth.proposals import synth_proposals
 
 
 def timed(fn, n: int) -> np.ndarray:

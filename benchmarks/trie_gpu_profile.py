@@ -11,11 +11,12 @@ import time
 import cupy as cp
 import numpy as np
 
-from gtmkit.indexer.succinct import SuccinctTrie
-from gtmkit.matcher import trie_search_cuda as tsc
-from gtmkit.matcher.backend_cuda import KERNEL_DIR
-from gtmkit.matcher.kernel_source import kernel_source
-from gtmkit.synth_trie import synth_keys, synth_proposals
+from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.matcher.succinct import search_cuda as tsc
+from gtmkit.matcher.cuda.backend import KERNEL_DIR
+from gtmkit.matcher.cuda.source import kernel_source
+from gtmkit.synth.keys import synth_keys
+from gtmkit.synth.proposals import synth_proposals
 
 PHASES = {9: "prep rows", 0: "start", 2: "phase A", 1: "fold copy", 3: "phase B", 5: "radix select", 6: "compact",
           7: "sort", 4: "live list", 8: "finalize"}  # phase B: B1 and B2 (one loop since the cluster kernel)

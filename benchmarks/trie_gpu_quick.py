@@ -22,9 +22,10 @@ import time
 import numba
 import numpy as np
 
-from gtmkit.indexer.succinct import SuccinctTrie
-from gtmkit.matcher.trie_search import trie_beam_search
-from gtmkit.synth_trie import synth_keys, synth_proposals
+from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.matcher.succinct.search import trie_beam_search
+from gtmkit.synth.keys import synth_keys
+from gtmkit.synth.proposals import synth_proposals
 
 
 def stats_ms(ts) -> str:
@@ -42,7 +43,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=30, help="b=8 batches timed per device")
     a = ap.parse_args()
     import cupy as cp
-    from gtmkit.matcher import trie_search_cuda as tsc
+    from gtmkit.matcher.succinct import search_cuda as tsc
 
     name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
     name = name.decode() if isinstance(name, bytes) else name

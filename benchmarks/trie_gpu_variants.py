@@ -20,11 +20,12 @@ from pathlib import Path
 import cupy as cp
 import numpy as np
 
-from gtmkit.indexer.succinct import SuccinctTrie
-from gtmkit.matcher import trie_search_cuda as tsc
-from gtmkit.matcher.backend_cuda import KERNEL_DIR
-from gtmkit.matcher.kernel_source import kernel_source
-from gtmkit.synth_trie import synth_keys, synth_proposals
+from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.matcher.succinct import search_cuda as tsc
+from gtmkit.matcher.cuda.backend import KERNEL_DIR
+from gtmkit.matcher.cuda.source import kernel_source
+from gtmkit.synth.keys import synth_keys
+from gtmkit.synth.proposals import synth_proposals
 
 
 def parse_variant(spec: str) -> tuple:

@@ -10,7 +10,8 @@ from pathlib import Path
 import cupy as cp
 
 import gtmkit
-from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch
+from gtmkit.matcher.cuda.graph import GraphedBeamSearch
+from gtmkit.synth.logits_cuda import GpuSyntheticDecoder
 from gtmkit.synth import synth_users, write_catalog
 
 work = Path(tempfile.mkdtemp())

@@ -7,12 +7,12 @@ from ._version import __version__
 from .errors import ArtifactError, CatalogError, GtmkitError, RequestError, SchemaError
 from .index import Index, load_index
 from .indexer.build import build_index
-from .indexer.succinct import SuccinctTrie
-from .matcher.trie_search import TrieBeamStepper, trie_beam_search
-from .matcher.trie_server_cuda import TrieSearchServer
+from .indexer.succinct.trie import SuccinctTrie
+from .matcher.succinct.search import TrieBeamStepper, trie_beam_search, trie_beam_stepper
+from .matcher.succinct.server_cuda import TrieSearchServer
 from .matcher.beam import Result, beam_search
 from .matcher.matcher import Matcher, Step
-from .targeting import Request
+from .targeting.semantics import Request
 
-__all__ = ["__version__", "build_index", "load_index", "Index", "Request", "Matcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
+__all__ = ["__version__", "build_index", "load_index", "Index", "Request", "Matcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
            "SchemaError", "ArtifactError", "RequestError"]

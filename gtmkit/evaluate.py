@@ -8,9 +8,9 @@ import numpy as np
 from numba import prange
 
 from .threads import parallel_njit
-from .logits import SyntheticDecoder
+from .synth.logits import SyntheticDecoder
 from .matcher.beam import as_numpy, beam_search
-from .matcher.kernels_cpu import ad_eligible, depth_of, node_passes
+from .matcher.cpu.step import ad_eligible, depth_of, node_passes
 from .matcher.matcher import Matcher
 from .progress import Progress, report
 
@@ -20,7 +20,7 @@ def _recall(t, q, rows, sid_of_row, first_leaf, eligible_out, ok_out):
     """Per request b: of the sampled ad rows that are exactly eligible, how many have every SID
     prefix (leaf up to the root's children) passing GTM. Must be all of them."""
     for b0 in prange(q.bitmask.shape[0]):
-        b = np.int64(b0)  # one signature for the callees (see matcher/kernels_cpu.step_kernel)
+        b = np.int64(b0)  # one signature for the callees (see matcher/cpu.step.step_kernel)
         e = 0
         ok = 0
         for i in range(rows.shape[0]):
@@ -92,7 +92,7 @@ def evaluate(index, users, beams=(1, 512, 1024, 1024), logits: str = "peaked", s
              device: str = "cpu", recall_sample: int = 200_000, peak: float = None,
              progress: Progress = None) -> dict:
     """CD-only and CD+GTM on the same users and synthetic logits; recall of eligible prefixes."""
-    from .logits import DEFAULT_PEAK
+    from .synth.logits import DEFAULT_PEAK
 
     peak = DEFAULT_PEAK if peak is None else peak
     matcher = Matcher(index, device=device)

@@ -13,14 +13,13 @@ from .errors import ArtifactError, GtmkitError, RequestError
 from .formats import index_format as fmt
 from .formats.artifact import open_artifact
 from .formats.index_checks import index_problems
-from .matcher import exact
-from .matcher.arrays import check_request
+from .targeting import exact
 from .progress import Progress
-from .targeting import BitmaskLayout, Request, encode_request, row_passes
+from .targeting.semantics import BitmaskLayout, Request, check_request, encode_request, row_passes
 
 
 class Index:
-    """GTM index (DESIGN §3). Node ids are BFS: root 0, then depth 1, 2, ..., L (the leaves)."""
+    """GTM index (docs/design.md §3). Node ids are BFS: root 0, then depth 1, 2, ..., L (the leaves)."""
 
     root = 0
 
@@ -141,7 +140,7 @@ class Index:
                              [t.shape[1] for t in self.bloom_tables])
 
     def node_passes(self, node: int, request: Request) -> bool:
-        """GTM test (DESIGN §2) on the node's stored matchers: passes iff any partition passes. Node -1
+        """GTM test (docs/design.md §2) on the node's stored matchers: passes iff any partition passes. Node -1
         (an absent node, as in padded node lists) passes nothing."""
         node = _int_id(node, "node")
         request = self._check_request(request)
@@ -197,7 +196,7 @@ class Index:
         return out
 
     def ad_eligible(self, ad_ids, request: Request) -> np.ndarray:
-        """Exact eligibility (DESIGN §2) of each ad id -> bool array."""
+        """Exact eligibility (docs/design.md §2) of each ad id -> bool array."""
         return self.eligible_rows(self.ad_rows(ad_ids), request)
 
     # --- lifetime ----------------------------------------------------------------------------

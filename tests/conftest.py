@@ -8,7 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 # numba's on-disk cache is keyed per source file, so a cached function that calls into a changed module
-# (kernels_cpu.step_kernel into select_cpu.py) keeps running the old code. Tests therefore use a cache
+# (cpu.step.step_kernel into cpu/select.py) keeps running the old code. Tests therefore use a cache
 # directory keyed by the hash of every gtmkit source: reused while nothing changes, fresh when anything
 # does. Set before numba is imported (it reads NUMBA_CACHE_DIR once).
 if "NUMBA_CACHE_DIR" not in os.environ:

@@ -1,5 +1,5 @@
 """A CPU stand-in for the parts of CuPy that gtmkit's CUDA backend uses, so that Matcher(index, "cuda") runs
-its real host code (backend_cuda.py, matcher.py) with NumPy arrays as device memory and every RawModule
+its real host code (cuda/backend.py, matcher.py) with NumPy arrays as device memory and every RawModule
 kernel on the CUDA emulation of cuda_emu.py. `installed()` puts it in sys.modules["cupy"] for a block.
 
 The fake device reports 2 multiprocessors (small grids) and compute capability 8.0 (the multi-kernel step of
@@ -202,6 +202,6 @@ def installed(monkeypatch, fused_cluster: int = 0):
         monkeypatch.setenv("GTMKIT_CUDA_STEP", "multi")
     monkeypatch.setitem(sys.modules, "cupy", m)
     monkeypatch.setitem(sys.modules, "cupy.cuda", m.cuda)
-    monkeypatch.delitem(sys.modules, "gtmkit.matcher.backend_cuda", raising=False)
+    monkeypatch.delitem(sys.modules, "gtmkit.matcher.cuda.backend", raising=False)
     yield
-    sys.modules.pop("gtmkit.matcher.backend_cuda", None)  # no later import may see the fake-backed module
+    sys.modules.pop("gtmkit.matcher.cuda.backend", None)  # no later import may see the fake-backed module

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from gtmkit.testing import mask_reference, step_reference
+from gtmkit.testing.gtm import mask_reference, step_reference
 
 from catalogs import random_user
 from step_cases import step_case

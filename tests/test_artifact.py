@@ -9,8 +9,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from gtmkit.errors import ArtifactError
-from gtmkit.formats.artifact import (ArtifactWriter, file_sha256, manifest_path, open_artifact, read_manifest,
-                                     verify_artifact)
+from gtmkit.formats.artifact import ArtifactWriter, file_sha256, manifest_path, open_artifact, read_manifest, verify_artifact
 
 FMT = "gtmkit-test"
 

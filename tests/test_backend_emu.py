@@ -1,4 +1,4 @@
-"""Matcher(index, "cuda") without a GPU: the CUDA backend's host code (backend_cuda.py and matcher.py's device
+"""Matcher(index, "cuda") without a GPU: the CUDA backend's host code (cuda/backend.py and matcher.py's device
 path: buffer sizing, pointer tables, the launches of either step, mask, post-filter) runs over a
 CPU stand-in for CuPy (fake_cupy.py), and the kernels of gtm_step.cu and postfilter.cu run on the CUDA
 emulation (cuda_emu.py), and so does the fused step (gtm_fused.cu) with small clusters. Everything must equal
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gtmkit.matcher.matcher import Matcher
-from gtmkit.matcher.sparse_req import Caps, sparse_images
+from gtmkit.matcher.cuda.sparse_req import Caps, sparse_images
 
 from catalogs import random_user
 from fake_cupy import installed

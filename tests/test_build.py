@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import gtmkit
 from gtmkit.formats.schema import parse_schema
-from gtmkit.testing import ad_matcher_rows, catalog_rows, eligible, union_rows
+from gtmkit.testing.gtm import ad_matcher_rows, catalog_rows, eligible, union_rows
 
 from catalogs import random_catalog, random_user, schema_dict, write
 

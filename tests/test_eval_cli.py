@@ -95,7 +95,7 @@ class _DeviceArray:
 def test_host_decoder_accepts_device_beam_state():
     """With a GPU matcher, beam_search hands the decoder device arrays; the synthetic decoder copies
     them to the host and produces the same log-probs."""
-    from gtmkit.logits import SyntheticDecoder
+    from gtmkit.synth.logits import SyntheticDecoder
 
     users = [{"_interests": [3, 5]}, {"_interests": [1]}]
     a, b = SyntheticDecoder(users, 16, seed=2), SyntheticDecoder(users, 16, seed=2)

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import gtmkit
 from gtmkit.formats.schema import load_schema
 from gtmkit.indexer.verify import verify_index
-from gtmkit.testing import catalog_rows, eligible
+from gtmkit.testing.gtm import catalog_rows, eligible
 
 DATA = Path(__file__).parent / "data"
 

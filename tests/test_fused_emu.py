@@ -1,6 +1,6 @@
 """The fused GPU step without a GPU: kernels/gtm_fused.cu (thread block clusters, distributed shared
 memory) runs on the CPU through the CUDA emulation of tests/cuda_emu.py, fed the same pointer tables as
-on the device (gtmkit/matcher/kernel_params.py), and must equal the CPU matcher's step exactly. The
+on the device (gtmkit/matcher/cuda/params.py), and must equal the CPU matcher's step exactly. The
 configurations shrink the cluster and block (CL, NT) and the direct-ranking cap (GT_CAP, so that a
 crowded bin goes through the radix select on small inputs)."""
 
@@ -11,9 +11,9 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.kernel_params import FUSED_PROF_W, FUSED_SMEM, fused_scratch_slots, request_params, trie_params
+from gtmkit.matcher.cuda.params import FUSED_PROF_W, FUSED_SMEM, fused_scratch_slots, request_params, trie_params
 from gtmkit.matcher.matcher import Matcher
-from gtmkit.matcher.sparse_req import Caps, sparse_images
+from gtmkit.matcher.cuda.sparse_req import Caps, sparse_images
 
 from catalogs import random_user
 from cuda_emu import KERNEL_DIR, build_emulator, garbage, launch

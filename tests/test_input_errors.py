@@ -23,7 +23,7 @@ from gtmkit.errors import CatalogError, GtmkitError, RequestError, SchemaError
 from gtmkit.formats.schema import Schema, parse_schema
 from gtmkit.indexer import budget
 from gtmkit.indexer.build import build_index
-from gtmkit.indexer.succinct_input import key_arrays
+from gtmkit.indexer.succinct.inputs import key_arrays
 
 from catalogs import random_catalog, schema_dict, write
 

@@ -7,7 +7,7 @@ import pytest
 
 import gtmkit
 from gtmkit.matcher.matcher import Matcher
-from gtmkit.testing import catalog_rows, eligible, mask_reference, step_reference
+from gtmkit.testing.gtm import catalog_rows, eligible, mask_reference, step_reference
 
 from catalogs import random_user
 from test_build import MODES, _build
@@ -15,8 +15,8 @@ from test_build import MODES, _build
 
 @pytest.fixture(autouse=True, params=["buckets", "band"])
 def selection(request, monkeypatch):
-    """Every test runs with both top-k selections of the CPU step (select_cpu._select_request)."""
-    import gtmkit.matcher.select_cpu as S
+    """Every test runs with both top-k selections of the CPU step (cpu.select._select_request)."""
+    import gtmkit.matcher.cpu.select as S
     monkeypatch.setattr(S, "BAND_FROM", 0 if request.param == "band" else 1 << 62)
     return request.param
 
@@ -239,7 +239,7 @@ def test_band_selection_keeps_every_tie_at_its_threshold(tmp_path):
 def test_request_starts_equals_searchsorted():
     """The numba row-offset helper of Matcher.step: same offsets as np.searchsorted, and it refuses
     decreasing or out-of-range request numbers."""
-    from gtmkit.matcher.kernels_cpu import request_starts
+    from gtmkit.matcher.cpu.step import request_starts
 
     rng = np.random.default_rng(0)
     for trial in range(500):

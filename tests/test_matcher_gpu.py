@@ -14,7 +14,7 @@ if not cuda_available():
 import cupy as cp  # noqa: E402
 
 import gtmkit  # noqa: E402
-from gtmkit.logits import SyntheticDecoder  # noqa: E402
+from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
 from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 
 from catalogs import random_user  # noqa: E402
@@ -119,7 +119,8 @@ def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded):
     and post-filter kernels launched with programmatic dependent launch, after the decoder's kernels or
     (recorded: the logits of an earlier search, no kernel between the steps) right after each other;
     replayed often, since a kernel touching its predecessor's data too early would differ only now and then."""
-    from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch
+    from gtmkit.matcher.cuda.graph import GraphedBeamSearch
+    from gtmkit.synth.logits_cuda import GpuSyntheticDecoder
 
     idx = synth_index
     users = synth_users(idx.manifest["schema"], 4, seed=2)
@@ -153,8 +154,9 @@ def test_graph_gtm_windows(synth_index):
     candidate a step (every GTM step takes later rounds) all replay the eager answer; calibrated windows lie
     between k and FIRST_WIN x k; malformed windows are refused."""
     from gtmkit.errors import GtmkitError
-    from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch
-    from gtmkit.matcher.kernel_params import FUSED_FIRST_WIN
+    from gtmkit.matcher.cuda.graph import GraphedBeamSearch
+    from gtmkit.synth.logits_cuda import GpuSyntheticDecoder
+    from gtmkit.matcher.cuda.params import FUSED_FIRST_WIN
 
     idx = synth_index
     users = synth_users(idx.manifest["schema"], 4, seed=6)
@@ -178,7 +180,8 @@ def test_graph_gtm_windows(synth_index):
 def test_pdl_off_by_environment(synth_index, monkeypatch):
     """GTMKIT_PDL=0: the default graph launches plainly and says why; asking for PDL then is an error."""
     from gtmkit.errors import GtmkitError
-    from gtmkit.matcher.graph import GpuSyntheticDecoder, GraphedBeamSearch
+    from gtmkit.matcher.cuda.graph import GraphedBeamSearch
+    from gtmkit.synth.logits_cuda import GpuSyntheticDecoder
 
     idx = synth_index
     users = synth_users(idx.manifest["schema"], 2, seed=5)

@@ -1,4 +1,4 @@
-"""gtmkit._memory.prefetch (a hint: never changes results, never faults) and gtm_cpu.request_words (the nonzero
+"""gtmkit._memory.prefetch (a hint: never changes results, never faults) and cpu.gtm.request_words (the nonzero
 words a GTM test reads)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from numba import njit
 
 from gtmkit._memory import prefetch
-from gtmkit.matcher.gtm_cpu import request_words
+from gtmkit.matcher.cpu.gtm import request_words
 
 
 @njit(cache=True)

@@ -19,8 +19,8 @@ import gtmkit
 from gtmkit.errors import GtmkitError, RequestError
 from gtmkit.matcher.arrays import RequestBatch
 from gtmkit.matcher.matcher import Matcher
-from gtmkit.targeting import Request
-from gtmkit.testing import step_reference
+from gtmkit.targeting.semantics import Request
+from gtmkit.testing.gtm import step_reference
 
 from catalogs import random_user
 from test_build import _build

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gtmkit.errors import GtmkitError
-from gtmkit.matcher import pdl
+from gtmkit.matcher.cuda import pdl
 
 
 def test_layouts_match_cuda_h():

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtmkit.matcher.arrays import RequestBatch
-from gtmkit.matcher.kernel_params import request_params
-from gtmkit.matcher.sparse_req import Caps, sparse_dtype, sparse_images
+from gtmkit.matcher.cuda.params import request_params
+from gtmkit.matcher.cuda.sparse_req import Caps, sparse_dtype, sparse_images
 
 from cuda_emu import KERNEL_DIR
 

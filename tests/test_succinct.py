@@ -12,9 +12,9 @@ from hypothesis import given, settings, strategies as st
 
 from gtmkit.errors import ArtifactError, GtmkitError
 from gtmkit.formats.artifact import manifest_digest, manifest_path
-from gtmkit.indexer import succinct_bits as bits
-from gtmkit.indexer.succinct import SuccinctTrie
-from gtmkit.testing_trie import RefTrie
+from gtmkit.indexer.succinct import bits as bits
+from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.testing.trie import RefTrie
 
 BIG = 2**31 - 1
 # Few distinct values so keys share prefixes, spread over low labels, high labels and the extremes.

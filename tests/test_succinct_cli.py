@@ -12,8 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from gtmkit.commands import synth_trie, trie as trie_cmd
-from gtmkit.indexer.succinct import SuccinctTrie
-from gtmkit.synth_trie import synth_keys, synth_proposals
+from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.synth.keys import synth_keys
+from gtmkit.synth.proposals import synth_proposals
 from gtmkit.matcher.matcher import cuda_available
 
 

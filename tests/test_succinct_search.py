@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gtmkit.errors import GtmkitError
-from gtmkit.indexer.succinct import SuccinctTrie
-from gtmkit.matcher.trie_search import TrieBeamStepper, trie_beam_search
-from gtmkit.matcher.trie_search_cpu import length_factors
-from gtmkit.testing_trie import ArProposals, NarProposals, RefTrie, ref_beam_search
+from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.matcher.succinct.search import TrieBeamStepper, trie_beam_search
+from gtmkit.matcher.succinct.search_cpu import length_factors
+from gtmkit.testing.trie import ArProposals, NarProposals, RefTrie, ref_beam_search
 
 VOCAB = [0, 1, 2, 3, 4, 65536, 70001, 2**31 - 1]
 

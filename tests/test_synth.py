@@ -1,4 +1,4 @@
-"""gtmkit.synth: determinism, catalog shape (DESIGN §7), targeting/cluster correlation, users, CLI."""
+"""gtmkit.synth: determinism, catalog shape (docs/design.md §7), targeting/cluster correlation, users, CLI."""
 
 import json
 from collections import defaultdict

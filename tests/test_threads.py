@@ -15,11 +15,11 @@ import pytest
 
 import gtmkit
 from gtmkit import threads
-from gtmkit.indexer.succinct import SuccinctTrie
-from gtmkit.logits import SyntheticDecoder
+from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.synth.logits import SyntheticDecoder
 from gtmkit.matcher.beam import beam_search
 from gtmkit.matcher.matcher import Matcher
-from gtmkit.matcher.trie_search import trie_beam_search
+from gtmkit.matcher.succinct.search import trie_beam_search
 
 from catalogs import random_user
 from test_build import _build
@@ -137,7 +137,7 @@ def test_workqueue_launches_are_serialised(served):
     idx, _, _ = served
     script = (
         "import gtmkit, numba, numpy as np\n"
-        "from gtmkit.indexer.succinct import SuccinctTrie\n"
+        "from gtmkit.indexer.succinct.trie import SuccinctTrie\n"
         "import test_threads as T\n"
         f"idx = gtmkit.load_index({str(idx.path)!r})\n"
         "rng = np.random.default_rng(5)\n"
@@ -183,7 +183,7 @@ def test_every_cpu_kernel_releases_the_gil_and_parallel_ones_take_the_guard():
     import re
     bad = []
     for path in sorted((ROOT / "gtmkit").rglob("*.py")):
-        if path.name in ("threads.py", "trie_search_cuda.py"):  # the guard itself; the GPU trie host code
+        if path.name in ("threads.py", "succinct/search_cuda.py"):  # the guard itself; the GPU trie host code
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             m = re.match(r"\s*@(?:numba\.)?njit\b(.*)", line)

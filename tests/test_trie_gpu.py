@@ -17,10 +17,11 @@ if not cuda_available():
 import cupy as cp  # noqa: E402
 
 from gtmkit.errors import GtmkitError  # noqa: E402
-from gtmkit.indexer.succinct import SuccinctTrie  # noqa: E402
-from gtmkit.matcher import trie_search_cuda as tsc  # noqa: E402
-from gtmkit.matcher.trie_search import TrieBeamStepper, trie_beam_search  # noqa: E402
-from gtmkit.synth_trie import synth_keys, synth_proposals  # noqa: E402
+from gtmkit.indexer.succinct.trie import SuccinctTrie  # noqa: E402
+from gtmkit.matcher.succinct import search_cuda as tsc  # noqa: E402
+from gtmkit.matcher.succinct.search import TrieBeamStepper, trie_beam_search, trie_beam_stepper  # noqa: E402
+from gtmkit.synth.keys import synth_keys  # noqa: E402
+from gtmkit.synth.proposals import synth_proposals  # noqa: E402
 
 from test_succinct_search import random_logp, random_settings, random_tokens, random_trie  # noqa: E402
 
@@ -138,7 +139,7 @@ def test_gpu_ar_stepper_equals_cpu(seed):
     max_steps = T if seed % 3 == 0 else None
     tokens, logp = random_tokens(rng, (T, b, bw, K)), random_logp(rng, (T, b, bw, K), seed % 2 == 0)
     cpu = TrieBeamStepper(trie, b, bw, theta_tok, theta_sent, alpha, max_steps)
-    gpu = TrieBeamStepper(trie, b, bw, theta_tok, theta_sent, alpha, max_steps, device="cuda")
+    gpu = trie_beam_stepper(trie, b, bw, theta_tok, theta_sent, alpha, max_steps, device="cuda")
     assert isinstance(gpu, tsc.TrieBeamStepperCuda)  # the public stepper dispatches to the GPU one
     for t in range(T):
         k = K if seed % 2 else int(rng.integers(1, K + 1))  # K may change between steps
@@ -172,7 +173,7 @@ def test_gpu_ar_stepper_errors():
 def test_server_equals_cpu_on_synth_workload(params):
     """A resident TrieSearchServer answers a stream of queries as the CPU search does, while a plain GPU
     search runs beside it on the same trie; after close() the device synchronizes (the kernel ended)."""
-    from gtmkit.matcher.trie_server_cuda import TrieSearchServer
+    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
     trie = SuccinctTrie.build(synth_keys(200_000, seed=3))
     tokens, logp = synth_proposals(trie, 12, 8, 1000, seed=7)
     with TrieSearchServer(trie, 1000, 8, 1000, **params) as srv:

@@ -1,4 +1,4 @@
-"""The GPU trie search without a GPU: kernels/trie_search.cu, driven by trie_search_cuda.py as on the
+"""The GPU trie search without a GPU: kernels/trie_search.cu, driven by succinct/search_cuda.py as on the
 device, runs on the CPU through the CUDA emulation of tests/cuda_emu.py and must equal the CPU search
 exactly. Configurations shrink the block and shared-memory sizes so that the radix select, the sort in
 global memory, the global work offsets and the host-prepared rows all run on small inputs."""
@@ -11,10 +11,10 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.trie_search import TrieBeamStepper, trie_beam_search
-from gtmkit.matcher.trie_search_cuda import KERNEL_FILE, TrieBeamStepperCuda, trie_beam_search_cuda
+from gtmkit.matcher.succinct.search import TrieBeamStepper, trie_beam_search
+from gtmkit.matcher.succinct.search_cuda import KERNEL_FILE, TrieBeamStepperCuda, trie_beam_search_cuda
 from gtmkit.errors import GtmkitError
-from gtmkit.indexer.succinct import SuccinctTrie
+from gtmkit.indexer.succinct.trie import SuccinctTrie
 
 from cuda_emu import build_emulator, garbage, kernel_signatures, launch
 from test_succinct_search import random_logp, random_settings, random_tokens, random_trie
@@ -58,7 +58,7 @@ class _Done:
 
 
 class EmuDevice:
-    """trie_search_cuda.CupyDevice's methods over NumPy arrays and the emulated kernels."""
+    """search_cuda.CupyDevice's methods over NumPy arrays and the emulated kernels."""
 
     synchronous = True  # a launch runs to its end (TrieSearchServer launches once a request)
 
@@ -146,10 +146,10 @@ def test_navigation_equals_numba(emu, share, monkeypatch):
     """select0, run ends (children), labels and key ids of the kernels at every node of a synthetic trie;
     zero_pair (sampled zero positions) gives the same child ranges, with every wide group listed (share 8)
     and with none listed (the general path)."""
-    from gtmkit.indexer import succinct_bits as bits, succinct_nav as nav
-    from gtmkit.matcher import trie_gpu_aux as aux
-    from gtmkit.matcher.trie_search_cuda import _trie_params
-    from gtmkit.synth_trie import synth_keys
+    from gtmkit.indexer.succinct import bits as bits, nav as nav
+    from gtmkit.matcher.succinct import gpu_tables as aux
+    from gtmkit.matcher.succinct.search_cuda import _trie_params
+    from gtmkit.synth.keys import synth_keys
     monkeypatch.setattr(aux, "WIDE_SHARE", share)
     trie = SuccinctTrie.build(synth_keys(20000, seed=7, vocab=3_000_000))
     a, n = trie.arrays, trie.num_nodes
@@ -173,9 +173,9 @@ def test_navigation_equals_numba(emu, share, monkeypatch):
 
 
 def test_root_directory_and_zero_samples():
-    from gtmkit.indexer import succinct_bits as bits
-    from gtmkit.matcher.trie_gpu_aux import root_directory, zero_positions, zero_samples
-    from gtmkit.synth_trie import synth_keys
+    from gtmkit.indexer.succinct import bits as bits
+    from gtmkit.matcher.succinct.gpu_tables import root_directory, zero_positions, zero_samples
+    from gtmkit.synth.keys import synth_keys
     trie = SuccinctTrie.build(synth_keys(5000, seed=3, vocab=100_000))
     a = trie.arrays
     labels, kids = trie.children(0)
@@ -238,8 +238,8 @@ def wide_trie(rng, n_keys, vocab):
 
 def check_reference(emu, trie, ref, nar, ar, bw, settings):
     """NAR over nar = (tokens, logp) [b, T, K] and AR over ar = [T, b, BW, K] against the plain-Python reference,
-    on `emu` (EmuDevice, or trie_search_cuda's CupyDevice for the GPU)."""
-    from gtmkit.testing_trie import ArProposals, NarProposals, ref_beam_search
+    on `emu` (EmuDevice, or search_cuda's CupyDevice for the GPU)."""
+    from gtmkit.testing.trie import ArProposals, NarProposals, ref_beam_search
     from test_succinct_search import assert_same
     (tokens, logp), b = nar, nar[0].shape[0]
     ids, scores = trie_beam_search_cuda(trie, tokens, logp, bw, *settings, device=emu)
@@ -383,7 +383,7 @@ def test_nar_rows_with_repeated_tokens(emu):
 
 def test_nar_more_steps_than_factor_cache(emu):
     """More steps than the kernel keeps length factors for (FAC_CAP): read each step, prep_kernel path."""
-    from gtmkit.matcher.trie_search_cuda import FAC_CAP
+    from gtmkit.matcher.succinct.search_cuda import FAC_CAP
     rng = np.random.default_rng(11)
     keys = [[int(x) for x in rng.integers(0, 3, size=int(rng.integers(1, FAC_CAP + 4)))] for _ in range(30)]
     trie = SuccinctTrie.build(keys)
@@ -465,7 +465,8 @@ def test_ar_equals_cpu(emu, seed):
 
 def test_nar_synth_workload(emu):
     """A synthetic workload (long LOUDS words, labels >= 65536, deep rank/select directories)."""
-    from gtmkit.synth_trie import synth_keys, synth_proposals
+    from gtmkit.synth.keys import synth_keys
+    from gtmkit.synth.proposals import synth_proposals
     trie = SuccinctTrie.build(synth_keys(6000, seed=3, vocab=200_000))
     tokens, logp = synth_proposals(trie, 2, 6, 48, seed=5)
     for bw in (48, 200):
@@ -499,7 +500,7 @@ def test_ar_fewer_rows_than_beams(emu):
 def test_server_equals_cpu(emu, seed):
     """TrieSearchServer's serve_kernel (one request a launch here) against the CPU search, several requests
     on one server (its buffers and counters reused), thresholds and length normalisation."""
-    from gtmkit.matcher.trie_server_cuda import TrieSearchServer
+    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
     rng = np.random.default_rng(300 + seed)
     trie, _ = random_trie(rng, int(rng.integers(1, 60)))
     T, K, bw = int(rng.integers(1, 6)), int(rng.integers(1, 9)), int(rng.integers(1, 12))
@@ -515,7 +516,7 @@ def test_server_equals_cpu(emu, seed):
 
 
 def test_server_rejects_bad_shapes(emu):
-    from gtmkit.matcher.trie_server_cuda import TrieSearchServer
+    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
     trie = SuccinctTrie.build([[1, 2], [3]])
     with pytest.raises(GtmkitError, match="K must be"):
         TrieSearchServer(trie, 4, 2, emu.nt + 1, device=emu)
@@ -529,7 +530,7 @@ def test_launch_sizes_follow_defines():
     """The benchmarks' variants size the search kernel's launch from their -D defines: cluster size and the
     capacities its dynamic shared memory is carved by (kernels/trie_search.cu)."""
     from types import SimpleNamespace
-    from gtmkit.matcher import trie_search_cuda as tsc
+    from gtmkit.matcher.succinct import search_cuda as tsc
     dev = SimpleNamespace(**{a: getattr(tsc.CupyDevice, a) for a in (
         "nt", "sort_cap", "prep_cap", "beam_cap", "tok_cap", "sel_cap", "cl")})
     base = tsc.search_smem(dev)
@@ -569,9 +570,9 @@ def test_block_select(emu, layout):
 
 def test_host_sizes_match_the_kernels_defaults():
     """CupyDevice's sizes are the kernel file's defaults (its dynamic shared memory follows them): a changed
-    default in kernels/trie_search.cu must change trie_search_cuda.py too."""
+    default in kernels/trie_search.cu must change succinct/search_cuda.py too."""
     import re
-    from gtmkit.matcher import trie_search_cuda as tsc
+    from gtmkit.matcher.succinct import search_cuda as tsc
     src = tsc.KERNEL_FILE.read_text()
 
     def default(name):

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gtmkit.errors import GtmkitError
-from gtmkit.indexer.succinct import SuccinctTrie
-from gtmkit.matcher.trie_search import TrieBeamStepper, trie_beam_search
-from gtmkit.testing_trie import ArProposals, NarProposals, ref_beam_search
+from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.matcher.succinct.search import TrieBeamStepper, trie_beam_search
+from gtmkit.testing.trie import ArProposals, NarProposals, ref_beam_search
 
 from test_succinct_search import assert_same, random_tokens, random_trie
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtmkit.matcher.kernel_params import FUSED_FIRST_WIN
-from gtmkit.matcher.windows import WINDOW_MARGIN, calibrate_windows
+from gtmkit.matcher.cuda.params import FUSED_FIRST_WIN
+from gtmkit.matcher.cuda.windows import WINDOW_MARGIN, calibrate_windows
 
 
 @settings(max_examples=200, deadline=None)
@@ -48,7 +48,7 @@ def test_each_step_uses_its_own_k():
 
 
 def test_pass_counts_runs_the_step_without_and_with_gtm():
-    from gtmkit.matcher.windows import pass_counts
+    from gtmkit.matcher.cuda.windows import pass_counts
 
     calls = []
 
@@ -65,7 +65,7 @@ def test_pass_counts_runs_the_step_without_and_with_gtm():
 
 def test_per_step_settings():
     from gtmkit.errors import GtmkitError
-    from gtmkit.matcher.windows import per_step_setting
+    from gtmkit.matcher.cuda.windows import per_step_setting
 
     assert per_step_setting("gtm_windows", "auto", 3, 0, 0) == [0, 0, 0]
     assert per_step_setting("gtm_windows", None, 2, 0, 0) == [0, 0]

@@ -12,7 +12,7 @@ def match_user(index, user: dict, beams, logits: str = "peaked", seed: int = 0, 
                top: int = 10, gtm: bool = True) -> dict:
     import time
 
-    from ..logits import SyntheticDecoder
+    from ..synth.logits import SyntheticDecoder
     from ..matcher.beam import as_numpy, beam_search
     from ..matcher.matcher import Matcher
 

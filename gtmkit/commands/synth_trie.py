@@ -29,7 +29,7 @@ def keys(n, seed, vocab, min_len, max_len, output, as_json):
         gtmkit synth keys -n 10000000 --seed 1 -o keys.parquet
         gtmkit synth keys -n 1000 --vocab 50000 --max-len 4 -o small.parquet --json
     """
-    from ..synth_trie import write_keys
+    from ..synth.keys import write_keys
 
     if max_len < min_len:
         raise click.BadParameter(f"--max-len {max_len} is below --min-len {min_len}", param_hint="--max-len")
@@ -63,8 +63,8 @@ def proposals(trie_dir, b, T, K, r, seed, output, as_json):
         gtmkit synth proposals --trie trie/ -b 16 -T 8 -K 1000 -o props.npz
         gtmkit synth proposals --trie trie/ -b 1 -K 600 -r 0 --seed 3 -o noise.npz
     """
-    from ..indexer.succinct import SuccinctTrie
-    from ..synth_trie import write_proposals
+    from ..indexer.succinct.trie import SuccinctTrie
+    from ..synth.proposals import write_proposals
 
     if r is not None and r > K:
         raise click.BadParameter(f"--head {r} exceeds --topk {K}", param_hint="--head")

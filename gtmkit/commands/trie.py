@@ -1,4 +1,4 @@
-"""`gtmkit trie`: build, inspect and search a succinct (LOUDS) trie of integer-token keys (DESIGN §6)."""
+"""`gtmkit trie`: build, inspect and search a succinct (LOUDS) trie of integer-token keys (docs/design.md §6)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def build(keys, out_dir, column, force, as_json, silent):
         gtmkit trie build keys.parquet -o trie/
         gtmkit trie build queries.parquet --column tokens -o trie/ -f --json
     """
-    from ..indexer.succinct import SuccinctTrie
+    from ..indexer.succinct.trie import SuccinctTrie
 
     from ..formats.output import check_output
 
@@ -113,7 +113,7 @@ def stats(trie_dir, as_json):
         gtmkit trie stats trie/
         gtmkit trie stats trie/ --json
     """
-    from ..indexer.succinct import SuccinctTrie
+    from ..indexer.succinct.trie import SuccinctTrie
 
     trie = SuccinctTrie.load(trie_dir, verify=False)
     s = dict(trie.stats(), path=str(trie_dir))
@@ -170,8 +170,8 @@ def search(trie_dir, proposals, beam_width, theta_tok, theta_sent, alpha, device
         gtmkit trie search trie/ --proposals props.npz --bw 100
         gtmkit trie search trie/ --proposals props.npz --bw 1000 --theta-tok -20 --alpha 1 --json
     """
-    from ..indexer.succinct import SuccinctTrie
-    from ..matcher.trie_search import trie_beam_search
+    from ..indexer.succinct.trie import SuccinctTrie
+    from ..matcher.succinct.search import trie_beam_search
 
     trie = SuccinctTrie.load(trie_dir)
     tokens, logp = _load_proposals(proposals)

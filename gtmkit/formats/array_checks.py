@@ -1,4 +1,4 @@
-"""Vectorised invariant tests shared by the index and trie loaders (index_checks.py, trie_checks.py).
+"""Vectorised invariant tests shared by the index and trie loaders (index_checks.py, indexer/succinct/checks.py).
 
 Each returns None when the invariant holds, else one line (without the file it concerns) naming the
 first offending entry. No Python loop runs over the arrays' entries."""

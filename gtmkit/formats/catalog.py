@@ -183,7 +183,7 @@ def _open(path, string_columns=()) -> tuple:
 
 def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: int = BATCH_ROWS,
                  check_rows=None) -> Catalog:
-    """Stream the catalog's schema columns and validate every row (DESIGN §3).
+    """Stream the catalog's schema columns and validate every row (docs/design.md §3).
 
     check_rows: optional callable(number of rows), run once the file's metadata is read and before any
     row is (a build refuses there a catalog too large for memory)."""

@@ -1,4 +1,4 @@
-"""Offline build: Parquet catalog -> GTM index artifact (DESIGN §3), phase by phase with timings."""
+"""Offline build: Parquet catalog -> GTM index artifact (docs/design.md §3), phase by phase with timings."""
 
 from __future__ import annotations
 

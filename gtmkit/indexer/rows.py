@@ -1,4 +1,4 @@
-"""Per-ad targeting rows (DESIGN §2) for the whole catalog, as numba loops over dictionary codes.
+"""Per-ad targeting rows (docs/design.md §2) for the whole catalog, as numba loops over dictionary codes.
 
 Each ad gets one "combined" row: its bitmask words followed by each Bloom attribute's words, so
 subtree unions and partition fill rates treat bitmask and Bloom rows of one partition together."""
@@ -13,7 +13,7 @@ from numba import prange
 from ..threads import parallel_njit
 from ..formats.catalog import Catalog
 from ..formats.schema import Schema
-from ..targeting import BitmaskLayout, bloom_signature
+from ..targeting.semantics import BitmaskLayout, bloom_signature
 
 ONE = np.uint64(1)
 ALL = np.uint64(0xFFFFFFFFFFFFFFFF)

@@ -1,4 +1,4 @@
-"""SID trie in CSR form, nodes numbered breadth-first (DESIGN §3), built with vectorised NumPy.
+"""SID trie in CSR form, nodes numbered breadth-first (docs/design.md §3), built with vectorised NumPy.
 
 Children of a node are contiguous and sorted by token, and child entry j is node j+1, so the
 topology is just `node_offsets` + `child_tokens`."""

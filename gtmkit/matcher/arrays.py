@@ -9,7 +9,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..errors import RequestError
-from ..targeting import Request
+from ..targeting.semantics import Request, check_request
 
 
 class TrieArrays(NamedTuple):
@@ -146,38 +146,6 @@ def _check_batch(q: RequestBatch, n_bitmask: int, words: int, n_bloom: int, bloo
     _offsets(q.sig_off, "sig_off", B, n_bloom, q.sigs.shape[0])
     _offsets(q.code_off, "code_off", B, n_bloom, q.codes.shape[0])
     return _Stacked(*q)
-
-
-def _int_array(x, what: str, ndim: int) -> np.ndarray:
-    try:
-        a = np.asarray(x)
-    except (TypeError, ValueError, OverflowError):
-        a = np.asarray(None)
-    if a.ndim != ndim or a.dtype.kind not in "iu":
-        raise RequestError(f"{what} must be a {ndim}-d integer array, got {a.dtype} {list(a.shape)}")
-    return a
-
-
-def check_request(r, b: int, n_bitmask: int, words: int, bloom_widths) -> Request:
-    """Request b (an encoded Request, possibly hand-made) against the index's widths: integer bitmask
-    [A, W], per Bloom matcher t integer signatures [n, bloom_widths[t]] and 1-d integer codes.
-    -> the request with the dtypes the kernels read (uint64 rows, int64 codes)."""
-    if not isinstance(r, Request):
-        raise RequestError(f"request {b}: expected an encoded Request (index.encode_request(user)), "
-                           f"got {type(r).__name__}")
-    bm = _int_array(r.bitmask, f"request {b}: bitmask", 2)
-    nb = len(bloom_widths)
-    if bm.shape != (n_bitmask, words) or not isinstance(r.bloom_sigs, (tuple, list)) or \
-            not isinstance(r.bloom_codes, (tuple, list)) or len(r.bloom_sigs) != nb or len(r.bloom_codes) != nb:
-        raise RequestError(f"request {b} was encoded for another index")
-    sigs, codes = [], []
-    for t, w in enumerate(bloom_widths):
-        s = _int_array(r.bloom_sigs[t], f"request {b}: Bloom signatures {t}", 2)
-        if s.shape[1] != w:
-            raise RequestError(f"request {b}: Bloom signatures {t} must be [n, {w}], got {list(s.shape)}")
-        sigs.append(np.ascontiguousarray(s.astype(np.uint64, copy=False)))
-        codes.append(np.ascontiguousarray(_int_array(r.bloom_codes[t], f"request {b}: Bloom codes {t}", 1), np.int64))
-    return Request(np.ascontiguousarray(bm.astype(np.uint64, copy=False)), tuple(sigs), tuple(codes))
 
 
 def stack_requests(requests, n_bitmask: int, words: int, n_bloom: int, bloom_words: int,

@@ -1,6 +1,6 @@
 """`Matcher`: the online CD+GTM operations on a loaded index, dispatched to a backend.
 
-backend "cpu" = numba (this module's kernels_cpu); "cuda" = CuPy RawKernels (imported only when chosen)."""
+backend "cpu" = numba (cpu/step.py); "cuda" = CuPy RawKernels (imported only when chosen)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numba
 import numpy as np
 
 from ..errors import GtmkitError
-from . import kernels_cpu as K
-from . import select_cpu
+from .cpu import step as K
+from .cpu import select as select_cpu
 from .args import bool_arg, check_kind, check_memory, floats, ids, int_arg
 from .arrays import stack_requests, trie_arrays
 
@@ -74,7 +74,7 @@ class Matcher:
         self._band_from = select_cpu.BAND_FROM  # requests with this many candidates use the band selection
         self.cuda = None
         if device == "cuda":
-            from .backend_cuda import CudaBackend
+            from .cuda.backend import CudaBackend
             self.cuda = CudaBackend(self.arrays, index)
 
     @property
@@ -106,7 +106,7 @@ class Matcher:
         On the GPU the batch is uploaded once too. Every request is checked against the index; a
         RequestBatch that this did not build is checked whole on each use."""
         if self.cuda is not None:
-            from .backend_cuda import DeviceBatch
+            from .cuda.backend import DeviceBatch
             if isinstance(requests, DeviceBatch):
                 return requests
         ix = self.index
@@ -144,7 +144,7 @@ class Matcher:
     # --- operations --------------------------------------------------------------------------
     def step(self, node_ids, logprobs, beam_scores, row_request, requests, k: int, gtm: bool = True,
              count_candidates: bool = False, max_children: int = None, rows_best_first: bool = False) -> Step:
-        """One fused CD+GTM step with top-k per request (DESIGN §5).
+        """One fused CD+GTM step with top-k per request (docs/design.md §5).
 
         node_ids int [R] (-1, or any id that is not an internal node = dead row), logprobs float [R, V],
         beam_scores float [R], row_request int [R] (non-decreasing: rows of a request are contiguous),

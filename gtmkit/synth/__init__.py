@@ -1,4 +1,4 @@
-"""Realistic synthetic ad catalogs and users (DESIGN §7): the inputs of tests, demos and benchmarks.
+"""Realistic synthetic ad catalogs and users (docs/design.md §7): the inputs of tests, demos and benchmarks.
 
 One deterministic `World` (countries, regions, cities, SID-cluster profiles) feeds both the catalog
 (`synth_catalog` / `write_catalog`) and the users (`synth_users`), so targeting and users correlate.

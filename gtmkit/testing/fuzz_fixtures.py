@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from . import step_reference
-from ..targeting import ad_eligible_reference
+from .gtm import step_reference
+from ..targeting.semantics import ad_eligible_reference
 from .fuzz_core import Wrong
 from .fuzz_gen import random_spec, random_table, random_user
 from .fuzz_manifest import digest_status, write_manifest

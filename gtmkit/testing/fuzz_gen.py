@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from . import catalog_rows, eligible
+from .gtm import catalog_rows, eligible
 from .fuzz_core import Wrong
 
 BITMASK_VALUES = {"country": ["US", "GB", "DE", "FR"], "age": ["18-24", "25-34", "35-44"], "gender": ["f", "m"]}

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 
 from ..formats.schema import parse_schema
 from ..matcher.arrays import RequestBatch
-from ..targeting import Request
-from ..testing_trie import NarProposals, RefTrie, ref_beam_search
-from . import step_reference
+from ..targeting.semantics import Request
+from .trie import NarProposals, RefTrie, ref_beam_search
+from .gtm import step_reference
 from .fuzz_core import OK_SAME, REFUSED, Wrong, classify
 from .fuzz_fixtures import compare_step, postfilter_reference, same_ads
 from .fuzz_gen import check_against_catalog, random_user

@@ -1,0 +1,103 @@
+"""Synthetic succinct-trie keys (FlashTrie App. K): distinct keyword-like integer keys with Zipf tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import GtmkitError
+
+ZIPF_S = 1.0  # token frequency ~ rank^-s; token id = rank, so small ids are frequent as in tokenizers
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _check(name: str, value, lo: int, hi: int = 2**62) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise GtmkitError(f"synth: {name} must be an integer in [{lo}, {hi}], got {value!r}")
+    return int(value)
+
+
+def _zipf_ranks(rng: np.random.Generator, size: int, vocab: int, s: float) -> np.ndarray:
+    """Continuous truncated Zipf by inverse CDF: rank in [0, vocab) with P(rank r) ~ (r+1)^-s."""
+    u = rng.random(size)
+    if abs(s - 1.0) < 1e-9:
+        x = np.exp(u * np.log(vocab + 1.0))
+    else:
+        a = 1.0 - s
+        x = (1.0 + u * ((vocab + 1.0) ** a - 1.0)) ** (1.0 / a)
+    return np.minimum(x.astype(np.int64) - 1, vocab - 1)
+
+
+def _length_pmf(min_len: int, max_len: int) -> np.ndarray:
+    """Keyword lengths: mode one above the shortest, then a geometric fall-off."""
+    d = np.arange(max_len - min_len + 1, dtype=np.float64)
+    w = (d + 1.0) * 0.55 ** d
+    return w / w.sum()
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    h = (h ^ (h >> np.uint64(30))) * _MIX1
+    h = (h ^ (h >> np.uint64(27))) * _MIX2
+    return h ^ (h >> np.uint64(31))
+
+
+def synth_keys(n: int, seed: int = 0, vocab: int = 2_200_000, min_len: int = 2, max_len: int = 8,
+               as_arrow: bool = True):
+    """n distinct keyword-like keys in random order: lengths min_len..max_len (mode min_len+1), tokens
+    i.i.d. Zipf(1.0) over [0, vocab) (id = frequency rank). Deterministic from the arguments.
+
+    -> pyarrow ListArray list<int32> (as_arrow) or (tokens int32 [N], offsets int64 [n+1])."""
+    n, seed = _check("n", n, 1), _check("seed", seed, 0, 2**63 - 1)
+    vocab = _check("vocab", vocab, 2, 2**31)
+    min_len = _check("min_len", min_len, 1, 4096)
+    max_len = _check("max_len", max_len, min_len, 4096)
+    space = sum(float(vocab) ** L for L in range(min_len, min(max_len, 64) + 1))
+    if n > 0.5 * space:
+        raise GtmkitError(f"synth: {n} distinct keys do not fit vocab {vocab} and lengths {min_len}..{max_len}")
+    rng = np.random.default_rng([seed, 0x7E1E])
+    pmf = _length_pmf(min_len, max_len)
+    lens, cols, hashes, have, idx = [], [], [], 0, []
+    for _ in range(64):  # draw, drop repeats (by a 64-bit hash of the key), draw again for the shortfall
+        if have >= n:
+            break
+        m = int((n - have) * 1.05) + 16
+        ln = rng.choice(np.arange(min_len, max_len + 1), size=m, p=pmf)
+        mat = np.zeros((m, max_len), np.int32)
+        h = np.full(m, (seed * int(_MIX1) + 0x51D) % 2**64, np.uint64)
+        for j in range(max_len):
+            alive = ln > j
+            k = int(alive.sum())
+            if k == 0:
+                break
+            mat[alive, j] = _zipf_ranks(rng, k, vocab, ZIPF_S)
+            h[alive] = _mix(h[alive] ^ (mat[alive, j].astype(np.uint64) + np.uint64(1)))
+        lens.append(ln)
+        cols.append(mat)
+        hashes.append(h)
+        allh = np.concatenate(hashes)
+        _, first = np.unique(allh, return_index=True)
+        idx = np.sort(first)
+        have = len(idx)
+    if have < n:
+        raise GtmkitError(f"synth: could not draw {n} distinct keys (got {have}); raise vocab or max_len")
+    idx = idx[:n]
+    ln = np.concatenate(lens)[idx]
+    mat = np.concatenate(cols)[idx]
+    tokens = mat[np.arange(max_len)[None, :] < ln[:, None]]
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(ln, out=offsets[1:])
+    if not as_arrow:
+        return tokens, offsets
+    if offsets[-1] < 2**31:
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(tokens))
+    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(tokens))
+
+
+def write_keys(path, n: int, seed: int = 0, vocab: int = 2_200_000, min_len: int = 2, max_len: int = 8) -> dict:
+    """Write synth_keys as Parquet with one list<int32> column "key"; -> summary dict."""
+    keys = synth_keys(n, seed=seed, vocab=vocab, min_len=min_len, max_len=max_len)
+    pq.write_table(pa.table({"key": keys}), path)
+    lengths = np.diff(keys.offsets.to_numpy())
+    return {"path": str(path), "keys": n, "tokens": int(lengths.sum()), "mean_length": round(float(lengths.mean()), 3),
+            "vocab": vocab, "seed": seed}

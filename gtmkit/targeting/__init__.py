@@ -1,0 +1,2 @@
+"""Targeting semantics: the bitmask layout, Bloom hashing and request encoding (semantics.py) and the exact
+ad-level eligibility kernel (exact.py)."""
