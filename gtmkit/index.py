@@ -46,6 +46,7 @@ class Index:
         self.ad_bitmask_ids = a("ad_bitmask_ids")
         self.ad_allow = [tuple(a(n) for n in fmt.ad_allow(b)) for b in range(len(self.bloom))]
         self.ad_exclude = [tuple(a(n) for n in fmt.ad_exclude(b)) for b in range(len(self.bloom))]
+        self._exact_lists = None
 
     # --- trie -------------------------------------------------------------------------------
     @property
@@ -188,12 +189,20 @@ class Index:
         if outside.any():
             raise RequestError(f"ad row {int(rows[np.flatnonzero(outside)[0]])} outside [0, {self.num_ads})")
         request = self._check_request(request)
-        out = np.ones(len(rows), bool)
-        exact.bitmask_ok(rows, self.ad_bitmask_ids, self.bitmask_table, request.bitmask, out)
-        for b in range(len(self.bloom)):
-            (ao, ac), (eo, ec) = self.ad_allow[b], self.ad_exclude[b]
-            exact.bloom_ok(rows, ao, ac, eo, ec, np.asarray(request.bloom_codes[b], np.int64), out)
+        out = np.zeros(len(rows), bool)
+        code_off, codes = exact.request_codes(request.bloom_codes)
+        exact.rows_eligible(rows, np.asarray(self.ad_bitmask_ids, np.int32), np.ascontiguousarray(self.bitmask_table),
+                            *self.exact_lists(), np.ascontiguousarray(request.bitmask)[None], code_off, codes, 0, out)
         return out
+
+    def exact_lists(self) -> tuple:
+        """(allow_off, allow_codes, excl_off, excl_codes): the ads' Bloom lists stacked one attribute a
+        row, as the exact kernel reads them (built once, shared with the matcher)."""
+        lists = self._exact_lists
+        if lists is None:  # two threads racing here build equal tuples: no lock needed
+            lists = self._exact_lists = (*exact.stack_lists(self.ad_allow, self.num_ads),
+                                         *exact.stack_lists(self.ad_exclude, self.num_ads))
+        return lists
 
     def ad_eligible(self, ad_ids, request: Request) -> np.ndarray:
         """Exact eligibility (docs/design.md §2) of each ad id -> bool array."""

@@ -4,7 +4,7 @@ Both are NamedTuples of C-contiguous arrays (pynndescent style), so numba and Cu
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -43,17 +43,6 @@ class TrieArrays(NamedTuple):
     excl_codes: np.ndarray
 
 
-def _stack_csr(pairs: Sequence[tuple], n_rows: int) -> tuple:
-    nb = len(pairs)
-    width = max([len(c) for _, c in pairs] + [1])
-    off = np.zeros((max(nb, 1), n_rows + 1), np.int64)
-    codes = np.zeros((max(nb, 1), width), np.int32)
-    for b, (o, c) in enumerate(pairs):
-        off[b] = o
-        codes[b, :len(c)] = c
-    return off, codes
-
-
 def trie_arrays(index) -> TrieArrays:
     layout = index.partition_layout
     nb = len(index.bloom)
@@ -70,8 +59,7 @@ def trie_arrays(index) -> TrieArrays:
     else:
         base, bloom = np.zeros(1, np.int64), np.zeros((1, 1), np.uint64)
         part_bloom = np.zeros((len(index.part_bitmask_ids), 0), np.int32)
-    allow_off, allow_codes = _stack_csr(index.ad_allow, index.num_ads)
-    excl_off, excl_codes = _stack_csr(index.ad_exclude, index.num_ads)
+    allow_off, allow_codes, excl_off, excl_codes = index.exact_lists()
     return TrieArrays(
         node_offsets=np.asarray(index.node_offsets, np.int64),
         child_tokens=np.asarray(index.child_tokens, np.int32),

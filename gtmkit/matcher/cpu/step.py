@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit, prange
 
 from ...threads import parallel_njit
-from ..._bits import sorted_contains as _contains
+from ...targeting.exact import row_eligible as _eligible
 from .gtm import _gtm, depth_of, node_passes  # noqa: F401  (depth_of, node_passes: public here)
 from .select import _select_request
 
@@ -70,35 +70,6 @@ def mask_kernel(t, q, node_ids, row_request, gtm, out):
                                sigs, row_request[r], j + 1, ck, cv):
                 v = ct[j]
                 out[r, v >> 5] |= np.uint32(1) << np.uint32(v & 31)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _eligible(ad_bitmask, bmt, allow_off, allow_codes, excl_off, excl_codes, qbm, code_off, codes, b, r):
-    """Exact eligibility (docs/design.md §2) of ad row r for request b."""
-    bid = ad_bitmask[r]
-    for a in range(qbm.shape[1]):
-        hit = False
-        for w in range(bmt.shape[1]):
-            if bmt[bid, w] & qbm[b, a, w]:
-                hit = True
-                break
-        if not hit:
-            return False
-    for k in range(code_off.shape[1] - 1):
-        a0, a1 = allow_off[k, r], allow_off[k, r + 1]
-        ok = a0 == a1
-        for x in range(code_off[b, k], code_off[b, k + 1]):
-            c = codes[x]
-            if c >= 0 and not ok and _contains(allow_codes[k], a0, a1, c):
-                ok = True
-        if not ok:
-            return False
-        e0, e1 = excl_off[k, r], excl_off[k, r + 1]
-        for x in range(code_off[b, k], code_off[b, k + 1]):
-            c = codes[x]
-            if c >= 0 and _contains(excl_codes[k], e0, e1, c):
-                return False
-    return True
 
 
 @njit(cache=True, nogil=True)
