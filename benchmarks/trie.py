@@ -1,4 +1,4 @@
-"""Succinct trie (FlashTrie, seed 004; issue 5) benchmark: build time and bytes side by side with
+"""Succinct trie (FlashTrie; issue 5) benchmark: build time and bytes side by side with
 marisa-trie on the same keys, then constrained beam search latency and throughput per device.
 
     python benchmarks/trie.py --keys 1000000,10000000,30000000,60000000 --workdir /tmp/gtmkit-trie --devices cpu,cpu:1,cuda
@@ -15,8 +15,8 @@ marisa-trie on the same keys, then constrained beam search latency and throughpu
      timed; size = len(trie.tobytes()).
    Both builders are single-threaded (ours: numpy sorts and serial numba loops). Up to
    --build-reps-max-keys keys each child builds --build-reps times and reports the median.
-2. Search (seed 004 Fig. 3-4). On the trie of --search-keys keys (default 10M, loaded from the artifact
-   the build child saved, into RAM): NAR proposals from synth_proposals (seed 004 App. K), T=8;
+2. Search (FlashTrie Fig. 3-4). On the trie of --search-keys keys (default 10M, loaded from the artifact
+   the build child saved, into RAM): NAR proposals from synth_proposals (FlashTrie App. K), T=8;
    - latency at b=1 for BW=K in {100, ..., 1000}: every query timed alone (perf_counter around one
      `trie_beam_search` call, including its input checks and output arrays), mean/p50/p95/p99;
    - throughput at BW=K=1000 for b in {1, 4, 8, 16}: batches of b queries from a pool, q/s = b / median
@@ -32,7 +32,7 @@ marisa-trie on the same keys, then constrained beam search latency and throughpu
    "cuda" is skipped, with the reason recorded, when gtmkit.matcher.matcher.cuda_available() is False or
    trie_beam_search(device="cuda") raises on a probe query; otherwise its results are checked equal to
    the CPU's (key ids; scores within 1e-5) on every timed query and the GPU targets are evaluated.
-3. Plots like seed 004 Fig. 2-4 (trie_build.png, trie_latency.png, trie_throughput.png) and
+3. Plots like FlashTrie Fig. 2-4 (trie_build.png, trie_latency.png, trie_throughput.png) and
    trie.json / trie.md under --out.
 
 Machine load (cores busy outside this process, from /proc/stat) is recorded per phase; other jobs may
@@ -587,7 +587,7 @@ def markdown(r: dict) -> str:
               "'builds' runs in the child. Peak RSS "
               "is the child's ru_maxrss, (input) its RSS with the input held just before the timed build. Search: "
               "`trie_beam_search` on the saved trie loaded into RAM; proposals `synth_proposals(trie, n, T, K)` "
-              "(seed 004 App. K: r = K/10 head tokens on a key's path, the rest position-stratified noise); one "
+              "(FlashTrie App. K: r = K/10 head tokens on a key's path, the rest position-stratified noise); one "
               "warm-up call per point untimed; latency: devices take turns in blocks of " + str(r["latency"][0].get("block", 1) if r["latency"] else 1) + " queries, each turn after " + str(r["latency"][0].get("turn_warmup", 0) if r["latency"] else 0) + " untimed one(s) (a resident server runs only in its own turns, started untimed: its polling slows the other "
               "GPU path), throughput: batch by batch" + (
               "; every turn and batch starts once the CPU search's OpenMP workers stopped spinning (waited a median "

@@ -53,7 +53,7 @@ def keys(n, seed, vocab, min_len, max_len, output, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @handle_errors
 def proposals(trie_dir, b, T, K, r, seed, output, as_json):
-    """Write NAR proposal grids (tokens, logp [b, T, K]) for a trie, as in seed 004 Appendix K.
+    """Write NAR proposal grids (tokens, logp [b, T, K]) for a trie, as in FlashTrie Appendix K.
 
     Each position holds a head of r true-path tokens of a sampled key and position-stratified noise
     after it, with an AR-like log-prob tail.

@@ -19,7 +19,7 @@ def _logp_tail(rng: np.random.Generator, k: int) -> np.ndarray:
 
 
 def synth_proposals(trie, b: int, T: int, K: int, seed: int = 0, r: int = None) -> tuple:
-    """NAR proposal grids for `trie` (seed 004 App. K). Per query a key is drawn; at position t the head
+    """NAR proposal grids for `trie` (FlashTrie App. K). Per query a key is drawn; at position t the head
     (ranks [0, r)) is its token at t (at a rank ~ geometric) plus other children of its length-t prefix
     (a coherent AR head); ranks [r, K) are noise drawn from the position-stratified marginal (labels of
     random depth-(t+1) nodes; negative ids pad rows a tiny trie cannot fill). Tokens in a row are

@@ -1,4 +1,4 @@
-"""SuccinctTrie: a LOUDS trie over variable-length int32-token keys (FlashTrie, seed 004; docs/design.md §6),
+"""SuccinctTrie: a LOUDS trie over variable-length int32-token keys (FlashTrie; docs/design.md §6),
 built vectorised, saved as a memory-mappable "gtmkit-trie" artifact. Node ids are BFS ids like the CSR trie's.
 
 Layout (n nodes, m keys; see LoudsArrays for shapes): a 2n+1-bit LOUDS vector with rank9 and select

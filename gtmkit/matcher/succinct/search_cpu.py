@@ -1,4 +1,4 @@
-"""CPU constrained beam search over a SuccinctTrie (docs/design.md §6; the MARISA-Opt analogue of seed 004 App. B.2):
+"""CPU constrained beam search over a SuccinctTrie (docs/design.md §6; the MARISA-Opt analogue of FlashTrie App. B.2):
 numba threads across beams, a galloping two-pointer merge of token-sorted proposals with sorted child labels,
 bounded heaps for the top-BW live prefixes and finished keys. NAR (`trie_beam_search`) and AR (`TrieBeamStepper`).
 
@@ -363,7 +363,7 @@ class LiveBeams(NamedTuple):
 
 @functools.lru_cache(maxsize=64)
 def length_factors(alpha: float, steps: int) -> np.ndarray:
-    """float64 [steps+1]: factor[d] = (6 / (5 + d)) ** alpha, the length normalisation (seed 004 Eq. 2).
+    """float64 [steps+1]: factor[d] = (6 / (5 + d)) ** alpha, the length normalisation (FlashTrie Eq. 2).
     Cached (read-only): a GPU query is short enough for ~3 us of host time to show. An alpha whose
     factor is 0 or infinite at some depth is refused: +inf * 0 would be a NaN score."""
     try:
