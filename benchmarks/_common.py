@@ -1,16 +1,48 @@
-"""Shared by the benchmark scripts: the machine description and a CPU-load watch."""
+"""Shared by the benchmark scripts: the machine description, the result files' names and a CPU-load watch."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+HOST_HELP = "host kind in the result file names (default: the GPU's model when one is used, e.g. h200, else cpuN)"
+
+
+def host_kind(gpu: str = "") -> str:
+    """The host kind a result file is named after: the GPU model's short name ("NVIDIA H200" -> "h200") when
+    the run used one, else "cpu" and the cores this process may run on ("cpu2")."""
+    for word in re.split(r"[\s\-_]+", gpu):
+        if re.search(r"\d", word):
+            return re.sub(r"\W", "", word).lower()
+    return f"cpu{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}"
+
+
+def gpu_name():
+    """The current CUDA device's name; None without CuPy or a device."""
+    try:
+        import cupy
+        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+        return name.decode() if isinstance(name, bytes) else name
+    except Exception:  # no CuPy or no device
+        return None
+
+
+def result_paths(out, benchmark: str, host: str = None, gpu: str = "") -> tuple:
+    """-> (out/<benchmark>_<host>.json, .md): the one pair of result files of a benchmark on a host kind, which each
+    run overwrites (the run's date is inside)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{benchmark}_{host or host_kind(gpu)}"
+    return stem.with_suffix(".json"), stem.with_suffix(".md")
 
 
 def child(code: str, *args) -> dict:

@@ -4,7 +4,7 @@ marisa-trie building the bare trie of the same SIDs (fixed-width bytes) in the s
     python benchmarks/build.py --sids 1000000,10000000,30000000 --workdir /tmp/gtmkit-bench
 
 Each build runs in a fresh child process so its peak RSS is its own. Writes
-benchmarks/results/build.json and build.md."""
+benchmarks/results/build_<host>.json and .md (host: cpuN, --host)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # gtmkit from this checkout when it is not installed
 
-from _common import child, machine  # noqa: E402
+from _common import HOST_HELP, child, machine, result_paths  # noqa: E402
 ROOT = HERE.parent
 
 CHILD_BUILD = r"""
@@ -72,6 +72,7 @@ def main():
     ap.add_argument("--workdir", default="/tmp/gtmkit-bench")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--keep", action="store_true", help="keep the indexes")
+    ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()
 
     from gtmkit.synth import write_catalog
@@ -106,10 +107,9 @@ def main():
     result = {"benchmark": "build", "date": datetime.date.today().isoformat(), "machine": machine(),
               "command": "python " + " ".join(sys.argv), "partition": args.partition,
               "k": args.k if args.partition == "static" else None, "rows": rows}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "build.json").write_text(json.dumps(result, indent=1))
-    (out / "build.md").write_text(markdown(result))
+    js, md = result_paths(args.out, "build", args.host)
+    js.write_text(json.dumps(result, indent=1))
+    md.write_text(markdown(result))
     print(markdown(result))
 
 

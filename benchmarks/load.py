@@ -6,7 +6,7 @@ the whole-array invariants), and the whole-array invariant checks alone.
 
 The catalog and index are built like benchmarks/build.py's (static partition k=1,4,4,2), reused when
 present. Timings run in a fresh child process with the files in the page cache (the first, cold pass
-is discarded); the median of --repeat runs is reported. Writes benchmarks/results/load_cpu.json and .md."""
+is discarded); the median of --repeat runs is reported. Writes benchmarks/results/load_<host>.json and .md (host: cpuN, --host)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # gtmkit from this checkout when it is not installed
 
-from _common import child, machine  # noqa: E402
+from _common import HOST_HELP, child, machine, result_paths  # noqa: E402
 
 CHILD_BUILD = r"""
 import json, sys, time
@@ -73,6 +73,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workdir", default="/tmp/gtmkit-bench")
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()
 
     from gtmkit.synth import write_catalog
@@ -92,9 +93,8 @@ def main() -> None:
         "index": {k: built[k] for k in ("sids", "ads", "nodes", "bytes")}, "build_s": round(built["build_s"], 1),
         "loadavg_1min_before": round(load_before, 1), "seconds_median": med, "seconds_runs": {k: [round(x, 3) for x in v] for k, v in runs.items()},
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "load_cpu.json").write_text(json.dumps(result, indent=1) + "\n")
+    js, md_path = result_paths(args.out, "load", args.host)
+    js.write_text(json.dumps(result, indent=1) + "\n")
     h = result["host"]
     gib = built["bytes"] / 2**30
     md = [
@@ -110,7 +110,7 @@ def main() -> None:
         f"| `load_index(verify=True)`: plus sha256 of every file and the whole-array invariants | {med['verify_true']} |",
         f"| the whole-array invariant checks alone | {med['invariants_only']} |", "",
     ]
-    (out / "load_cpu.md").write_text("\n".join(md))
+    md_path.write_text("\n".join(md))
     print("\n".join(md))
 
 

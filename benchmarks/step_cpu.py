@@ -10,7 +10,7 @@ and cached in --workdir). Step inputs are recorded from one real search with pea
 every variant is timed on exactly those inputs, in interleaved rounds (median, perf_counter), so a
 background load slows all variants alike. Every variant includes its per-request top-k (k = next beam
 size). (a) and (b) must give the same top-k scores as ours with gtm=False (checked on every step).
-Writes benchmarks/results/step_cpu.json and step_cpu.md."""
+Writes benchmarks/results/step_cpu_<host>.json and .md (host: cpuN, --host)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 # A fresh numba cache for the run (compile time is never timed): numba's per-file cache can keep a cached
-# caller on a changed module's old code, which timed stale code here once (README, Development).
+# caller on a changed module's old code.
 os.environ.setdefault("NUMBA_CACHE_DIR", tempfile.mkdtemp(prefix="gtmkit-numba-"))
 
 HERE = Path(__file__).resolve().parent
@@ -39,7 +39,7 @@ import gtmkit  # noqa: E402
 from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
 from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 
-from _common import CpuWatch  # noqa: E402
+from _common import HOST_HELP, CpuWatch, result_paths  # noqa: E402
 from _common import machine as _machine  # noqa: E402
 
 DEFAULT_ADS = 15_000_000
@@ -319,6 +319,7 @@ def main():
     ap.add_argument("--genre-sample", type=int, default=0,
                     help="time (b)'s per-beam loop on this many rows per step and extrapolate (0: all rows)")
     ap.add_argument("--seed", type=int, default=7, help="synthetic decoder seed")
+    ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()
     sizes = tuple(int(x) for x in args.beams.split(","))
     B = args.requests
@@ -420,10 +421,9 @@ def main():
               "setup": {"a_packed_prefix_s": setup_a, "a_packed_prefix_mb": sum(k_.nbytes for k_ in keys) / 1e6,
                         "b_genre_trie_s": setup_b, "b_genre_trie_sids": trie.len, "b_genre_trie_rss_gib": rss_b},
               "steps": rows, "whole": whole, "targets": targets}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "step_cpu.json").write_text(json.dumps(result, indent=1))
-    (out / "step_cpu.md").write_text(markdown(result))
+    js, md = result_paths(args.out, "step_cpu", args.host)
+    js.write_text(json.dumps(result, indent=1))
+    md.write_text(markdown(result))
     print(markdown(result))
 
 

@@ -6,7 +6,8 @@ bytes each step must move and that floor at the measured copy bandwidth.
     python benchmarks/step_gpu.py --index /tmp/idx10m --out benchmarks/results
 
 B=16 requests, beams (1, 512, 1024, 1024), V=512, L=4. Step inputs are recorded from one real search
-with peaked synthetic logits, then every variant is timed on exactly those inputs (CUDA events, median)."""
+with peaked synthetic logits, then every variant is timed on exactly those inputs (CUDA events, median).
+Writes <out>/step_gpu_<host>.json and .md (host: the GPU's model, e.g. h200; --host)."""
 
 from __future__ import annotations
 
@@ -17,18 +18,31 @@ import sys
 import time
 from pathlib import Path
 
-import cupy as cp
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import gtmkit  # noqa: E402
-from gtmkit.matcher.cuda.backend import step_outputs  # noqa: E402
-from gtmkit.matcher.cuda.graph import GraphedBeamSearch
-from gtmkit.synth.logits_cuda import GpuSyntheticDecoder  # noqa: E402
-from gtmkit.matcher.cuda.windows import calibrate_window, pass_counts  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
+
+from _common import HOST_HELP, gpu_name, result_paths  # noqa: E402
+
+try:
+    import cupy as cp
+    from gtmkit.matcher.cuda.backend import step_outputs
+    from gtmkit.matcher.cuda.graph import GraphedBeamSearch
+    from gtmkit.matcher.cuda.windows import calibrate_window, pass_counts
+    from gtmkit.synth.logits_cuda import GpuSyntheticDecoder
+except ImportError as exc:  # --help works without CuPy; need_cuda() says what is missing
+    cp, NO_CUDA = None, exc
+
+
+def need_cuda() -> None:
+    """Exit with one line when CuPy (and so the GPU path) is not importable."""
+    if cp is None:
+        raise SystemExit(f"{Path(sys.argv[0]).name} needs CuPy and a CUDA GPU (pip install 'gtmkit[gpu]'): {NO_CUDA}")
 
 
 def cuda_time(fn, reps=50, warmup=5, stream=None):
@@ -81,26 +95,13 @@ def record_inputs(m, reqs, users, sizes):
 
 
 def recorded_search(index_path, requests: int, sizes=(1, 512, 1024, 1024)) -> dict:
-    """The variant scripts' common start: the index on the GPU, `requests` synthetic users (seed 11) and one
-    recorded eager search over the beam schedule -> dict(m, steps, res, q, B, sizes, recorded logits)."""
-    from gtmkit.synth import synth_users
+    """The tools' common start (benchmarks/tools/): the index on the GPU, `requests` synthetic users (seed 11)
+    and one recorded eager search over the beam schedule -> dict(m, steps, res, q, B, sizes, recorded logits)."""
     idx = gtmkit.load_index(index_path, verify=False)
     users = synth_users(idx.manifest["schema"], requests, seed=11)
     m = gtmkit.Matcher(idx, "cuda")
     steps, res, q, B = record_inputs(m, [idx.encode_request(u) for u in users], users, sizes)
     return dict(m=m, steps=steps, res=res, q=q, B=B, sizes=sizes, recorded=[s["logprobs"] for s in steps])
-
-
-def variant_run(rounds: int, doc: str = None):
-    """The A/B scripts' command line (--index, --requests, --variant ..., --rounds) and their recorded search
-    -> (args, recorded_search's dict)."""
-    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--index", required=True)
-    ap.add_argument("--requests", type=int, default=16)
-    ap.add_argument("--variant", action="append", required=True)
-    ap.add_argument("--rounds", type=int, default=rounds)
-    args = ap.parse_args()
-    return args, recorded_search(args.index, args.requests)
 
 
 class TorchStep:
@@ -183,7 +184,7 @@ class TorchStep:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--index", required=True)
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--requests", type=int, default=16)
@@ -191,7 +192,9 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--cpu-reps", type=int, default=3)
     ap.add_argument("--compile-steps", default="2,3", help="steps whose torch variant is also compiled (slow to compile)")
+    ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()
+    need_cuda()
     sizes = tuple(int(x) for x in args.beams.split(","))
     idx = gtmkit.load_index(args.index, verify=False)
     users = synth_users(idx.manifest["schema"], args.requests, seed=11)
@@ -353,17 +356,14 @@ def whole_search(m, q, steps, res, sizes):
 
 def finish(args, idx, m, B, sizes, bw, upload_s, rows, whole):
 
-    dev = cp.cuda.runtime.getDeviceProperties(0)
-    result = {"benchmark": "step_gpu", "date": datetime.date.today().isoformat(),
-              "gpu": dev["name"].decode() if isinstance(dev["name"], bytes) else dev["name"],
+    result = {"benchmark": "step_gpu", "date": datetime.date.today().isoformat(), "gpu": gpu_name(),
               "command": "python " + " ".join(sys.argv), "index": {"sids": idx.num_sids, "ads": idx.num_ads,
                                                                    "partition": idx.stats()["partition"]},
               "requests": B, "beams": list(sizes), "copy_bandwidth_gbs": bw / 1e9, "upload_s": upload_s,
               "device_bytes": m.device_bytes, "steps": rows, "whole": whole}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "step_gpu.json").write_text(json.dumps(result, indent=1))
-    (out / "step_gpu.md").write_text(markdown(result))
+    js, md = result_paths(args.out, "step_gpu", args.host, result["gpu"])
+    js.write_text(json.dumps(result, indent=1))
+    md.write_text(markdown(result))
     print(markdown(result))
 
 
@@ -393,12 +393,12 @@ def markdown(r):
     w = r["whole"]
     lines += ["", "| whole search | ms |", "|---|---|"] + [
         f"| {k} | {v if isinstance(v, (bool, list)) else f'{v:.3f}'} |" for k, v in w.items()]
-    lines += ["", "Targets (issue 4):"] + targets(r)
+    lines += ["", "Targets:"] + targets(r)
     return "\n".join(lines) + "\n"
 
 
 def targets(r):
-    """Each target of issue 4 with its measured value: met / not met."""
+    """Each target with its measured value: met / not met."""
     def verdict(ok):
         return "**met**" if ok else "**not met**"
     steps, w = r["steps"], r["whole"]

@@ -7,14 +7,13 @@ A synth catalog (default 1M ads, built once and cached in --workdir), B=8 reques
 (1, 256, 512, 512); each search's log-probs are recorded once from the synthetic decoder and replayed, so
 only gtmkit is timed. Rounds alternate 1 and 2 threads (a background load slows both alike); each round
 runs --searches searches per thread; the rate is the median over rounds. Every threaded answer is checked
-against the single-threaded one. Writes benchmarks/results/threads_cpu.json and threads_cpu.md."""
+against the single-threaded one. Writes benchmarks/results/threads_<host>.json and .md (host: cpuN, --host)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import socket
 import sys
 import tempfile
 import threading
@@ -37,7 +36,7 @@ from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 from gtmkit.synth.keys import synth_keys  # noqa: E402
 from gtmkit.synth.proposals import synth_proposals  # noqa: E402
 
-from _common import CpuWatch  # noqa: E402
+from _common import HOST_HELP, CpuWatch, host_kind, result_paths  # noqa: E402
 from _common import machine as _machine  # noqa: E402
 
 DATE = __import__("datetime").date.today().isoformat()
@@ -216,6 +215,7 @@ def main():
     ap.add_argument("--trie-k", type=int, default=256)
     ap.add_argument("--trie-bw", type=int, default=256)
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()
     sizes = tuple(int(x) for x in args.beams.split(","))
 
@@ -231,14 +231,14 @@ def main():
             tok, lp = synth_proposals(trie, args.trie_b, 8, args.trie_k, seed=s)
             cases.append((tok, lp, gtmkit.trie_beam_search(trie, tok, lp, args.trie_bw)))
         rows.append(scaling("trie_beam_search", trie_call(trie, args.trie_bw), cases, args.searches, args.rounds))
-    res = {"date": DATE, "host": socket.gethostname(),
+    host = args.host or host_kind()
+    res = {"date": DATE, "host": host,
            "command": "python benchmarks/threads.py " + " ".join(sys.argv[1:]),
            "machine": _machine(numpy=np.__version__, numba=numba.__version__),
            "layer": gtmkit.threads.threading_layer(), "sids": idx.num_sids, "args": vars(args), "rows": rows}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "threads_cpu.json").write_text(json.dumps(res, indent=1))
-    (out / "threads_cpu.md").write_text(markdown(res))
+    js, md = result_paths(args.out, "threads", host)
+    js.write_text(json.dumps(res, indent=1))
+    md.write_text(markdown(res))
     print(markdown(res))
 
 

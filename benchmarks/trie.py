@@ -1,4 +1,4 @@
-"""Succinct trie (FlashTrie; issue 5) benchmark: build time and bytes side by side with
+"""Succinct trie (FlashTrie) benchmark: build time and bytes side by side with
 marisa-trie on the same keys, then constrained beam search latency and throughput per device.
 
     python benchmarks/trie.py --keys 1000000,10000000,30000000,60000000 --workdir /tmp/gtmkit-trie --devices cpu,cpu:1,cuda
@@ -15,25 +15,25 @@ marisa-trie on the same keys, then constrained beam search latency and throughpu
      timed; size = len(trie.tobytes()).
    Both builders are single-threaded (ours: numpy sorts and serial numba loops). Up to
    --build-reps-max-keys keys each child builds --build-reps times and reports the median.
-2. Search (FlashTrie Fig. 3-4). On the trie of --search-keys keys (default 10M, loaded from the artifact
-   the build child saved, into RAM): NAR proposals from synth_proposals (FlashTrie App. K), T=8;
+2. Search (as in FlashTrie, Fig. 3-4). On the trie of --search-keys keys (default 10M, loaded from the artifact
+   the build child saved, into RAM): NAR proposals from synth_proposals (FlashTrie, App. K), T=8;
    - latency at b=1 for BW=K in {100, ..., 1000}: every query timed alone (perf_counter around one
      `trie_beam_search` call, including its input checks and output arrays), mean/p50/p95/p99;
    - throughput at BW=K=1000 for b in {1, 4, 8, 16}: batches of b queries from a pool, q/s = b / median
      batch time (and b / mean batch time).
    Devices are timed interleaved, so background load hits them alike: throughput batch by batch, latency in
    blocks of --block queries (default 10) per device in turn. Query by query (--block 1), every GPU query
-   follows ~2 ms of GPU idleness and host work, which cost it ~75 us on an H200 host
-   (benchmarks/trie_gpu_overhead.py), a state a GPU serving a stream of queries is not in. Each device's
-   turn starts with --turn-warmup untimed queries (default 1, for both devices alike): in blocks of 10 a GPU
-   turn still followed ~20 ms of GPU idleness (the CPU's turn), and its queries were ~25 us slower than in
-   a stream of GPU queries (benchmarks/trie_gpu_variants.py); the CPU's thread pool sleeps after the GPU's
-   turn in the same way.
+   follows ~2 ms of GPU idleness and host work, which cost it ~75 us on an H200 host, a state a GPU serving
+   a stream of queries is not in. Each device's turn starts with --turn-warmup untimed queries (default 1,
+   for both devices alike): in blocks of 10 a GPU turn still follows ~20 ms of GPU idleness (the CPU's
+   turn), which makes its first queries ~25 us slower than in a stream of GPU queries; the CPU's thread pool
+   sleeps after the GPU's turn in the same way.
    "cuda" is skipped, with the reason recorded, when gtmkit.matcher.matcher.cuda_available() is False or
-   trie_beam_search(device="cuda") raises on a probe query; otherwise its results are checked equal to
+   trie_beam_search(device="cuda") raises on a trial query; otherwise its results are checked equal to
    the CPU's (key ids; scores within 1e-5) on every timed query and the GPU targets are evaluated.
-3. Plots like FlashTrie Fig. 2-4 (trie_build.png, trie_latency.png, trie_throughput.png) and
-   trie.json / trie.md under --out.
+3. Plots as in FlashTrie, Fig. 2-4 (trie_<host>_build.png, _latency.png, _throughput.png) and
+   trie_<host>.json / .md under --out (host: the GPU's model when a GPU search ran, e.g. h200, else cpuN;
+   --host).
 
 Machine load (cores busy outside this process, from /proc/stat) is recorded per phase; other jobs may
 share the machine, so compare the side-by-side ratios rather than absolute times."""
@@ -54,7 +54,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import CpuWatch, child, settle_workers  # noqa: E402
+from _common import HOST_HELP, CpuWatch, child, gpu_name, host_kind, result_paths, settle_workers  # noqa: E402
 from _common import machine as _machine  # noqa: E402
 
 DATE = time.strftime("%Y-%m-%d")  # the machine's date when the run starts
@@ -148,15 +148,8 @@ def machine(threads: int) -> dict:
         marisa = version("marisa-trie")
     except Exception:
         marisa = "?"
-    gpu = None
-    try:
-        import cupy
-        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-        gpu = name.decode() if isinstance(name, bytes) else name
-    except Exception:  # no CuPy or no device: the CPU rows only
-        pass
     return _machine(numpy=np.__version__, numba=numba.__version__, pyarrow=pyarrow.__version__, marisa_trie=marisa,
-                    numba_threads=threads, numba_threading_layer=layer, gpu=gpu)
+                    numba_threads=threads, numba_threading_layer=layer, gpu=gpu_name())
 
 
 def log(*a):
@@ -253,7 +246,7 @@ def make_searchers(trie, devices: list) -> tuple:
     from gtmkit.synth.proposals import synth_proposals
 
     fns, skipped = {}, {}
-    probe = synth_proposals(trie, 1, 8, 16, seed=99)
+    trial = synth_proposals(trie, 1, 8, 16, seed=99)
     for dev in devices:
         if dev in ("cuda", SERVER) and not cuda_available():
             skipped[dev] = "no CUDA device (gtmkit.matcher.matcher.cuda_available() is False)"
@@ -275,7 +268,7 @@ def make_searchers(trie, devices: list) -> tuple:
                 return _sync(trie_beam_search(trie, tokens, logp, bw, device=dev))
 
         try:
-            fn(*probe, 16)
+            fn(*trial, 16)
             if hasattr(fn, "end_turn"):
                 fn.end_turn()
         except Exception as exc:  # e.g. GtmkitError: device 'cuda' not available in this build
@@ -427,7 +420,8 @@ def targets(build_rows, lat, tput, skipped) -> dict:
     return t
 
 
-def plots(result: dict, out: Path):
+def plots(result: dict, stem: Path):
+    """The three figures beside the result files: <stem>_build.png, _latency.png, _throughput.png."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -449,7 +443,7 @@ def plots(result: dict, out: Path):
         a.legend()
     fig.suptitle(f"Succinct trie build, synth keys (|V|=2.2M, lengths 2-8); {result['machine']['cpu']}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / "trie_build.png", dpi=120)
+    fig.savefig(f"{stem}_build.png", dpi=120)
     plt.close(fig)
 
     lat = result["latency"]
@@ -477,7 +471,7 @@ def plots(result: dict, out: Path):
         b.grid(True, alpha=0.3)
         b.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "trie_latency.png", dpi=120)
+    fig.savefig(f"{stem}_latency.png", dpi=120)
     plt.close(fig)
 
     tp = result["throughput"]
@@ -494,7 +488,7 @@ def plots(result: dict, out: Path):
     a.grid(True, alpha=0.3)
     a.legend()
     fig.tight_layout()
-    fig.savefig(out / "trie_throughput.png", dpi=120)
+    fig.savefig(f"{stem}_throughput.png", dpi=120)
     plt.close(fig)
 
 
@@ -587,7 +581,7 @@ def markdown(r: dict) -> str:
               "'builds' runs in the child. Peak RSS "
               "is the child's ru_maxrss, (input) its RSS with the input held just before the timed build. Search: "
               "`trie_beam_search` on the saved trie loaded into RAM; proposals `synth_proposals(trie, n, T, K)` "
-              "(FlashTrie App. K: r = K/10 head tokens on a key's path, the rest position-stratified noise); one "
+              "(FlashTrie, App. K: r = K/10 head tokens on a key's path, the rest position-stratified noise); one "
               "warm-up call per point untimed; latency: devices take turns in blocks of " + str(r["latency"][0].get("block", 1) if r["latency"] else 1) + " queries, each turn after " + str(r["latency"][0].get("turn_warmup", 0) if r["latency"] else 0) + " untimed one(s) (a resident server runs only in its own turns, started untimed: its polling slows the other "
               "GPU path), throughput: batch by batch" + (
               "; every turn and batch starts once the CPU search's OpenMP workers stopped spinning (waited a median "
@@ -625,14 +619,15 @@ def main():
                     help="latency: untimed queries at the start of each device's turn (both devices)")
     ap.add_argument("--settle", action="store_true",
                     help="start each device's turn (latency) and batch (throughput) once the CPU search's OpenMP "
-                         "workers have stopped spinning (busy wait, at most 0.2 s; benchmarks/trie_gpu_crosstalk.py)")
+                         "workers have stopped spinning (busy wait, at most 0.2 s)")
     ap.add_argument("--batches", default="1,4,8,16")
     ap.add_argument("--tput-bw", type=int, default=1000)
     ap.add_argument("--tput-rounds", type=int, default=60, help="timed batches per batch size, at least")
     ap.add_argument("--tput-seconds", type=float, default=5.0, help="and at least this long per batch size")
     ap.add_argument("--tput-pool", type=int, default=256, help="distinct queries the batches are cut from")
     ap.add_argument("--seed", type=int, default=7, help="proposal seed")
-    ap.add_argument("--skip-build", action="store_true", help="reuse trie.json's build rows and the saved trie")
+    ap.add_argument("--skip-build", action="store_true", help="reuse the result file's build rows and the saved trie")
+    ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()
     t_start = time.perf_counter()
 
@@ -645,14 +640,17 @@ def main():
         raise SystemExit("--devices must start with cpu (the baseline the others are checked against)")
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     sizes = [int(x) for x in args.keys.split(",")]
     if args.search_keys not in sizes:
         raise SystemExit("--search-keys must be one of --keys (its trie is the one the build child saved)")
 
+    # named after the GPU when a GPU search was asked for and a device is there (else skipped: a CPU result)
+    gpu = (gpu_name() or "") if any(not d.startswith("cpu") for d in devices) else ""
+    js, md = result_paths(args.out, "trie", args.host or host_kind(gpu))
     if args.skip_build:
-        build_rows = [r for r in json.loads((out / "trie.json").read_text())["build"] if r["target_keys"] in sizes]
+        if not js.is_file():
+            raise SystemExit(f"--skip-build reuses the build rows of {js}, which is not there")
+        build_rows = [r for r in json.loads(js.read_text())["build"] if r["target_keys"] in sizes]
     else:
         build_rows = [bench_build(work, n, args.build_reps if n <= args.build_reps_max_keys else 1) for n in sizes]
 
@@ -678,10 +676,10 @@ def main():
                          "T": args.T, "proposal_seed": args.seed, "devices": list(fns)},
               "skipped_devices": skipped, "latency": lat, "throughput": tput}
     result["targets"] = targets(build_rows, lat, tput, skipped)
-    plots(result, out)
+    plots(result, js.with_suffix(""))
     result["wall_s"] = time.perf_counter() - t_start
-    (out / "trie.json").write_text(json.dumps(result, indent=1))
-    (out / "trie.md").write_text(markdown(result))
+    js.write_text(json.dumps(result, indent=1))
+    md.write_text(markdown(result))
     print(markdown(result))
 
 
