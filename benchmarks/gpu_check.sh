@@ -11,8 +11,8 @@
 # usage: bash benchmarks/gpu_check.sh [tests|sanitize|bench|all] (default all: ~20 minutes)
 set -o pipefail
 # the test files: GPU_TESTS are gpu-marked (and sanitized), NVCC_TESTS need nvcc only
-GPU_TESTS=(tests/test_matcher_gpu.py tests/test_trie_gpu.py)
-NVCC_TESTS=(tests/test_kernels_compile.py)
+GPU_TESTS=(tests/cuda/test_matcher_gpu.py tests/cuda/test_trie_gpu.py)
+NVCC_TESTS=(tests/cuda/test_kernels_compile.py)
 FIRST_K="hostile or threads"  # sanitized first: the tests most likely to reach past an array
 PART=${1:-all}
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"

@@ -4,7 +4,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-# Test helpers (catalogs.py) live beside the tests.
+# Test helpers live in tests/support (imported as support.<module>).
 sys.path.insert(0, str(Path(__file__).parent))
 
 # numba's on-disk cache is keyed per source file, so a cached function that calls into a changed module
@@ -17,3 +17,13 @@ if "NUMBA_CACHE_DIR" not in os.environ:
     for _f in sorted(_src.rglob("*.py")):
         _h.update(_f.read_bytes())
     os.environ["NUMBA_CACHE_DIR"] = str(Path(tempfile.gettempdir()) / f"gtmkit-numba-{_h.hexdigest()[:16]}")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests in files named *_emu.py run CUDA kernels through the CPU emulation: marked `emu`, so that the
+    fast loop (`pytest -m "not emu"`) leaves them out."""
+    import pytest
+
+    for item in items:
+        if item.path.name.endswith("_emu.py"):
+            item.add_marker(pytest.mark.emu)

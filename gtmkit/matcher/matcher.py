@@ -80,7 +80,7 @@ class Matcher:
     @property
     def _gtm_rate(self) -> np.ndarray:
         """This thread's GTM pass rate per depth, written by the CPU step kernel: it sizes the first band
-        of candidates kept, so it changes speed only, never an answer (tests/test_matcher_cpu.py runs
+        of candidates kept, so it changes speed only, never an answer (tests/gtm/test_matcher_cpu.py runs
         the band selection under extreme hints); per thread so threads do not share a written array."""
         rate = getattr(self._rates, "gtm", None)
         if rate is None:

@@ -1,6 +1,6 @@
 """The int64 tables of pointers and sizes the CD+GTM kernels receive (TP, QP in kernels/gtm_common.cuh),
 and the fused step's scratch size, built the same way for the GPU (cuda/backend.py) and for the CPU
-emulation of the kernels (tests/test_fused_emu.py). No CuPy here: `ptr(name)` gives the device address
+emulation of the kernels (tests/cuda/test_fused_emu.py). No CuPy here: `ptr(name)` gives the device address
 of the array a table entry points to."""
 
 from __future__ import annotations

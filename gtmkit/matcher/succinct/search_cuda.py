@@ -11,7 +11,7 @@ through `prep_kernel` (one block per row) first, and rows longer than PREP_CAP a
 synchronisation; the AR stepper prepares its per-beam rows with `prep_kernel` and runs one step a launch.
 Buffers are allocated once per shape and reused.
 
-`device` below is a CupyDevice; tests/test_trie_gpu_emu.py passes a CPU emulation with the same methods,
+`device` below is a CupyDevice; tests/cuda/test_trie_gpu_emu.py passes a CPU emulation with the same methods,
 which is how the kernels are checked without a GPU."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 // Thread block cluster primitives shared by gtm_fused.cu and trie_search.cu (PTX: NVRTC has no
-// cooperative_groups header). The CPU emulation (tests/cuda_emu.py) defines them for its threads.
+// cooperative_groups header). The CPU emulation (tests/support/cuda_emu.py) defines them for its threads.
 #pragma once
 
 #ifndef GTMKIT_EMU

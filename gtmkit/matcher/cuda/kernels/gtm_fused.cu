@@ -29,7 +29,7 @@
 
 #include "gtm_common.cuh"
 
-// CL, NT, EU and GT_CAP may be overridden at compile time (the CPU emulation, tests/test_fused_emu.py,
+// CL, NT, EU and GT_CAP may be overridden at compile time (the CPU emulation, tests/cuda/test_fused_emu.py,
 // shrinks them so that small inputs reach every path); cuda/backend.py's FUSED_* match the defaults.
 #ifndef CL
 #define CL 6            // blocks per request (cluster size)

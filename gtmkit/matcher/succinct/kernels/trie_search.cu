@@ -102,7 +102,7 @@ __device__ __forceinline__ u32 cluster_rank() { return 0; }
 __device__ __forceinline__ void cluster_sync() { __syncthreads(); }
 #define LDCG(p) (*(p))
 #define PREFETCH_L2(p) asm volatile("prefetch.global.L2 [%0];" :: "l"(p))
-#elif !defined(GTMKIT_EMU)  // the CPU emulation (tests/cuda_emu.py) defines these for its threads
+#elif !defined(GTMKIT_EMU)  // the CPU emulation (tests/support/cuda_emu.py) defines these for its threads
 #include "cluster.cuh"  // cluster_rank, cluster_sync (PTX)
 // Data another block of the cluster wrote this launch is read through L2 (ld.global.cg): this SM's L1
 // may hold the line from an earlier step.

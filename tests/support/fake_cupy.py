@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cuda_emu import build_emulator, garbage, launch
+from support.cuda_emu import build_emulator, garbage, launch
 
 
 class DevArray(np.ndarray):

@@ -17,9 +17,9 @@ import gtmkit  # noqa: E402
 from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
 from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 
-from catalogs import random_user  # noqa: E402
-from step_cases import step_case  # noqa: E402
-from test_build import MODES, _build  # noqa: E402
+from support.catalogs import random_user  # noqa: E402
+from support.step_cases import step_case  # noqa: E402
+from support.indexes import MODES, _build  # noqa: E402
 
 
 def _hopper() -> bool:
@@ -267,7 +267,7 @@ def test_hostile_inputs_equal_reference(small_index, step_path):
     """gpu_input_cases on the device: NaN / +inf / -inf / overflowing scores in float32 and float16, node ids that
     are not internal nodes (int32 as the fused step reads them, int64), row_request outside [0, B), rows out of
     order, max_children below the out-degrees, non-leaves in both forms of the post-filter."""
-    import gpu_input_cases as cases
+    from support import gpu_input_cases as cases
     cpu, gpu = Matcher(small_index, "cpu"), Matcher(small_index, "cuda")
     rng = np.random.default_rng(5)
     cases.check_hostile_step(cp, small_index, gpu, rng, step_path == "fused")
@@ -281,6 +281,6 @@ def test_hostile_inputs_equal_reference(small_index, step_path):
 def test_threads_share_one_matcher(small_index, own_streams):
     """Four host threads calling one GPU Matcher at once, each on its own stream or all on the current one: every
     thread's answers equal a single-threaded run's."""
-    import gpu_input_cases as cases
+    from support import gpu_input_cases as cases
     cases.check_threads(cp, small_index, Matcher(small_index, "cuda"), np.random.default_rng(8), own_streams,
                         workers=4, repeats=5)

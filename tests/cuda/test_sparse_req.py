@@ -14,7 +14,7 @@ from gtmkit.matcher.arrays import RequestBatch
 from gtmkit.matcher.cuda.params import request_params
 from gtmkit.matcher.cuda.sparse_req import Caps, sparse_dtype, sparse_images
 
-from cuda_emu import KERNEL_DIR
+from support.cuda_emu import KERNEL_DIR
 
 
 def _batch(rng, B, A, W, nb, Wb, density):

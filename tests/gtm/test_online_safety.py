@@ -22,10 +22,10 @@ from gtmkit.matcher.matcher import Matcher
 from gtmkit.targeting.semantics import Request
 from gtmkit.testing.gtm import step_reference
 
-from catalogs import random_user
-from test_build import _build
+from support.catalogs import random_user
+from support.indexes import _build
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WEIRD = np.float32([np.nan, np.inf, -np.inf, 3e38, -3e38, 1e-45, 0.0, -0.0, -1.0, 2.0])
 
 

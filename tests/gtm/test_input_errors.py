@@ -25,7 +25,7 @@ from gtmkit.indexer import budget
 from gtmkit.indexer.build import build_index
 from gtmkit.indexer.succinct.inputs import key_arrays
 
-from catalogs import random_catalog, schema_dict, write
+from support.catalogs import random_catalog, schema_dict, write
 
 N = 40
 

@@ -27,7 +27,7 @@ from gtmkit.indexer.verify import verify_index
 from gtmkit.testing.gtm import catalog_rows, eligible
 from gtmkit.testing.trie import RefTrie
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 JAGGED = DATA / "index_v2_jagged"
 TRIE = DATA / "trie_v2"
 

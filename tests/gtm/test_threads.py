@@ -13,7 +13,6 @@ import numba
 import numpy as np
 import pytest
 
-import gtmkit
 from gtmkit import threads
 from gtmkit.indexer.succinct.trie import SuccinctTrie
 from gtmkit.synth.logits import SyntheticDecoder
@@ -21,11 +20,11 @@ from gtmkit.matcher.beam import beam_search
 from gtmkit.matcher.matcher import Matcher
 from gtmkit.matcher.succinct.search import trie_beam_search
 
-from catalogs import random_user
-from test_build import _build
+from support.catalogs import random_user
+from support.indexes import _build
 
 THREADS = 4
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _same(a, b) -> bool:

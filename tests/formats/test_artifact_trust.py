@@ -22,9 +22,9 @@ from gtmkit.formats.artifact import manifest_path, manifest_digest
 from gtmkit.indexer.succinct.trie import SuccinctTrie
 from gtmkit.indexer.verify import verify_index
 
-from catalogs import random_catalog, schema_dict, write
+from support.catalogs import random_catalog, schema_dict, write
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 LAYOUTS = {"fixed": {"mode": "static", "k": [2, 2, 3]}, "jagged": {"mode": "dynamic", "target_fill": 0.5, "k_max": 4}}
 
 

@@ -15,10 +15,10 @@ import pytest
 from gtmkit.matcher.matcher import Matcher
 from gtmkit.matcher.cuda.sparse_req import Caps, sparse_images
 
-from catalogs import random_user
-from fake_cupy import installed
-from step_cases import step_case
-from test_build import MODES, _build
+from support.catalogs import random_user
+from support.fake_cupy import installed
+from support.step_cases import step_case
+from support.indexes import MODES, _build
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
@@ -78,7 +78,7 @@ def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw, path):
 def test_postfilter_requests_with_many_codes(tmp_path, monkeypatch):
     """Requests whose Bloom attribute holds more codes than the GPU searches side by side (4): the post-filter
     goes through its code list in several rounds, with unknown codes among them; ads as on the CPU."""
-    from catalogs import LOCATIONS
+    from support.catalogs import LOCATIONS
     idx, _, _ = _build(tmp_path, 73, "static", {"k": [2, 3, 2]}, n_ads=400, L=3, V=9)
     with installed(monkeypatch):
         cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
@@ -102,7 +102,7 @@ def test_postfilter_crowded_sids(tmp_path, monkeypatch, single):
     (post_kernel, whose blocks hold more ads than they keep in shared memory) and count + fill. Ads as on
     the CPU."""
     import gtmkit
-    from catalogs import random_catalog, schema_dict, write
+    from support.catalogs import random_catalog, schema_dict, write
     table = random_catalog(74, n_ads=1500, L=3, V=9, n_sids=12)  # ~125 ads a SID
     sd = schema_dict(L=3, V=9)
     idx = gtmkit.build_index(write(tmp_path, table, sd), tmp_path / "crowded", partition="static", k=[2, 3, 2])

@@ -23,7 +23,7 @@ from gtmkit.matcher.succinct.search import TrieBeamStepper, trie_beam_search, tr
 from gtmkit.synth.keys import synth_keys  # noqa: E402
 from gtmkit.synth.proposals import synth_proposals  # noqa: E402
 
-from test_succinct_search import random_logp, random_settings, random_tokens, random_trie  # noqa: E402
+from support.tries import random_logp, random_settings, random_tokens, random_trie  # noqa: E402
 
 
 def assert_same(got, want):
@@ -190,9 +190,9 @@ def test_server_equals_cpu_on_synth_workload(params):
 
 @pytest.mark.parametrize("seed", range(8))
 def test_gpu_hostile_proposals_equal_reference(seed):
-    """NaN, +inf, -inf and overflowing log-probs and tokens no key holds (test_trie_gpu_emu.hostile), host and CuPy
+    """NaN, +inf, -inf and overflowing log-probs and tokens no key holds (support/trie_cases.py hostile), host and CuPy
     proposals: NAR and AR equal the plain-Python reference, and NAR the CPU search."""
-    from test_trie_gpu_emu import check_reference, hostile_case
+    from support.trie_cases import check_reference, hostile_case
     trie, ref, nar, ar, bw, settings = hostile_case(200 + seed)
     check_reference(tsc.cuda_device(), trie, ref, nar, ar, bw, settings)
     want = trie_beam_search(trie, *nar, bw, *settings)

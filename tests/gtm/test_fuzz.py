@@ -14,19 +14,19 @@ EXPECT = {"ok": "ok-same-answer", "crash": "crash", "abort": "crash", "late_cras
 
 
 def test_runner_reports_each_way_a_case_ends(tmp_path):
-    kinds = [f"fuzz_selfcheck:{k}" for k in SELF]
+    kinds = [f"support.fuzz_selfcheck:{k}" for k in SELF]
     s = fuzz(seed=3, kinds=kinds, only=0, timeout=5.0, jobs=2, root=tmp_path)
     assert s["cases"] == len(SELF)
     for k in SELF:
-        got = [o for o, n in s["counts"][f"fuzz_selfcheck:{k}"].items() if n]
-        assert got == [EXPECT[k]], (k, s["counts"][f"fuzz_selfcheck:{k}"])
+        got = [o for o, n in s["counts"][f"support.fuzz_selfcheck:{k}"].items() if n]
+        assert got == [EXPECT[k]], (k, s["counts"][f"support.fuzz_selfcheck:{k}"])
     fails = {f["kind"].split(":")[1]: f for f in s["failures"]}
     assert fails["crash"]["detail"].startswith("SIGSEGV") and fails["crash"]["note"] == "reads address 0"
     assert fails["abort"]["detail"].startswith("SIGABRT")
     assert fails["late_crash"]["detail"].startswith("answered ok-same-answer, then SIGSEGV")
     assert "KeyError" in fails["traceback"]["detail"]
     assert fails["hang"]["detail"].startswith("no answer in 5 s")
-    assert fails["wrong"]["reproducer"] == "python -m gtmkit.testing.fuzz --kinds fuzz_selfcheck:wrong --seed 3 --case 0"
+    assert fails["wrong"]["reproducer"] == "python -m gtmkit.testing.fuzz --kinds support.fuzz_selfcheck:wrong --seed 3 --case 0"
     assert set(fails) == {k for k in SELF if EXPECT[k] in FAILURES}
     assert list(tmp_path.iterdir()) == []  # the run's scratch directory is gone
 

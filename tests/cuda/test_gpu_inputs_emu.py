@@ -12,9 +12,9 @@ import pytest
 
 from gtmkit.matcher.matcher import Matcher
 
-import gpu_input_cases as cases
-from fake_cupy import installed
-from test_build import _build
+from support import gpu_input_cases as cases
+from support.fake_cupy import installed
+from support.indexes import _build
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 

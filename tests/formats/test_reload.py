@@ -27,10 +27,10 @@ from gtmkit.formats.locks import Lock
 from gtmkit.formats.output import check_output
 from gtmkit.matcher.matcher import Matcher
 
-from catalogs import random_catalog, random_user, schema_dict, write
+from support.catalogs import random_catalog, random_user, schema_dict, write
 
-ROOT = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).parent / "data" / "index_v1"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "index_v1"
 FMT = "gtmkit-test"
 
 

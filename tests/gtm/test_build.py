@@ -8,25 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gtmkit
-from gtmkit.formats.schema import parse_schema
 from gtmkit.testing.gtm import ad_matcher_rows, catalog_rows, eligible, union_rows
 
-from catalogs import random_catalog, random_user, schema_dict, write
-
-MODES = [
-    ("none", {}),
-    ("static", {"k": [2, 3, 2]}),
-    ("dynamic", {"target_fill": 0.3, "k_max": 4}),
-]
-
-
-def _build(tmp_path, seed, mode, kw, n_ads=60, L=3, V=6, domain=True, name="idx"):
-    table = random_catalog(seed, n_ads=n_ads, L=L, V=V)
-    sd = schema_dict(L=L, V=V, domain=domain)
-    path = write(tmp_path, table, sd, f"cat{seed}.parquet")
-    idx = gtmkit.build_index(path, tmp_path / f"{name}-{seed}-{mode}", partition=mode, **kw)
-    return idx, table, parse_schema(sd)
-
+from support.catalogs import random_user
+from support.indexes import MODES, _build
 
 def _all_leaves(idx):
     return range(idx.first_leaf, idx.num_nodes)

@@ -14,7 +14,7 @@ import gtmkit
 from gtmkit.cli import cli
 from gtmkit.formats.artifact import manifest_path
 
-from catalogs import random_catalog, schema_dict, write
+from support.catalogs import random_catalog, schema_dict, write
 
 
 def run(*args):

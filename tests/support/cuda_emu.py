@@ -1,5 +1,5 @@
 """A small CUDA emulation on the CPU, so that the kernels in gtmkit/matcher/cuda/kernels/ run without a GPU and
-can be checked against the CPU code in CI (tests/test_trie_gpu_emu.py, tests/test_fused_emu.py).
+can be checked against the CPU code in CI (tests/cuda/test_trie_gpu_emu.py, tests/cuda/test_fused_emu.py).
 
 A .cu file is compiled with g++ behind HARNESS: each CUDA thread is a real thread; __syncthreads and the
 warp intrinsics are barriers (a warp intrinsic reached by part of a warp deadlocks, as a wrong mask would
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-KERNEL_DIR = Path(__file__).resolve().parent.parent / "gtmkit" / "matcher" / "cuda" / "kernels"
+KERNEL_DIR = Path(__file__).resolve().parents[2] / "gtmkit" / "matcher" / "cuda" / "kernels"
 
 HARNESS = r"""
 #include <pthread.h>

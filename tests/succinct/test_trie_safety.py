@@ -15,7 +15,7 @@ from gtmkit.indexer.succinct.trie import SuccinctTrie
 from gtmkit.matcher.succinct.search import TrieBeamStepper, trie_beam_search
 from gtmkit.testing.trie import ArProposals, NarProposals, ref_beam_search
 
-from test_succinct_search import assert_same, random_tokens, random_trie
+from support.tries import assert_same, random_tokens, random_trie
 
 WEIRD = np.float32([np.nan, np.inf, -np.inf, 3e38, -3e38, -0.5, -1.0])
 ODD_TOKENS = [-1, -2**40, 2**31, 2**40]

@@ -15,7 +15,7 @@ from gtmkit.formats.schema import load_schema
 from gtmkit.indexer.verify import verify_index
 from gtmkit.testing.gtm import catalog_rows, eligible
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def test_reads_version_1_index():

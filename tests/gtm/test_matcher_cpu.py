@@ -9,8 +9,8 @@ import gtmkit
 from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows, eligible, mask_reference, step_reference
 
-from catalogs import random_user
-from test_build import MODES, _build
+from support.catalogs import random_user
+from support.indexes import MODES, _build
 
 
 @pytest.fixture(autouse=True, params=["buckets", "band"])

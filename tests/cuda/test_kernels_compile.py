@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "gtmkit" / "matcher" / "cuda" / "kernels"  # the shared headers (the trie search includes cluster.cuh)
 SOURCES = sorted(ROOT.joinpath("gtmkit").rglob("*.cu")) + sorted(ROOT.joinpath("benchmarks").rglob("*.cu"))
 

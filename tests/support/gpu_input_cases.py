@@ -4,7 +4,7 @@ ranks as -inf, +inf above every finite score, a float32 sum that overflows likew
 log-probs), node ids that are not internal nodes (dead rows), row_request values outside [0, B) (dead rows),
 leaf ids that are not leaves (padding), a max_children below a row's out-degree, rows out of order, and host
 threads sharing one Matcher. The backend is called directly, below the Matcher's host checks, as it is with
-device arrays; `cp` is CuPy or tests/fake_cupy.py."""
+device arrays; `cp` is CuPy or tests/support/fake_cupy.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import numpy as np
 
 from gtmkit.testing.gtm import mask_reference, step_reference
 
-from catalogs import random_user
-from step_cases import step_case
+from support.catalogs import random_user
+from support.step_cases import step_case
 
 BIG = np.float32(3.0e38)  # two of them overflow float32
 

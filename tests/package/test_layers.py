@@ -8,7 +8,7 @@ import pytest
 
 importlinter_cli = pytest.importorskip("importlinter.cli")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_layers_contract_is_kept(monkeypatch):

@@ -1,5 +1,5 @@
 """The GPU trie search without a GPU: kernels/trie_search.cu, driven by succinct/search_cuda.py as on the
-device, runs on the CPU through the CUDA emulation of tests/cuda_emu.py and must equal the CPU search
+device, runs on the CPU through the CUDA emulation of tests/support/cuda_emu.py and must equal the CPU search
 exactly. Configurations shrink the block and shared-memory sizes so that the radix select, the sort in
 global memory, the global work offsets and the host-prepared rows all run on small inputs."""
 
@@ -16,8 +16,9 @@ from gtmkit.matcher.succinct.search_cuda import KERNEL_FILE, TrieBeamStepperCuda
 from gtmkit.errors import GtmkitError
 from gtmkit.indexer.succinct.trie import SuccinctTrie
 
-from cuda_emu import build_emulator, garbage, kernel_signatures, launch
-from test_succinct_search import random_logp, random_settings, random_tokens, random_trie
+from support.cuda_emu import build_emulator, garbage, kernel_signatures, launch
+from support.trie_cases import check_reference, hostile_case
+from support.tries import random_logp, random_settings, random_tokens, random_trie
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
@@ -236,25 +237,6 @@ def wide_trie(rng, n_keys, vocab):
     return SuccinctTrie.build([list(k) for k in sorted(keys)])
 
 
-def check_reference(emu, trie, ref, nar, ar, bw, settings):
-    """NAR over nar = (tokens, logp) [b, T, K] and AR over ar = [T, b, BW, K] against the plain-Python reference,
-    on `emu` (EmuDevice, or search_cuda's CupyDevice for the GPU)."""
-    from gtmkit.testing.trie import ArProposals, NarProposals, ref_beam_search
-    from test_succinct_search import assert_same
-    (tokens, logp), b = nar, nar[0].shape[0]
-    ids, scores = trie_beam_search_cuda(trie, tokens, logp, bw, *settings, device=emu)
-    with np.errstate(over="ignore"):  # (the reference's float32 sums may overflow to +inf, as the kernels' do)
-        for q in range(b):
-            assert_same(ids[q], scores[q], *ref_beam_search(ref, NarProposals(tokens[q], logp[q]), bw, *settings), bw)
-    tokens, logp = ar
-    gpu = TrieBeamStepperCuda(trie, b, bw, *settings, device=emu)
-    for t in range(len(tokens)):
-        gpu.step(tokens[t], logp[t])
-    ids, scores = (emu.to_host(x) for x in gpu.result())
-    with np.errstate(over="ignore"):
-        for q in range(b):
-            assert_same(ids[q], scores[q], *ref_beam_search(ref, ArProposals(tokens[:, q], logp[:, q]), bw, *settings),
-                        bw)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -271,33 +253,13 @@ def test_equals_python_reference(emu, seed):
     check_reference(emu, trie, ref, nar, ar, bw, settings)
 
 
-def hostile(rng, tokens, logp):
-    """Proposals with NaN (dropped: it fails lp > theta_tok), +inf (above every finite score), -inf, values whose
-    sums overflow float32, and tokens no key holds: negative, past every label, past int32, the int64 extremes."""
-    tokens, logp = tokens.astype(np.int64), logp.copy()
-    odd = [-1, -2, -2**63, 2**63 - 1, 2**31, 2**32 + 5, 10**6]
-    pick = rng.random(tokens.shape) < 0.2
-    tokens[pick] = rng.choice(odd, size=int(pick.sum()))
-    for v, share in ((np.nan, 0.1), (np.inf, 0.05), (-np.inf, 0.1), (3.0e38, 0.05), (-3.0e38, 0.05)):
-        logp[rng.random(logp.shape) < share] = v
-    return tokens, logp
 
 
-def hostile_case(seed):
-    """-> (trie, ref, nar, ar, bw, settings): a random trie and hostile NAR [b, T, K] / AR [T, b, BW, K] proposals."""
-    rng = np.random.default_rng(700 + seed)
-    trie, ref = random_trie(rng, int(rng.integers(5, 60)))
-    b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
-    bw = int(rng.integers(1, 8))
-    settings = random_settings(rng, seed)
-    nar = hostile(rng, random_tokens(rng, (b, T, K)), random_logp(rng, (b, T, K), seed % 2 == 0))
-    ar = hostile(rng, random_tokens(rng, (T, b, bw, K)), random_logp(rng, (T, b, bw, K), seed % 2 == 1))
-    return trie, ref, nar, ar, bw, settings
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_hostile_proposals_equal_python_reference(emu, seed):
-    """NAR and AR on non-finite and overflowing log-probs and tokens that are not children (hostile above), with
+    """NAR and AR on non-finite and overflowing log-probs and tokens that are not children (support/trie_cases.py hostile), with
     every threshold and normalisation setting: the reference's keys and scores (+inf ones included)."""
     trie, ref, nar, ar, bw, settings = hostile_case(seed)
     check_reference(emu, trie, ref, nar, ar, bw, settings)

@@ -1,5 +1,5 @@
 """The fused GPU step without a GPU: kernels/gtm_fused.cu (thread block clusters, distributed shared
-memory) runs on the CPU through the CUDA emulation of tests/cuda_emu.py, fed the same pointer tables as
+memory) runs on the CPU through the CUDA emulation of tests/support/cuda_emu.py, fed the same pointer tables as
 on the device (gtmkit/matcher/cuda/params.py), and must equal the CPU matcher's step exactly. The
 configurations shrink the cluster and block (CL, NT) and the direct-ranking cap (GT_CAP, so that a
 crowded bin goes through the radix select on small inputs)."""
@@ -15,10 +15,10 @@ from gtmkit.matcher.cuda.params import FUSED_PROF_W, FUSED_SMEM, fused_scratch_s
 from gtmkit.matcher.matcher import Matcher
 from gtmkit.matcher.cuda.sparse_req import Caps, sparse_images
 
-from catalogs import random_user
-from cuda_emu import KERNEL_DIR, build_emulator, garbage, launch
-from step_cases import step_case
-from test_build import MODES, _build
+from support.catalogs import random_user
+from support.cuda_emu import KERNEL_DIR, build_emulator, garbage, launch
+from support.step_cases import step_case
+from support.indexes import MODES, _build
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 

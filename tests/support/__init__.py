@@ -1,0 +1,1 @@
+"""Helpers shared by the tests (catalog generators, CUDA emulation, fixtures)."""
