@@ -13,6 +13,7 @@ sit in site-packages/nvidia/cu13/bin).
     python benchmarks/tools/sass_diff.py HEAD~1            # HEAD~1 against the working tree
     python benchmarks/tools/sass_diff.py v1 v2 --out /tmp/sass
     python benchmarks/tools/sass_diff.py HEAD --arch sm_80  # the pre-Hopper builds (CL=1 trie search)
+    python benchmarks/tools/sass_diff.py HEAD --after-define PROFILE=1  # a switch's code, on one side only
 """
 
 from __future__ import annotations
@@ -115,7 +116,11 @@ def main(argv=None) -> int:
     ap.add_argument("before", help="git revision")
     ap.add_argument("after", nargs="?", default=None, help="git revision (default: the working tree)")
     ap.add_argument("--arch", action="append", help="only these architectures (default: each build's own)")
-    ap.add_argument("--out", type=Path, help="folder for the normalised SASS and the diffs")
+    ap.add_argument("--before-define", action="append", default=[], metavar="NAME=V",
+                    help="a -D define added to every build of the first revision")
+    ap.add_argument("--after-define", action="append", default=[], metavar="NAME=V",
+                    help="a -D define added to every build of the second")
+    ap.add_argument("--out", type=Path, help="folder for the unified diffs of the functions that differ")
     a = ap.parse_args(argv)
     missing = [t for t in ("nvcc", "cuobjdump", "nvdisasm") if shutil.which(t) is None]
     if missing:
@@ -127,7 +132,8 @@ def main(argv=None) -> int:
         trees = [checkout(a.before, tmp / "before"), checkout(a.after, tmp / "after") if a.after else ROOT]
         for name, src, defines, archs in BUILDS:
             for arch in a.arch or archs:
-                sides = [compile_sass(t, src, defines, arch, tmp) for t in trees]
+                sides = [compile_sass(t, src, defines + tuple(extra), arch, tmp)
+                         for t, extra in zip(trees, (a.before_define, a.after_define))]
                 print(f"== {name} ({src}{''.join(' -D' + d for d in defines)}, {arch})")
                 if any(s[0] is None for s in sides):
                     print("   before: " + (sides[0][1] if sides[0][0] is None else "compiles") +
