@@ -15,6 +15,7 @@ from .cpu import step as K
 from .cpu import select as select_cpu
 from .args import bool_arg, check_kind, check_memory, floats, ids, int_arg
 from .arrays import stack_requests, trie_arrays
+from .cuda.params import FUSED_CLUSTER, FUSED_THREADS, step_settings
 
 
 class Step(NamedTuple):
@@ -44,6 +45,12 @@ class Matcher:
 
     device: "cpu" (numba), "cuda" (CuPy; needs a GPU) or "auto" (cuda when CuPy sees a GPU).
 
+    The GPU step's settings (checked on any device, used on the GPU; results are the same with any of them):
+    cuda_step "auto" (default: one fused launch a step on compute capability 9.0 and newer, the multi-kernel
+    pipeline before), "fused" (refused before 9.0) or "multi"; fused_cluster (default 6) the fused step's thread
+    blocks a request, 1 to 8; fused_threads (default 1024) its threads a block, 256, 512 or 1024. Settings other
+    than the defaults compile a kernel of their own at the first Matcher that uses them.
+
     On the GPU the matcher keeps one set of scratch buffers, which its calls reuse: use one Matcher from one
     stream at a time (a GraphedBeamSearch owns its own buffers; build a Matcher per stream for concurrent
     work: the index tables are uploaded per Matcher).
@@ -54,7 +61,9 @@ class Matcher:
     workqueue is available, serialises the parallel kernel launches (gtmkit/threads.py; docs/matcher.md,
     "Threads")."""
 
-    def __init__(self, index, device: str = "cpu"):
+    def __init__(self, index, device: str = "cpu", cuda_step: str = "auto", fused_cluster: int = FUSED_CLUSTER,
+                 fused_threads: int = FUSED_THREADS):
+        step = step_settings(cuda_step, fused_cluster, fused_threads)
         if device == "auto":
             device = "cuda" if cuda_available() else "cpu"
         if device not in ("cpu", "cuda"):
@@ -75,7 +84,7 @@ class Matcher:
         self.cuda = None
         if device == "cuda":
             from .cuda.backend import CudaBackend
-            self.cuda = CudaBackend(self.arrays, index)
+            self.cuda = CudaBackend(self.arrays, index, *step)
 
     @property
     def _gtm_rate(self) -> np.ndarray:

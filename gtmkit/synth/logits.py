@@ -17,7 +17,7 @@ from .._bits import GOLDEN, mix64
 # noise (scale 1), whose extremes are several units high, so a boost has to be large to matter: on a
 # 1M-SID synth catalog the share of CD-only final SIDs inside the interest clusters is ~10% at peak
 # 4, ~70% at 10 and ~85-95% at 13. 13 puts the CD-only ad-level pass rate at ~23.5% (GRACE: 23.55%)
-# with the default synth targeting rates (benchmarks/results/eval_1m.md).
+# with the default synth targeting rates (benchmarks/results/eval_cpu2.md).
 DEFAULT_PEAK = 13.0
 
 

@@ -16,7 +16,7 @@ from .world import AGE_BUCKETS, HOME_REGIONS, MAX_HOMES, Clusters, World
 class TargetingRates:
     """The catalog's targeting knobs: shares of ads unless the help says otherwise.
 
-    Defaults are calibrated (benchmarks/results/eval_1m.md) so that `gtmkit eval` on a 1M-SID
+    Defaults are calibrated (benchmarks/results/eval_cpu2.md) so that `gtmkit eval` on a 1M-SID
     catalog with peaked logits lands near GRACE's figures: CD-only ad-level pass rate ~23.5%
     (GRACE 23.55%), CD+GTM above GRACE's 40.42%. Most ads are broadly targeted (30% no country
     list, 55% no age range, 65% no gender, 70% no location strings below the country list), and

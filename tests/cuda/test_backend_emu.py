@@ -7,7 +7,6 @@ the CPU matcher."""
 from __future__ import annotations
 
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -23,35 +22,40 @@ from support.indexes import MODES, _build
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
 
-# gtm_step.cu's compile-time configurations besides the device's (GTM over the requests' sparse images, SPT):
-# the full rows (SPT=0); sparse capacities that one of the test's requests exceeds (2 signatures), so that it
-# takes the full test and the others the sparse one. Each runs
-# in the static mode only (~15 s a mode).
+# Sparse capacities that one of the test's requests exceeds (2 signatures), so that it takes the full GTM test and
+# the others the sparse one: gtm_step.cu compiled with them ("multi-crowded", the static mode only, ~15 s a mode).
 CROWDED = Caps(words=3, sigs=1, sig_words=8)
-STEP_DEFINES = {"multi-spt0": ("SPT=0",),
-                "multi-crowded": (f"SP_P={CROWDED.words}", f"SP_S={CROWDED.sigs}", f"SP_Q={CROWDED.sig_words}")}
+CROWDED_DEFINES = (f"SP_P={CROWDED.words}", f"SP_S={CROWDED.sigs}", f"SP_Q={CROWDED.sig_words}")
 
 
-@pytest.mark.parametrize("path", ["multi", *STEP_DEFINES, "fused"])
+def _crowded_step(monkeypatch):
+    """The fake-backed backend compiles gtm_step.cu at the CROWDED capacities and builds the requests' images at
+    them (DeviceBatch)."""
+    import gtmkit.matcher.cuda.backend as be
+    load = be.load_module
+    monkeypatch.setattr(be, "load_module", lambda path, defines=(): load(
+        path, tuple(defines) + (CROWDED_DEFINES if path == be.KERNEL_FILE else ())))
+    monkeypatch.setattr(be, "sparse_images", lambda q: sparse_images(q, CROWDED))
+
+
+@pytest.mark.parametrize("path", ["multi", "multi-crowded", "fused"])
 @pytest.mark.parametrize("mode,kw", MODES)
 def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw, path):
-    """Both step paths of the backend: the multi-kernel one (also compiled as in STEP_DEFINES), and the fused
+    """Both step paths of the backend: the multi-kernel one (also at small sparse capacities), and the fused
     one with clusters of 2 blocks of 256 threads (the backend's own launch, scratch sizing and pointer tables)."""
     if path != "multi" and mode != "static":
         pytest.skip("test_fused_emu.py runs the fused kernel in every mode; here its host side, once" if path == "fused"
-                    else "the other configurations of the multi-kernel step run the static mode only")
+                    else "the crowded configuration of the multi-kernel step runs the static mode only")
     idx, _, _ = _build(tmp_path, 72, mode, kw, n_ads=300, L=3, V=9)
-    with installed(monkeypatch, fused_cluster=2 if path == "fused" else 0):
-        defines = STEP_DEFINES.get(path, ())
-        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+    with installed(monkeypatch, fused_cluster=2 if path == "fused" else 0) as step:
+        crowded = path == "multi-crowded"
+        if crowded:
+            _crowded_step(monkeypatch)
+        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", **step)
         rng = np.random.default_rng(3)
         B = 3
         reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
-        if defines:
-            gpu.cuda.use_step(defines)
-        if path == "multi-crowded":  # the host's images at the kernel's capacities (DeviceBatch builds them)
-            monkeypatch.setattr(sys.modules[type(gpu.cuda).__module__], "sparse_images",
-                                lambda q: sparse_images(q, CROWDED))
+        if crowded:
             ok = sparse_images(cpu.batch(reqs), CROWDED)["ok"]
             assert ok.any() and not ok.all(), ok  # both tests run
         flags = [(True, False), (False, False), (True, True)]  # (gtm, count) in turn
@@ -66,8 +70,8 @@ def test_step_mask_postfilter_equal_cpu(tmp_path, monkeypatch, mode, kw, path):
                 for name, x, y in zip(a._fields, a, b):
                     assert np.array_equal(x, np.asarray(y)), (depth, kind, name)
             assert np.array_equal(cpu.mask(nodes, rr, reqs, gtm), np.asarray(gpu.mask(nodes, rr, reqs, gtm)))
-        if defines:
-            return  # the post-filter does not depend on them
+        if crowded:
+            return  # the post-filter does not depend on the capacities
         leaves = rng.integers(idx.first_leaf - 2, idx.num_nodes, size=(B, 12))
         for exact, dtype in ((True, np.int64), (False, np.int64), (True, np.int32)):  # int32: the fused step's nodes
             got = gpu.postfilter(leaves.astype(dtype), reqs, exact)
@@ -80,8 +84,8 @@ def test_postfilter_requests_with_many_codes(tmp_path, monkeypatch):
     goes through its code list in several rounds, with unknown codes among them; ads as on the CPU."""
     from support.catalogs import LOCATIONS
     idx, _, _ = _build(tmp_path, 73, "static", {"k": [2, 3, 2]}, n_ads=400, L=3, V=9)
-    with installed(monkeypatch):
-        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+    with installed(monkeypatch) as step:
+        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", **step)
         rng = np.random.default_rng(4)
         reqs = []
         for n in (5, 7, 10):
@@ -94,13 +98,10 @@ def test_postfilter_requests_with_many_codes(tmp_path, monkeypatch):
         assert sum(len(a) for a, _ in cpu.postfilter(leaves, reqs, True)) > 0  # the test sees eligible ads
 
 
-@pytest.mark.parametrize("single", [True, False])
-def test_postfilter_crowded_sids(tmp_path, monkeypatch, single):
-    """SIDs holding many ads: a block's ads outnumber its threads (the count kernel deals them in several
-    rounds) and some SIDs hold more than the 64 ads whose verdicts travel as bits (the fill kernel tests the
-    rest again); one SID repeated across a request's beams, dead entries between. Both forms: one launch
-    (post_kernel, whose blocks hold more ads than they keep in shared memory) and count + fill. Ads as on
-    the CPU."""
+def test_postfilter_crowded_sids(tmp_path, monkeypatch):
+    """SIDs holding many ads: a block's ads outnumber its threads (dealt in several rounds) and its shared memory
+    (those past KEEP1 tested again when written); one SID repeated across a request's beams, dead entries between.
+    Ads as on the CPU."""
     import gtmkit
     from support.catalogs import random_catalog, schema_dict, write
     table = random_catalog(74, n_ads=1500, L=3, V=9, n_sids=12)  # ~125 ads a SID
@@ -108,9 +109,8 @@ def test_postfilter_crowded_sids(tmp_path, monkeypatch, single):
     idx = gtmkit.build_index(write(tmp_path, table, sd), tmp_path / "crowded", partition="static", k=[2, 3, 2])
     counts = np.diff(np.asarray(idx.sid_ad_offsets))
     assert counts.max() > 64 and counts.sum() > 128
-    with installed(monkeypatch):
-        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
-        gpu.cuda.post_single = single
+    with installed(monkeypatch) as step:
+        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", **step)
         rng = np.random.default_rng(5)
         reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
         leaves = rng.integers(idx.first_leaf - 3, idx.num_nodes, size=(3, 40))
@@ -129,8 +129,8 @@ def test_beam_search_fused_equals_cpu(tmp_path, monkeypatch):
     first: the same beams, scores and candidate counts as on the CPU, with and without GTM."""
     import gtmkit
     idx, _, _ = _build(tmp_path, 74, "static", {"k": [2, 3, 2]}, n_ads=300, L=3, V=9)
-    with installed(monkeypatch, fused_cluster=2):
-        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+    with installed(monkeypatch, fused_cluster=2) as step:
+        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", **step)
         rng = np.random.default_rng(5)
         reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
         table = np.log(rng.dirichlet(np.ones(idx.vocab_size), size=(3, 64))).astype(np.float32)
@@ -147,3 +147,25 @@ def test_beam_search_fused_equals_cpu(tmp_path, monkeypatch):
             for name in ("sids", "scores", "leaf_nodes", "candidates", "beams"):
                 x, y = getattr(a, name), getattr(b, name)
                 assert np.array_equal(np.asarray(x), np.asarray(y)), (gtm, name)
+
+
+def test_step_settings_checked(tmp_path, monkeypatch):
+    """Matcher's GPU step settings: checked on any device with one-line errors; the fused step refused on a GPU
+    without thread block clusters; "auto" takes the step the GPU has, and the settings reach the backend."""
+    from gtmkit.errors import GtmkitError
+    idx, _, _ = _build(tmp_path, 75, "static", {"k": [2, 3, 2]}, n_ads=100, L=3, V=9)
+    for bad, match in ((dict(cuda_step="flat"), "cuda_step must be"), (dict(fused_cluster=9), "1 to 8"),
+                       (dict(fused_cluster=0), "fused_cluster must be >= 1"), (dict(fused_cluster=2.0), "an integer"),
+                       (dict(fused_threads=128), "fused_threads must be 256, 512 or 1024")):
+        with pytest.raises(GtmkitError, match=match) as e:
+            Matcher(idx, "cpu", **bad)
+        assert "\n" not in str(e.value)
+    with installed(monkeypatch):  # compute capability 8.0
+        with pytest.raises(GtmkitError, match="compute capability 9.0") as e:
+            Matcher(idx, "cuda", cuda_step="fused")
+        assert "\n" not in str(e.value)
+        assert not Matcher(idx, "cuda").cuda.fused
+    with installed(monkeypatch, fused_cluster=3) as step:  # 9.0
+        assert Matcher(idx, "cuda").cuda.fused and not Matcher(idx, "cuda", cuda_step="multi").cuda.fused
+        be = Matcher(idx, "cuda", **step).cuda
+        assert be.fused and (be.fused_cluster, be.fused_threads) == (3, 256)

@@ -28,33 +28,32 @@ def small_index(tmp_path_factory):
 @pytest.mark.parametrize("path", ["multi", "fused"])
 def test_step_hostile_scores_and_ids(small_index, monkeypatch, path):
     """Both step paths (the fused one also reading int32 node ids as they are) and the mask kernel."""
-    with installed(monkeypatch, fused_cluster=2 if path == "fused" else 0):
+    with installed(monkeypatch, fused_cluster=2 if path == "fused" else 0) as step:
         import cupy as cp
-        cases.check_hostile_step(cp, small_index, Matcher(small_index, "cuda"), np.random.default_rng(5),
+        cases.check_hostile_step(cp, small_index, Matcher(small_index, "cuda", **step), np.random.default_rng(5),
                                  path == "fused")
 
 
 @pytest.mark.parametrize("path", ["multi", "fused"])
 def test_step_rows_out_of_order_stay_in_bounds(small_index, monkeypatch, path):
     """On the emulation a stray access crashes the run or shows in the outputs, which are checked."""
-    with installed(monkeypatch, fused_cluster=2 if path == "fused" else 0):
+    with installed(monkeypatch, fused_cluster=2 if path == "fused" else 0) as step:
         import cupy as cp
-        cases.check_rows_out_of_order(cp, small_index, Matcher(small_index, "cuda"), np.random.default_rng(6))
+        cases.check_rows_out_of_order(cp, small_index, Matcher(small_index, "cuda", **step), np.random.default_rng(6))
 
 
-@pytest.mark.parametrize("single", [True, False])
-def test_postfilter_non_leaves_are_padding(small_index, monkeypatch, single):
-    """Both forms of the post-filter (one launch; count, then fill)."""
-    with installed(monkeypatch):
+def test_postfilter_non_leaves_are_padding(small_index, monkeypatch):
+    """Leaf ids that are not leaves (internal nodes, -1, past the end) are padding in the post-filter."""
+    with installed(monkeypatch) as step:
         import cupy as cp
-        gpu = Matcher(small_index, "cuda")
-        gpu.cuda.post_single = single
+        gpu = Matcher(small_index, "cuda", **step)
         cases.check_postfilter_padding(cp, small_index, Matcher(small_index, "cpu"), gpu, np.random.default_rng(7))
 
 
 def test_threads_on_their_own_streams(small_index, monkeypatch):
     """Emulated launches run one at a time, interleaved between threads; with one set of scratch buffers for all
     streams a thread's kernels would read another's candidates."""
-    with installed(monkeypatch):
+    with installed(monkeypatch) as step:
         import cupy as cp
-        cases.check_threads(cp, small_index, Matcher(small_index, "cuda"), np.random.default_rng(8), True, repeats=1)
+        cases.check_threads(cp, small_index, Matcher(small_index, "cuda", **step), np.random.default_rng(8), True,
+                            repeats=1)

@@ -27,11 +27,11 @@ def _hopper() -> bool:
 
 
 @pytest.fixture(autouse=True, params=["fused", "multi"])
-def step_path(request, monkeypatch):
-    """Every test runs on both GPU step implementations (the fused one needs compute capability 9+)."""
+def step_path(request):
+    """Every test runs on both GPU step implementations (the fused one needs compute capability 9+): the tests'
+    Matchers take it as cuda_step."""
     if request.param == "fused" and not _hopper():
         pytest.skip("the fused step needs a Hopper-class GPU")
-    monkeypatch.setenv("GTMKIT_CUDA_STEP", request.param)
     return request.param
 
 
@@ -42,9 +42,9 @@ def _same_step(a, b):
 
 
 @pytest.mark.parametrize("mode,kw", MODES)
-def test_step_mask_postfilter_equal_cpu(tmp_path, mode, kw):
+def test_step_mask_postfilter_equal_cpu(tmp_path, mode, kw, step_path):
     idx, _, _ = _build(tmp_path, 70, mode, kw, n_ads=400, L=3, V=9)
-    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
     rng = np.random.default_rng(1)
     B = 4
     reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
@@ -63,10 +63,30 @@ def test_step_mask_postfilter_equal_cpu(tmp_path, mode, kw):
             assert np.array_equal(a1, cp.asnumpy(a2)) and np.array_equal(r1, cp.asnumpy(r2))
 
 
-def test_half_precision_and_torch_inputs(tmp_path):
+@pytest.mark.parametrize("cluster,threads", [(4, 512), (8, 256), (1, 1024)])
+def test_fused_step_at_other_sizes_equals_cpu(tmp_path, step_path, cluster, threads):
+    """The fused step compiled at other cluster and block sizes (Matcher's fused_cluster, fused_threads): the
+    CPU's answers, the backend's launch and scratch sized by them."""
+    if step_path == "multi":
+        pytest.skip("settings of the fused step")
+    idx, _, _ = _build(tmp_path, 74, "static", {"k": [2, 3, 2]}, n_ads=400, L=3, V=9)
+    cpu = Matcher(idx, "cpu")
+    gpu = Matcher(idx, "cuda", cuda_step="fused", fused_cluster=cluster, fused_threads=threads)
+    assert (gpu.cuda.fused_cluster, gpu.cuda.fused_threads) == (cluster, threads)
+    rng = np.random.default_rng(6)
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(4)]
+    for depth in range(idx.sid_length):
+        for per_req, k in [(6, 5), (40, 200)]:
+            nodes, rr, lp, bs = step_case(idx, rng, 4, per_req, depth)
+            for gtm in (True, False):
+                _same_step(cpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=True),
+                           gpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=True))
+
+
+def test_half_precision_and_torch_inputs(tmp_path, step_path):
     torch = pytest.importorskip("torch")
     idx, _, _ = _build(tmp_path, 71, "static", {"k": [2, 3, 2]}, n_ads=400, L=3, V=9)
-    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
     rng = np.random.default_rng(2)
     reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
     nodes, rr, lp, bs = step_case(idx, rng, 3, 7, 1)
@@ -98,14 +118,15 @@ def _host_decoder(users, V):
     return fn
 
 
-def test_beam_search_equals_cpu(synth_index):
+def test_beam_search_equals_cpu(synth_index, step_path):
     idx = synth_index
     users = synth_users(idx.manifest["schema"], 5, seed=1)
     reqs = [idx.encode_request(u) for u in users]
     sizes = (1, 64, 128, 128)
     for gtm in (True, False):
         a = gtmkit.beam_search(Matcher(idx, "cpu"), reqs, _host_decoder(users, idx.vocab_size), sizes, gtm=gtm)
-        b = gtmkit.beam_search(Matcher(idx, "cuda"), reqs, _host_decoder(users, idx.vocab_size), sizes, gtm=gtm)
+        b = gtmkit.beam_search(Matcher(idx, "cuda", cuda_step=step_path), reqs, _host_decoder(users, idx.vocab_size),
+                               sizes, gtm=gtm)
         for name in ("sids", "scores", "leaf_nodes", "beams"):
             assert np.array_equal(getattr(a, name), cp.asnumpy(getattr(b, name))), name
         for (x1, r1), (x2, r2) in zip(a.ads, b.ads):
@@ -114,7 +135,7 @@ def test_beam_search_equals_cpu(synth_index):
 
 @pytest.mark.parametrize("fused,pdl,recorded", [(True, False, False), (False, False, False), (True, True, False),
                                                 (False, True, False), (True, True, True)])
-def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded):
+def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded, step_path):
     """fused: the step kernels write the token history (on Hopper); else the reorder launches. pdl: the steps
     and post-filter kernels launched with programmatic dependent launch, after the decoder's kernels or
     (recorded: the logits of an earlier search, no kernel between the steps) right after each other;
@@ -125,7 +146,7 @@ def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded):
     idx = synth_index
     users = synth_users(idx.manifest["schema"], 4, seed=2)
     reqs = [idx.encode_request(u) for u in users]
-    m = Matcher(idx, "cuda")
+    m = Matcher(idx, "cuda", cuda_step=step_path)
     sizes = (1, 32, 64, 64)
     decoder = GpuSyntheticDecoder(users, idx.vocab_size, seed=4)
     if recorded:
@@ -149,7 +170,7 @@ def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded):
             assert np.array_equal(cp.asnumpy(r.sid_rank[b, :counts[b]]), cp.asnumpy(rank))
 
 
-def test_graph_gtm_windows(synth_index):
+def test_graph_gtm_windows(synth_index, step_path):
     """gtm_windows: calibrated from the warm-up ("auto", the default), the kernel's FIRST_WIN x k (None) and one
     candidate a step (every GTM step takes later rounds) all replay the eager answer; calibrated windows lie
     between k and FIRST_WIN x k; malformed windows are refused."""
@@ -161,7 +182,7 @@ def test_graph_gtm_windows(synth_index):
     idx = synth_index
     users = synth_users(idx.manifest["schema"], 4, seed=6)
     reqs = [idx.encode_request(u) for u in users]
-    m = Matcher(idx, "cuda")
+    m = Matcher(idx, "cuda", cuda_step=step_path)
     sizes = (1, 32, 64, 64)
     eager = gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
     for w in ("auto", None, [1] * len(sizes)):
@@ -177,7 +198,7 @@ def test_graph_gtm_windows(synth_index):
             GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, gtm_windows=bad)
 
 
-def test_pdl_off_by_environment(synth_index, monkeypatch):
+def test_pdl_off_by_environment(synth_index, monkeypatch, step_path):
     """GTMKIT_PDL=0: the default graph launches plainly and says why; asking for PDL then is an error."""
     from gtmkit.errors import GtmkitError
     from gtmkit.matcher.cuda.graph import GraphedBeamSearch
@@ -186,7 +207,7 @@ def test_pdl_off_by_environment(synth_index, monkeypatch):
     idx = synth_index
     users = synth_users(idx.manifest["schema"], 2, seed=5)
     reqs = [idx.encode_request(u) for u in users]
-    m = Matcher(idx, "cuda")
+    m = Matcher(idx, "cuda", cuda_step=step_path)
     monkeypatch.setenv("GTMKIT_PDL", "0")
     g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), (1, 8, 16, 16))
     assert not g.pdl and g.pdl_off == ("GTMKIT_PDL=0" if m.cuda.fused else "")
@@ -195,8 +216,10 @@ def test_pdl_off_by_environment(synth_index, monkeypatch):
             GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), (1, 8, 16, 16), pdl=True)
 
 
-def test_eval_and_match_on_gpu_equal_cpu(synth_index):
+def test_eval_and_match_on_gpu_equal_cpu(synth_index, step_path):
     """The host-side synthetic decoder drives the GPU matcher: same figures as on the CPU."""
+    if step_path == "multi":
+        pytest.skip("evaluate and match build their Matcher with the default step (the fused one on Hopper)")
     from gtmkit.commands.match import match_user
     from gtmkit.evaluate import evaluate
 
@@ -218,7 +241,7 @@ def test_large_steps_equal_cpu(tmp_path, scores, step_path):
     """Hundreds of rows per request, k up to 2048, and score layouts that crowd one score bin (all
     equal: the radix-select path), spread far below the best (the last bin), or exceed 0 (logits)."""
     idx, _, _ = _build(tmp_path, 72, "dynamic", {"target_fill": 0.4, "k_max": 3}, n_ads=20000, L=3, V=48)
-    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
     assert gpu.cuda.fused == (step_path == "fused")
     rng = np.random.default_rng(3)
     B = 5
@@ -241,10 +264,10 @@ def test_large_steps_equal_cpu(tmp_path, scores, step_path):
         _same_step(cpu.step(nodes, lp, bs, rr, reqs, 64), gpu.step(cp.asarray(nodes, cp.int32), lp, bs, rr, reqs, 64))
 
 
-def test_uneven_requests_equal_cpu(tmp_path):
+def test_uneven_requests_equal_cpu(tmp_path, step_path):
     """Requests with no rows, one row and many rows in one batch."""
     idx, _, _ = _build(tmp_path, 73, "static", {"k": [1, 3, 2]}, n_ads=3000, L=3, V=16)
-    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda")
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
     rng = np.random.default_rng(4)
     reqs = [idx.encode_request(random_user(rng)) for _ in range(4)]
     counts = [0, 1, 900, 17]
@@ -266,21 +289,19 @@ def small_index(tmp_path_factory):
 def test_hostile_inputs_equal_reference(small_index, step_path):
     """gpu_input_cases on the device: NaN / +inf / -inf / overflowing scores in float32 and float16, node ids that
     are not internal nodes (int32 as the fused step reads them, int64), row_request outside [0, B), rows out of
-    order, max_children below the out-degrees, non-leaves in both forms of the post-filter."""
+    order, max_children below the out-degrees, non-leaves in the post-filter."""
     from support import gpu_input_cases as cases
-    cpu, gpu = Matcher(small_index, "cpu"), Matcher(small_index, "cuda")
+    cpu, gpu = Matcher(small_index, "cpu"), Matcher(small_index, "cuda", cuda_step=step_path)
     rng = np.random.default_rng(5)
     cases.check_hostile_step(cp, small_index, gpu, rng, step_path == "fused")
     cases.check_rows_out_of_order(cp, small_index, gpu, rng)
-    for single in (True, False):
-        gpu.cuda.post_single = single
-        cases.check_postfilter_padding(cp, small_index, cpu, gpu, rng)
+    cases.check_postfilter_padding(cp, small_index, cpu, gpu, rng)
 
 
 @pytest.mark.parametrize("own_streams", [True, False])
-def test_threads_share_one_matcher(small_index, own_streams):
+def test_threads_share_one_matcher(small_index, own_streams, step_path):
     """Four host threads calling one GPU Matcher at once, each on its own stream or all on the current one: every
     thread's answers equal a single-threaded run's."""
     from support import gpu_input_cases as cases
-    cases.check_threads(cp, small_index, Matcher(small_index, "cuda"), np.random.default_rng(8), own_streams,
-                        workers=4, repeats=5)
+    cases.check_threads(cp, small_index, Matcher(small_index, "cuda", cuda_step=step_path), np.random.default_rng(8),
+                        own_streams, workers=4, repeats=5)

@@ -198,3 +198,35 @@ def test_gpu_hostile_proposals_equal_reference(seed):
     want = trie_beam_search(trie, *nar, bw, *settings)
     assert_same(trie_beam_search(trie, *nar, bw, *settings, device="cuda"), want)
     assert_same(tsc.trie_beam_search_cuda(trie, *(cp.asarray(x) for x in nar), bw, *settings), want)
+
+
+@pytest.mark.parametrize("cluster", [1, 3])
+def test_gpu_other_cluster_sizes_equal_cpu(cluster):
+    """cluster= thread blocks a query (1: the kernel GPUs before sm_90 run) for the NAR search, the AR stepper and
+    the server: the CPU search's answers. A search of the default cluster size runs beside them."""
+    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
+    hopper = int(cp.cuda.Device().compute_capability[:-1]) >= 9
+    assert tsc.cuda_device(cluster).cl == (cluster if hopper else 1)
+    rng = np.random.default_rng(70 + cluster)
+    for seed in range(6):
+        trie, _ = random_trie(rng, int(rng.integers(1, 60)))
+        b, T, K = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
+        bw = int(rng.integers(1, 12))
+        theta_tok, theta_sent, alpha = random_settings(rng, seed)
+        tokens, logp = random_tokens(rng, (b, T, K)), random_logp(rng, (b, T, K), seed % 2 == 0)
+        want = trie_beam_search(trie, tokens, logp, bw, theta_tok, theta_sent, alpha)
+        assert_same(trie_beam_search(trie, tokens, logp, bw, theta_tok, theta_sent, alpha, device="cuda",
+                                     cluster=cluster), want)
+        assert_same(trie_beam_search(trie, tokens, logp, bw, theta_tok, theta_sent, alpha, device="cuda"), want)
+        cpu = TrieBeamStepper(trie, b, bw, theta_tok, theta_sent, alpha)
+        gpu = trie_beam_stepper(trie, b, bw, theta_tok, theta_sent, alpha, device="cuda", cluster=cluster)
+        for t in range(T):
+            rows = random_tokens(rng, (b, bw, K)), random_logp(rng, (b, bw, K), False)
+            cpu.step(*rows)
+            gpu.step(*rows)
+            assert np.array_equal(cp.asnumpy(gpu.live.nodes), cpu.live.nodes), (seed, t)
+        assert_same(gpu.result(), cpu.result())
+        with TrieSearchServer(trie, bw, T, K, theta_tok, theta_sent, alpha, cluster=cluster) as srv:
+            for q in range(b):
+                want_q = trie_beam_search(trie, tokens[q:q + 1], logp[q:q + 1], bw, theta_tok, theta_sent, alpha)
+                assert_same(srv.search(tokens[q], logp[q]), want_q)

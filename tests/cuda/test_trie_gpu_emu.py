@@ -488,19 +488,30 @@ def test_server_rejects_bad_shapes(emu):
 
 
 
-def test_launch_sizes_follow_defines():
-    """The benchmarks' variants size the search kernel's launch from their -D defines: cluster size and the
-    capacities its dynamic shared memory is carved by (kernels/trie_search.cu)."""
+def test_shared_memory_and_cluster_argument():
+    """search_kernel's dynamic shared memory at the default capacities fits a block's opt-in on the H200 (227 KiB);
+    the searches' cluster argument is checked on any device, with one-line errors."""
     from types import SimpleNamespace
     from gtmkit.matcher.succinct import search_cuda as tsc
+    from gtmkit.matcher.succinct.search import trie_beam_stepper
+    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
     dev = SimpleNamespace(**{a: getattr(tsc.CupyDevice, a) for a in (
-        "nt", "sort_cap", "prep_cap", "beam_cap", "tok_cap", "sel_cap", "cl")})
+        "nt", "sort_cap", "prep_cap", "beam_cap", "tok_cap", "sel_cap")})
     base = tsc.search_smem(dev)
-    assert base == 108200 and base <= 227 * 1024  # what the H200's opt-in allows a block
-    tsc.size_for_defines(dev, ["SOLO0=1"])
-    assert tsc.search_smem(dev) == base and dev.cl == tsc.CL
-    tsc.size_for_defines(dev, ["CL=4", "SEL_CAP=1024"])
-    assert dev.cl == 4 and tsc.search_smem(dev) == base - 8 * 3072
+    assert base == 108200 and base <= 227 * 1024
+    trie = SuccinctTrie.build([[1, 2], [3]])
+    tokens, logp = np.zeros((1, 2, 2), np.int64), np.zeros((1, 2, 2), np.float32)
+    calls = (lambda c: trie_beam_search(trie, tokens, logp, 2, cluster=c),
+             lambda c: trie_beam_stepper(trie, 1, 2, cluster=c),
+             lambda c: trie_beam_search_cuda(trie, tokens, logp, 2, device=object(), cluster=c),
+             lambda c: TrieBeamStepperCuda(trie, 1, 2, device=object(), cluster=c),
+             lambda c: TrieSearchServer(trie, 2, 2, 2, device=object(), cluster=c))
+    for call in calls:
+        for bad, match in ((0, ">= 1"), (9, "1 to 8"), (True, "an integer"), (2.0, "an integer")):
+            with pytest.raises(GtmkitError, match=f"cluster must be {match}") as e:
+                call(bad)
+            assert "\n" not in str(e.value)
+    assert trie_beam_search(trie, tokens, logp, 2, cluster=1)[0].shape == (1, 2)  # the CPU takes any valid one
 
 
 @pytest.mark.parametrize("layout", ["random", "shared_top", "late_differ", "dense"])

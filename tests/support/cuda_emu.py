@@ -87,23 +87,16 @@ template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d
     int lane = threadIdx.x & 31;
     return emu_exchange(v, lane >= (int)d ? lane - (int)d : lane);
 }
-static inline unsigned emu_lanes_where(unsigned long long mine, bool equal_to_mine_only) {
+static inline unsigned __ballot_sync(unsigned mask, int pred) {
+    emu_full(mask);
     EmuWarp& w = emu_warp();
-    w.v[threadIdx.x & 31] = mine;
+    w.v[threadIdx.x & 31] = pred ? 1 : 0;
     pthread_barrier_wait(&w.bar);
     unsigned r = 0;
     for (int i = 0; i < 32; ++i)
-        if (equal_to_mine_only ? w.v[i] == mine : w.v[i] != 0) r |= 1u << i;
+        if (w.v[i] != 0) r |= 1u << i;
     pthread_barrier_wait(&w.bar);
     return r;
-}
-static inline unsigned __ballot_sync(unsigned mask, int pred) {
-    emu_full(mask);
-    return emu_lanes_where(pred ? 1 : 0, false);
-}
-static inline unsigned __match_any_sync(unsigned mask, int v) {
-    emu_full(mask);
-    return emu_lanes_where((unsigned long long)(unsigned)v, true);
 }
 static inline int __syncthreads_count(int pred) {
     EmuBlock& b = emu_blocks[emu_rank];

@@ -3,7 +3,7 @@ its real host code (cuda/backend.py, matcher.py) with NumPy arrays as device mem
 kernel on the CUDA emulation of cuda_emu.py. `installed()` puts it in sys.modules["cupy"] for a block.
 
 The fake device reports 2 multiprocessors (small grids) and compute capability 8.0 (the multi-kernel step of
-gtm_step.cu) or, on request, 9.0 (the fused step, with small clusters: GTMKIT_FUSED_CLUSTER)."""
+gtm_step.cu) or, on request, 9.0 (the fused step, with small clusters: installed(fused_cluster=...))."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ class RawModule:
 
 class _Device:
     id = 0
-    compute_capability = "80"  # installed(..., hopper=True) makes it 90
+    compute_capability = "80"  # installed(..., fused_cluster=n) makes it 90
     attributes = {"MultiProcessorCount": 2}
 
     def synchronize(self):
@@ -189,19 +189,18 @@ def _module():
 
 @contextlib.contextmanager
 def installed(monkeypatch, fused_cluster: int = 0):
-    """sys.modules["cupy"] is the fake inside the block; gtmkit's CUDA backend module is reloaded on it. With
-    fused_cluster, the device reports compute capability 9.0 and the backend takes the fused step with
-    clusters of that many blocks of 256 threads (GTMKIT_FUSED_CLUSTER, _THREADS); else the multi-kernel step."""
+    """sys.modules["cupy"] is the fake inside the block; gtmkit's CUDA backend module is reloaded on it. Yields
+    the Matcher keyword arguments of the step to test: with fused_cluster, the device reports compute capability
+    9.0 and they ask for the fused step with clusters of that many blocks of 256 threads (emulated threads are CPU
+    threads: blocks stay small); else for the multi-kernel step."""
     m = _module()
     if fused_cluster:
         m.cuda.Device = type("_Hopper", (_Device,), {"compute_capability": "90"})
-        monkeypatch.setenv("GTMKIT_CUDA_STEP", "fused")
-        monkeypatch.setenv("GTMKIT_FUSED_CLUSTER", str(fused_cluster))
-        monkeypatch.setenv("GTMKIT_FUSED_THREADS", "256")  # emulated threads are CPU threads: keep blocks small
+        step = dict(cuda_step="fused", fused_cluster=fused_cluster, fused_threads=256)
     else:
-        monkeypatch.setenv("GTMKIT_CUDA_STEP", "multi")
+        step = dict(cuda_step="multi")
     monkeypatch.setitem(sys.modules, "cupy", m)
     monkeypatch.setitem(sys.modules, "cupy.cuda", m.cuda)
     monkeypatch.delitem(sys.modules, "gtmkit.matcher.cuda.backend", raising=False)
-    yield
+    yield step
     sys.modules.pop("gtmkit.matcher.cuda.backend", None)  # no later import may see the fake-backed module

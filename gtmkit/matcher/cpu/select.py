@@ -458,7 +458,7 @@ def _select_request(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
                     out_parent, out_token, out_node, out_score, out_count, rate_hint, band_from):
     """Both selections give the same answer; the band one reads the log-probs in one pass and keeps
     only the best few thousand, which wins on large requests, while its fixed costs (selection on
-    composites, final sort) lose on small ones (benchmarks/results/step_cpu.md)."""
+    composites, final sort) lose on small ones (benchmarks/results/step_cpu_cpu2.md)."""
     no = t.node_offsets
     n_internal = no.shape[0] - 1
     C = 0

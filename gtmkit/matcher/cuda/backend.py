@@ -6,7 +6,7 @@ buffers are sized from the row count and the index's maximum out-degree, never f
 
 Two implementations of the step, with identical results: on Hopper and newer (compute capability 9+)
 one launch of kernels/gtm_fused.cu (a thread block cluster per request); elsewhere the multi-kernel
-pipeline of kernels/gtm_step.cu. GTMKIT_CUDA_STEP=multi forces the latter (the GPU tests run both).
+pipeline of kernels/gtm_step.cu. cuda_step="multi" takes the latter on any GPU (the GPU tests run both).
 
 Inputs the kernels cannot check without a host round trip are made harmless inside them: a node id that is not
 an internal node, or a row whose row_request is outside [0, B), is a dead row; a leaf id that is not a leaf is
@@ -23,7 +23,6 @@ thread: a thread that moves between streams would otherwise let two of its own c
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from pathlib import Path
 
@@ -34,13 +33,14 @@ from ...errors import GtmkitError
 from ..arrays import RequestBatch, TrieArrays
 from .source import kernel_source
 from .sparse_req import sparse_images
-from .params import FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params, trie_params
+from .params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params, step_settings,
+                     trie_params)
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
 KERNEL_FILE = KERNEL_DIR / "gtm_step.cu"
 FUSED_FILE = KERNEL_DIR / "gtm_fused.cu"
 POST_FILE = KERNEL_DIR / "postfilter.cu"
-POST_SIDS, POST_THREADS = 32, 128  # SIDs and threads a post-filter block (postfilter.cu: SPB1, NT1; AL * 32)
+POST_SIDS, POST_THREADS = 32, 128  # SIDs and threads a post-filter block (postfilter.cu: SPB1, NT1)
 MAX_K = 2048
 NB = 4096      # score bins (kernels/gtm_step.cu)
 ST = 8         # per-request state words
@@ -95,28 +95,26 @@ class DeviceBatch:
 
 
 class CudaBackend:
-    def __init__(self, t: TrieArrays, index):
+    """cuda_step, fused_cluster, fused_threads: as Matcher's (params.step_settings)."""
+
+    def __init__(self, t: TrieArrays, index, cuda_step: str = "auto", fused_cluster: int = FUSED_CLUSTER,
+                 fused_threads: int = FUSED_THREADS):
+        cuda_step, self.fused_cluster, self.fused_threads = step_settings(cuda_step, fused_cluster, fused_threads)
+        cc = cp.cuda.Device().compute_capability
+        if cuda_step == "fused" and int(cc[:-1]) < 9:
+            raise GtmkitError(f"cuda_step='fused' needs thread block clusters (compute capability 9.0 or newer); this "
+                              f"GPU is {cc[:-1]}.{cc[-1]}: use cuda_step='auto' or 'multi'")
+        self.fused = cuda_step == "fused" or (cuda_step == "auto" and int(cc[:-1]) >= 9)
         # set by GraphedBeamSearch(pdl=True) around its own launches: the fused step and the post-filter go
         # through matcher/pdl.py (programmatic dependent launch); everyone else's stay plain CuPy launches
         self.pdl = False
-        self.use_step()
+        self.mod = load_module(KERNEL_FILE)  # the multi-kernel step, and the mask on either path
+        for name in STEP_KERNELS:
+            setattr(self, "k_" + name, self.mod.get_function(name + "_kernel"))
         self.sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-        post = load_module(POST_FILE)
-        self.k_post_count = post.get_function("post_count_kernel")
-        self.k_post_fill = post.get_function("post_fill_kernel")
-        self.k_post = post.get_function("post_kernel")
-        self.post_single = True  # the post-filter in one launch (post_kernel); False: count, then fill
-        major = cp.cuda.Device().compute_capability[:-1]
-        self.fused = int(major) >= 9 and os.environ.get("GTMKIT_CUDA_STEP", "fused") != "multi"
+        self.k_post = load_module(POST_FILE).get_function("post_kernel")
         if self.fused:
-            # GTMKIT_FUSED_CLUSTER: blocks per request (CL), for experiments and the CPU emulation test; 6 by default
-            self.fused_cluster = int(os.environ.get("GTMKIT_FUSED_CLUSTER", FUSED_CLUSTER))
-            # GTMKIT_FUSED_THREADS: threads per block (NT), likewise; 1024 by default
-            self.fused_threads = int(os.environ.get("GTMKIT_FUSED_THREADS", FUSED_THREADS))
-            defines = (() if self.fused_cluster == FUSED_CLUSTER else (f"CL={self.fused_cluster}",)) + \
-                (() if self.fused_threads == FUSED_THREADS else (f"NT={self.fused_threads}",))
-            self.k_fused = load_module(FUSED_FILE, defines).get_function("fused_step_kernel")
-            self.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
+            self.load_fused()
         d = {name: cp.asarray(np.ascontiguousarray(getattr(t, name))) for name in t._fields if name != "jagged"}
         self.d = d
         self.vocab = index.vocab_size
@@ -133,15 +131,17 @@ class CudaBackend:
         self._buffers_lock = threading.Lock()
         self._streams = {}
         self._enqueue_locks = [threading.RLock() for _ in range(STREAM_LOCKS)]
-        # set to a CuPy int64 [B, FUSED_PROF_W] array to record the fused step's phase timestamps (profiling)
+        # a CuPy int64 [B, FUSED_PROF_W] array: the fused step's phase timestamps, with load_fused(profile=True)
         self.profile = None
 
-    def use_step(self, defines: tuple = ()) -> None:
-        """The multi-kernel step (and mask) from gtm_step.cu compiled with these defines ("NAME=VALUE", e.g. SPT=0),
-        for A/B benchmarks and the CPU emulation tests."""
-        self.mod = load_module(KERNEL_FILE, tuple(defines))
-        for name in STEP_KERNELS:
-            setattr(self, "k_" + name, self.mod.get_function(name + "_kernel"))
+    def load_fused(self, profile: bool = False) -> None:
+        """The fused step at this backend's cluster and block size; profile=True: the build that records its phase
+        timestamps into self.profile when that is set (-DPROFILE=1: profiling tools only)."""
+        defines = (() if self.fused_cluster == FUSED_CLUSTER else (f"CL={self.fused_cluster}",)) + \
+            (() if self.fused_threads == FUSED_THREADS else (f"NT={self.fused_threads}",)) + \
+            (("PROFILE=1",) if profile else ())
+        self.k_fused = load_module(FUSED_FILE, defines).get_function("fused_step_kernel")
+        self.k_fused.max_dynamic_shared_size_bytes = FUSED_SMEM
 
     def batch(self, q: RequestBatch) -> DeviceBatch:
         return q if isinstance(q, DeviceBatch) else DeviceBatch(q)
@@ -328,25 +328,14 @@ class CudaBackend:
         if out is None:
             out = (cp.empty((B, cap), cp.int64), cp.empty((B, cap), cp.int32), cp.empty(B, cp.int64))
         ads, rank, n = out
-        if self.post_single:
-            chunks = -(-M // POST_SIDS)
-            if B * chunks == 0:
-                n.fill(0)
-                return ads, rank, n
-            # tickets and published counts: zero, and left zero by every launch's last block
-            state = self._buf("post_state", (2,), cp.uint32, scratch, zero=True)
-            published = self._buf("post_published", (B * chunks,), cp.uint64, scratch, zero=True)
-            self._launch(self.k_post, (B * chunks,), (POST_THREADS,),
-                         (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(B), np.int32(M),
-                          np.int64(self.first_leaf), np.int32(exact), np.int64(cap), ads, rank, n, state, published))
+        chunks = -(-M // POST_SIDS)
+        if B * chunks == 0:
+            n.fill(0)
             return ads, rank, n
-        counts = self._buf("post_counts", (B, M), cp.int32, scratch)
-        flags = self._buf("post_flags", (B, M), cp.uint64, scratch)
-        if B * M:
-            self._launch(self.k_post_count, (-(-(B * M) // POST_SIDS),), (POST_THREADS,),
-                              (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(B), np.int32(M),
-                               np.int64(self.first_leaf), np.int32(exact), counts, flags))
-        self._launch(self.k_post_fill, (B,), (1024,), (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(M),
-                                         np.int64(self.first_leaf), np.int32(exact), counts, flags, np.int64(cap),
-                                         ads, rank, n))
+        # tickets and published counts: zero, and left zero by every launch's last block
+        state = self._buf("post_state", (2,), cp.uint32, scratch, zero=True)
+        published = self._buf("post_published", (B * chunks,), cp.uint64, scratch, zero=True)
+        self._launch(self.k_post, (B * chunks,), (POST_THREADS,),
+                     (self.params, q.params, self.ad_params, leaves, leaves64, np.int32(B), np.int32(M),
+                      np.int64(self.first_leaf), np.int32(exact), np.int64(cap), ads, rank, n, state, published))
         return ads, rank, n

@@ -8,6 +8,7 @@ import math
 
 from ...errors import GtmkitError
 from .search_cpu import TrieBeamStepper, trie_beam_search_cpu
+from .search_cuda import CL, check_cluster
 
 DEVICES = ("cpu", "cuda", "auto")
 
@@ -27,7 +28,8 @@ def _on_gpu(device, what: str) -> bool:
 
 
 def trie_beam_search(trie, tokens, logp, beam_width: int, theta_tok: float = -math.inf,
-                     theta_sent: float = -math.inf, alpha: float = 0.0, device: str = "cpu") -> tuple:
+                     theta_sent: float = -math.inf, alpha: float = 0.0, device: str = "cpu",
+                     cluster: int = CL) -> tuple:
     """NAR constrained beam search: all T steps in one call.
 
     tokens  int [b, T, K]    per query and step, the top-K proposed tokens, shared by all beams
@@ -35,15 +37,18 @@ def trie_beam_search(trie, tokens, logp, beam_width: int, theta_tok: float = -ma
     logp    float [b, T, K]  their log-probs
     -> (key_ids int64 [b, beam_width], -1 padded; scores float32 [b, beam_width], -inf padded), best
     first; restore a key's tokens with trie.key(id). device: "cpu", "cuda" or "auto" (the GPU when CuPy
-    sees one). On the GPU the results are NumPy arrays for NumPy proposals, CuPy arrays for CuPy ones."""
+    sees one). On the GPU the results are NumPy arrays for NumPy proposals, CuPy arrays for CuPy ones.
+    cluster: on the GPU, the thread blocks (SMs) that search one query, 1 to 8 (default 8; GPUs before sm_90
+    take 1); the same results with any; checked on the CPU too."""
+    check_cluster(cluster, "trie_beam_search")
     if _on_gpu(device, "trie_beam_search"):
         from .search_cuda import trie_beam_search_cuda
-        return trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok, theta_sent, alpha)
+        return trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok, theta_sent, alpha, cluster=cluster)
     return trie_beam_search_cpu(trie, tokens, logp, beam_width, theta_tok, theta_sent, alpha)
 
 
 def trie_beam_stepper(trie, batch: int, beam_width: int, theta_tok: float = -math.inf, theta_sent: float = -math.inf,
-                      alpha: float = 0.0, max_steps: int = None, device: str = "cpu"):
+                      alpha: float = 0.0, max_steps: int = None, device: str = "cpu", cluster: int = CL):
     """AR constrained beam search, one step per call, proposals per beam from the caller's model.
 
         stepper = trie_beam_stepper(trie, batch=b, beam_width=BW)
@@ -56,8 +61,9 @@ def trie_beam_stepper(trie, batch: int, beam_width: int, theta_tok: float = -mat
     Same semantics and outputs as trie_beam_search; rows past a query's live count are ignored. With
     max_steps given, the last step skips building a live list nobody will extend. device "cpu" gives a
     TrieBeamStepper (NumPy arrays), "cuda" (or "auto" with a visible GPU) a search_cuda.TrieBeamStepperCuda
-    (the same calls, CuPy arrays)."""
+    (the same calls, CuPy arrays). cluster: as trie_beam_search's."""
+    check_cluster(cluster, "trie_beam_stepper")
     if _on_gpu(device, "trie_beam_stepper"):
         from .search_cuda import TrieBeamStepperCuda
-        return TrieBeamStepperCuda(trie, batch, beam_width, theta_tok, theta_sent, alpha, max_steps)
+        return TrieBeamStepperCuda(trie, batch, beam_width, theta_tok, theta_sent, alpha, max_steps, cluster=cluster)
     return TrieBeamStepper(trie, batch, beam_width, theta_tok, theta_sent, alpha, max_steps)

@@ -12,12 +12,13 @@ synchronisation; the AR stepper prepares its per-beam rows with `prep_kernel` an
 Buffers are allocated once per shape and reused.
 
 `device` below is a CupyDevice; tests/cuda/test_trie_gpu_emu.py passes a CPU emulation with the same methods,
-which is how the kernels are checked without a GPU."""
+which is how the kernels are checked without a GPU. `cluster` (CL, default 8): the thread blocks (SMs) that
+search one query, 1 to 8; GPUs before sm_90 have no thread block clusters and always take 1; other values
+than the default compile a kernel of their own. A given device object has its own and ignores it."""
 
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from numba import njit
 
 from ...errors import GtmkitError
 from ...indexer.succinct.inputs import MAX_TOKEN
+from ..args import int_arg
 from . import gpu_tables as aux
 from .search_cpu import LiveBeams, _beam_width, _float, _prepare_rows, _trie_arrays, length_factors, stepper_settings
 
@@ -34,26 +36,30 @@ FAC_CAP = 64  # kernels/trie_search.cu: length factors a launch keeps in shared 
 TRIE_FIELDS = ("louds", "louds_rank", "louds_select0", "label_low", "label_high", "high_bits", "terminal",
                "terminal_rank")  # the kernel's TP_* table, then the lookup tables of gpu_tables
 KEPT_SHAPES = 4  # NAR buffer sets kept per device (least recently used dropped)
+MAX_CLUSTER = 8  # the portable thread block cluster size
+
+
+def check_cluster(cluster, what: str) -> int:
+    """The `cluster` argument of the trie searches, checked (1 to 8)."""
+    if int_arg(cluster, f"{what}: cluster") > MAX_CLUSTER:
+        raise GtmkitError(f"{what}: cluster must be 1 to {MAX_CLUSTER}, got {cluster!r}")
+    return int(cluster)
 
 
 class CupyDevice:
-    """The current CUDA device as the search uses it."""
+    """The current CUDA device as the search uses it, with `cluster` blocks a query (1 before sm_90)."""
 
-    nt, sort_cap, prep_cap, beam_cap, tok_cap, sel_cap, cl = NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, SEL_CAP, CL
+    nt, sort_cap, prep_cap, beam_cap, tok_cap, sel_cap = NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, SEL_CAP
     null = np.uint64(0)  # a null pointer argument
 
-    def __init__(self):
+    def __init__(self, cluster: int = CL):
         import cupy
         import cupyx
         from ..cuda.backend import load_module
         self.cp, self._cupyx = cupy, cupyx
+        self.cl = cluster if int(cupy.cuda.Device().compute_capability[:-1]) >= 9 else 1
+        # (the trie's uploaded tables are per device, whatever the cluster size)
         self.key = ("cuda", cupy.cuda.Device().id)
-        # blocks a query: GTMKIT_TRIE_CLUSTER (1-8) overrides; no thread block clusters before sm_90
-        self.cl = int(os.environ.get("GTMKIT_TRIE_CLUSTER", CL))
-        if not 1 <= self.cl <= 8:
-            raise GtmkitError(f"GTMKIT_TRIE_CLUSTER must be 1 to 8, got {self.cl}")
-        if int(cupy.cuda.Device().compute_capability[:-1]) < 9:
-            self.cl = 1
         mod = load_module(KERNEL_FILE, () if self.cl == CL else (f"CL={self.cl}",))
         self._kernels = {name: mod.get_function(name) for name in ("prep_kernel", "search_kernel", "serve_kernel")}
         self.buffers = {}
@@ -150,12 +156,14 @@ class CupyDevice:
 _devices = {}
 
 
-def cuda_device() -> CupyDevice:
+def cuda_device(cluster: int = CL) -> CupyDevice:
+    """The current device's CupyDevice for `cluster` blocks a query (checked: check_cluster), one per device and
+    cluster size."""
     import cupy
-    dev_id = cupy.cuda.Device().id
-    if dev_id not in _devices:
-        _devices[dev_id] = CupyDevice()
-    return _devices[dev_id]
+    key = (cupy.cuda.Device().id, int(cluster))
+    if key not in _devices:
+        _devices[key] = CupyDevice(key[1])
+    return _devices[key]
 
 
 def _trie_params(dev, trie, what: str):
@@ -169,8 +177,7 @@ def _trie_params(dev, trie, what: str):
                   if name not in ("high_bits", "louds")}
         arrays["louds"] = dev.asarray(aux.louds_padded(a.louds))
         nbits = 2 * trie.num_nodes + 1
-        # (a device object with zwide False lists no wide group: benchmarks/trie_gpu_variants.py's A/B)
-        max_wide = aux.max_wide_groups(trie.nbytes, aux.ZERO_SHIFT) if getattr(dev, "zwide", True) else 0
+        max_wide = aux.max_wide_groups(trie.nbytes, aux.ZERO_SHIFT)
         zpos, zwide = aux.zero_samples(a.louds, nbits, aux.ZERO_SHIFT, max_wide)
         arrays["zpos"], arrays["zwide"] = dev.asarray(zpos), dev.asarray(zwide if zwide.size else np.zeros(1, np.int64))
         bits, before, root_nbits = aux.root_directory(a)
@@ -181,17 +188,6 @@ def _trie_params(dev, trie, what: str):
                   root_nbits, root_first, root_end - root_first, dev.ptr(arrays["zwide"])]
         cache[dev.key] = (arrays, dev.asarray(np.array(table, np.int64)))
     return cache[dev.key][1]
-
-
-def size_for_defines(dev, defines) -> None:
-    """A device object's launch sizes for search kernels compiled with -D defines ("NAME=V"; the benchmarks'
-    variants): blocks a query (CL) and the shared-memory capacities its carve-up is sized by."""
-    values = dict(d.partition("=")[::2] for d in defines)
-    if "CL" in values:
-        dev.cl = int(values["CL"])
-    for name in ("SORT_CAP", "BEAM_CAP", "TOK_CAP", "SEL_CAP"):
-        if name in values:
-            setattr(dev, name.lower(), int(values[name]))
 
 
 def search_smem(dev) -> int:
@@ -414,12 +410,13 @@ def _search(dev, buf: _Buffers, tp, prepared: tuple, rows: int, nar: bool, t0: i
 
 
 def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, theta_sent=-math.inf,
-                          alpha=0.0, device=None) -> tuple:
+                          alpha=0.0, device=None, cluster: int = CL) -> tuple:
     """NAR search (search.trie_beam_search) on the GPU -> (key_ids int64 [b, BW] -1 padded,
     scores float32 [b, BW] -inf padded). Host (NumPy) proposals give NumPy results: the replayed graph writes
     them into pinned memory and the call waits for it. CuPy proposals give CuPy results, without waiting."""
-    dev = device if device is not None else cuda_device()
     what = "trie_beam_search"
+    cluster = check_cluster(cluster, what)
+    dev = device if device is not None else cuda_device(cluster)
     bw = _beam_width(beam_width)
     tt = np.float32(_float(theta_tok, "theta_tok"))
     ts = np.float32(_float(theta_sent, "theta_sent"))
@@ -470,8 +467,10 @@ class TrieBeamStepperCuda:
     does."""
 
     def __init__(self, trie, batch: int, beam_width: int, theta_tok: float = -math.inf,
-                 theta_sent: float = -math.inf, alpha: float = 0.0, max_steps: int = None, device=None):
-        self._dev = device if device is not None else cuda_device()
+                 theta_sent: float = -math.inf, alpha: float = 0.0, max_steps: int = None, device=None,
+                 cluster: int = CL):
+        cluster = check_cluster(cluster, "TrieBeamStepper")
+        self._dev = device if device is not None else cuda_device(cluster)
         self._tp = _trie_params(self._dev, trie, "TrieBeamStepper")
         stepper_settings(self, batch, beam_width, theta_tok, theta_sent, alpha, max_steps)
         _check_size(self.beam_width, 1, "TrieBeamStepper")

@@ -1,7 +1,7 @@
 """A resident GPU trie search for serving NAR queries one at a time with no kernel launch a query.
 
 `trie_beam_search(device="cuda")` replays a CUDA graph per call: at b=1 the launch and the wait for it are
-a fixed cost beside a ~80 us search (benchmarks/results/trie_gpu_overhead_h200.md). A TrieSearchServer
+a fixed cost beside a ~80 us search (benchmarks/results/trie_h200.md: graph against resident server). A TrieSearchServer
 launches kernels/trie_search.cu's serve_kernel once: one thread block cluster stays resident (CL SMs) and
 waits for requests in pinned host memory. `search` writes the proposals into the pinned staging, bumps
 the request number and spins until the kernel marks it done; results are the same as
@@ -19,7 +19,8 @@ import numpy as np
 
 from ...errors import GtmkitError
 from .search_cpu import _beam_width, _float, length_factors
-from .search_cuda import FAC_CAP, _Buffers, _check_size, _checked, _fill_host, _trie_params, cuda_device, search_smem
+from .search_cuda import (CL, FAC_CAP, _Buffers, _check_size, _checked, _fill_host, _trie_params, check_cluster,
+                          cuda_device, search_smem)
 
 SERVE_STOP = 0xFFFFFFFF  # kernels/trie_search.cu
 
@@ -27,12 +28,15 @@ SERVE_STOP = 0xFFFFFFFF  # kernels/trie_search.cu
 class TrieSearchServer:
     """b=1 NAR searches of `steps` proposal rows of K tokens each, with fixed beam width and settings, on a
     resident cluster. `search(tokens, logp)` takes [T, K] or [1, T, K] proposals and returns
-    (key_ids int64 [1, BW], scores float32 [1, BW]) as trie_beam_search does."""
+    (key_ids int64 [1, BW], scores float32 [1, BW]) as trie_beam_search does. cluster: the thread blocks (SMs)
+    the server holds, 1 to 8 (default 8; 1 before sm_90), as trie_beam_search's."""
 
     def __init__(self, trie, beam_width: int, steps: int, k: int, theta_tok: float = -math.inf,
-                 theta_sent: float = -math.inf, alpha: float = 0.0, device=None, timeout: float = 10.0):
+                 theta_sent: float = -math.inf, alpha: float = 0.0, device=None, timeout: float = 10.0,
+                 cluster: int = CL):
         what = "TrieSearchServer"
-        self._dev = dev = device if device is not None else cuda_device()
+        cluster = check_cluster(cluster, what)
+        self._dev = dev = device if device is not None else cuda_device(cluster)
         self.beam_width, self.steps, self.k = _beam_width(beam_width), int(steps), int(k)
         if not 1 <= self.steps <= FAC_CAP:
             raise GtmkitError(f"{what}: steps must be 1 to {FAC_CAP}, got {steps}")

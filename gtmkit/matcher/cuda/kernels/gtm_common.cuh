@@ -34,7 +34,7 @@ struct Req {
     const u64* bitmask; int A;              // [B, A, W]
     const i64* sig_off; const u64* sigs;    // [B, nb+1], [n, Wb]
     const i64* code_off; const i64* codes;  // [B, nb+1], [n]
-    const u64* sparse;                      // [B] SparseReq images (sparse_req.cuh; the fused step's SPT)
+    const u64* sparse;                      // [B] SparseReq images (sparse_req.cuh)
 };
 
 // Kernels receive their tables as one int64 array of pointers and sizes (built once on the host:
@@ -66,8 +66,8 @@ __device__ __forceinline__ float unsortable(u32 k) {
     return __uint_as_float(u);
 }
 
-// A candidate's composite from its score and number (the fused step's, benchmarks' flat probe's): NaN ranks as -inf,
-// -0 ties +0 (as on the CPU).
+// A candidate's composite from its score and number (the fused step's): NaN ranks as -inf, -0 ties +0 (as on the
+// CPU).
 __device__ __forceinline__ u64 candidate_key(float sc, u32 idx) {
     if (sc != sc) sc = -__int_as_float(0x7f800000);
     if (sc == 0.0f) sc = 0.0f;
@@ -80,43 +80,12 @@ __device__ __forceinline__ int depth_of(const Trie& t, i64 node) {
     return a;
 }
 
-__device__ bool node_passes(const Trie& t, const Req& q, int b, i64 node, int depth) {
-    i64 s0, s1;
-    if (t.jagged) { s0 = t.part_offsets[node]; s1 = t.part_offsets[node + 1]; }
-    else { i64 w = t.level_width[depth]; s0 = t.level_base[depth] + (node - t.level_offsets[depth]) * w; s1 = s0 + w; }
-    for (i64 p = s0; p < s1; ++p) {
-        int bid = t.part_bitmask[p];
-        if (bid < 0) break;  // fixed layouts pad at the end
-        bool ok = true;
-        const u64* row = t.bitmask_table + (i64)bid * t.W;
-        const u64* rq = q.bitmask + (i64)b * q.A * t.W;
-        for (int a = 0; a < q.A && ok; ++a) {
-            u64 hit = 0;
-            for (int w = 0; w < t.W; ++w) hit |= row[w] & rq[a * t.W + w];
-            ok = hit != 0;
-        }
-        for (int k = 0; k < t.nb && ok; ++k) {
-            const u64* br = t.bloom_table + (t.bloom_base[k] + t.part_bloom[p * t.nb + k]) * t.Wb;
-            bool found = false;
-            for (i64 s = q.sig_off[b * (t.nb + 1) + k]; s < q.sig_off[b * (t.nb + 1) + k + 1] && !found; ++s) {
-                const u64* sg = q.sigs + s * t.Wb;
-                bool inside = true;
-                for (int w = 0; w < t.Wb; ++w) inside &= (br[w] & sg[w]) == sg[w];
-                found = inside;
-            }
-            ok = found;
-        }
-        if (ok) return true;
-    }
-    return false;
-}
-
-// ---- the same test, shaped for latency ----------------------------------------------------------
-// node_passes walks partitions one by one, and each one's table rows are only fetched once its id has
-// arrived. Here the ids of up to PF partitions are loaded together, then the partitions are tested in
+// ---- GTM: does any of a node's partitions admit the request (docs/design.md §2) ----------------------
+// Shaped for latency: walking partitions one by one, each one's table rows would only be fetched once its id
+// has arrived; here the ids of up to PF partitions are loaded together, then the partitions are tested in
 // order, each loading the words it needs. No prefetches: an L1 prefetch of a partition's rows costs the L1
 // pipeline a pass a distinct line, as a load does, and the divergent loads of ~700 tests a block already
-// bound the round (H200, session 17: without them the whole graphed search took 179.0 -> 171.7 us).
+// bound the round (H200: without them the whole graphed search took 179.0 -> 171.7 us).
 #define PF 4
 
 __device__ __forceinline__ bool partition_passes(const Trie& t, const Req& q, int b, i64 p, int bid, int bloom0) {

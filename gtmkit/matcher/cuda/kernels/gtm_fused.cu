@@ -30,7 +30,7 @@
 #include "gtm_common.cuh"
 
 // CL, NT, EU and GT_CAP may be overridden at compile time (the CPU emulation, tests/cuda/test_fused_emu.py,
-// shrinks them so that small inputs reach every path); cuda/backend.py's FUSED_* match the defaults.
+// shrinks them so that small inputs reach every path); cuda/params.py's FUSED_* match the defaults.
 #ifndef CL
 #define CL 6            // blocks per request (cluster size)
 #endif
@@ -40,7 +40,7 @@
 #ifndef MINB
 #define MINB 1          // blocks an SM must hold (launch bounds)
 #endif
-// Why 6 x 1024 with one block an SM (H200, benchmarks/gpu_fused_variants.py, 16 requests): the step is
+// Why 6 x 1024 with one block an SM (H200, 16 requests): the step is
 // latency-bound (~4 warps a scheduler, one eligible a third of the time), so threads a request matter;
 // 16 clusters of 6 SMs fit at once (96 SMs, none shared), while 8 x 1024 or 16 x 512 leave a second
 // wave (some GPCs hold fewer than 8 free SMs) and 8 x 512 at two blocks an SM shares 8 SMs between
@@ -49,47 +49,23 @@
 #ifndef EU
 #define EU 4            // candidates a thread handles per pass of the expand and list loops
 #endif
-#ifndef WEXP
-#define WEXP 1          // expand wide rows a warp per row (0: always one candidate a thread, rows by binary search)
-#endif
+// Wide rows (deep beams over dense levels) are expanded a warp per row: a batch of rows is wide from this mean
+// out-degree on (a warp's lanes mostly busy) ...
 #ifndef WEXP_MIN_DEG
-#define WEXP_MIN_DEG 16 // a batch of rows is wide from this mean out-degree on (a warp's lanes mostly busy)
+#define WEXP_MIN_DEG 16
 #endif
 #ifndef WEXP_MIN_ROWS
 #define WEXP_MIN_ROWS (NT / 32)  // ... and holds a row for every warp (one wide row: all threads on it)
 #endif
-#ifndef TPR
-// The pointer tables are never written: restrict lets the compiler reload their entries instead of holding them
-// in registers across the kernel (spills 24 / 40 -> 12 / 12 bytes). TPR= (empty) builds the kernel without it.
-#define TPR __restrict__
-#endif
-#ifndef USE_REQ_ROWS
-#define USE_REQ_ROWS 1  // take a request's rows from the caller's req_rows when given (0: always search row_req)
-#endif
-#ifndef HPLAIN
-// Histogram adds: 1 one shared atomic a lane in the wide expand; 2 (default) also in the narrow expand and the
-// GTM rounds' pass counts; 0 one atomic a distinct bin of the warp everywhere (warp_bin_add: __match_any_sync
-// first). Why: the warp's match cost more than the conflicts it saves when a warp's bins are mostly distinct,
-// as the wide expand's are: with 1 the wide expand took 23.8 -> 12.8 us at depth 2 and 26.4 -> 19.5 us at
-// depth 3, the whole graphed search 197.9 -> 184.3 us; 2 took depth 1 from 22.5 to 21.5 us, the whole search
-// 184.8 -> 183.1 us (H200, session 16, step_gpu_profile.md).
-#define HPLAIN 2
-#endif
-#ifndef SPT
-// SPT: GTM tests over the request's non-zero words, copied to shared memory from the batch's images
-// (sparse_req.cuh): the same answers from ~3 divergent loads a partition instead of ~19. With the prefetches
-// gone (gtm_common.cuh) the first round's tests took 11.8 -> 9.5 us at depth 3 and the whole graphed search
-// 171.7 -> 160.3 us (H200, session 17); 0: the full test for every request.
-#define SPT 1
-#endif
-#ifndef TOP_R0
-#define TOP_R0 1        // the request's best live score from its first row when rows come best first
-#endif
 #ifndef FIRST_WIN
-// First GTM window, in multiples of k. 4 (was 3): at depth 3 some requests' pass rates (~0.25-0.33) took a
+// First GTM window, in multiples of k. 4, not 3: at depth 3 some requests' pass rates (~0.25-0.33) took a
 // second round with 3 (~20 us on the slowest request), none with 4; whole graphed search 181.8 -> 176.6 us,
-// depth 2 42.7 -> 46.2 us, depth 3 79.1 -> 73.4 us; 5 was slower at every depth (H200, session 16).
+// depth 2 42.7 -> 46.2 us, depth 3 79.1 -> 73.4 us; 5 was slower at every depth (H200).
 #define FIRST_WIN 4
+#endif
+// -DPROFILE=1 (profiling tools only): the kernel writes phase timestamps and counts to prof (below)
+#ifndef PROFILE
+#define PROFILE 0
 #endif
 #define PROF_W 64       // profile slots a request (FUSED_PROF_W in cuda/params.py)
 #define FB 2048         // score bins
@@ -123,8 +99,14 @@ __device__ __forceinline__ i64 node_at(const void* node_ids, int nid64, i64 r) {
     return nid64 ? ((const i64*)node_ids)[r] : (i64)((const int*)node_ids)[r];
 }
 
-#include "warp_bins.cuh"  // bin_add
-#include "sparse_req.cuh"  // SparseReq (SPT)
+#include "sparse_req.cuh"  // SparseReq
+
+// counts[bn] += 1 for a lane with bn >= 0: one shared atomic a lane. A warp's __match_any_sync of equal bins
+// first cost more than the conflicts it saved, a warp's bins being mostly distinct (whole graphed search, H200:
+// 197.9 -> 184.3 us without it in the wide expand, then 184.8 -> 183.1 us in the narrow expand and the rounds).
+__device__ __forceinline__ void bin_add(u32* counts, int bn) {
+    if (bn >= 0) atomicAdd(&counts[bn], 1u);
+}
 
 // A node's depth: from the level offsets in shared memory (S.lvl) when the trie has at most 16 levels.
 #define NODE_DEPTH(n) (t.n_levels <= 16 ? depth_in(S.lvl, t.n_levels, (i64)(n)) : depth_of(t, (i64)(n)))
@@ -160,9 +142,10 @@ struct Smem {
     u32 s_next;        // expand, warp per row: the next row of the batch to take
     u32 s_wtot;
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
-#if SPT
-    SparseReq sp;      // the request's GTM rows, non-zero words only
-#endif
+    // The request's GTM rows, non-zero words only (sparse_req.cuh): the same answers from ~3 divergent loads a
+    // partition instead of ~19 (first round's tests at depth 3: 11.8 -> 9.5 us; whole graphed search 171.7 ->
+    // 160.3 us, H200).
+    SparseReq sp;
 };
 
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in cuda/params.py must cover Smem");
@@ -178,7 +161,7 @@ static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radi
 #define PDL_LATE_WAIT 1
 #endif
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, MINB)
-fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
+fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
                   int V, const float* beam_scores, const i64* row_req, i64 R, int D, int k, int gtm, int count_all,
                   u64* __restrict__ cand, int* __restrict__ cand_child, u64* __restrict__ passed,
                   u64* __restrict__ grouped, u64* __restrict__ topsel,
@@ -198,17 +181,17 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     const int b = blockIdx.x / CL;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (!PDL_LATE_WAIT) GRID_DEP_WAIT();
-    // optional phase timestamps (benchmarks/gpu_fused_profile.py): prof[b * PROF_W + i], ns; slots 32 + 4 * rank on
-    // (rank < 8): that block's expand end, first-round test start and end, and first-round work list length
-#ifdef GTMKIT_EMU
-    #define STAMP(i) do { } while (0)
-    #define BSTAMP(j) do { } while (0)
-#else
+    // PROFILE: phase timestamps when prof is given, prof[b * PROF_W + i], ns; slots 32 + 4 * rank on (rank < 8):
+    // that block's expand end, first-round test start and end, and first-round work list length
+#if PROFILE && !defined(GTMKIT_EMU)
     #define STAMP(i) do { if (prof && rank == 0 && tid == 0) { u64 t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); prof[b * PROF_W + (i)] = (i64)t_; } } while (0)
     #define BSTAMP(j) do { if (prof && rank < 8 && tid == 0) { u64 t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); prof[b * PROF_W + 32 + 4 * rank + (j)] = (i64)t_; } } while (0)
+#else
+    #define STAMP(i) do { } while (0)
+    #define BSTAMP(j) do { } while (0)
 #endif
     STAMP(0);
-#ifndef GTMKIT_EMU
+#if PROFILE && !defined(GTMKIT_EMU)
     if (prof && tid == 0 && rank < 8) {  // which SM each block runs on: do clusters share SMs?
         u32 sm_;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));
@@ -222,7 +205,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     // thread's binary search was a chain of log2(R) dependent loads, ~7 us at R = 16384.
     i64* s_lo = S.r_lo;
     i64* s_hi = S.r_hi;
-    if (USE_REQ_ROWS && req_rows) {
+    if (req_rows) {
         if (tid < 2) s_lo[tid] = req_rows[b + tid];
     } else {
         if (tid < 2) { s_lo[tid] = 0; s_hi[tid] = R; }
@@ -277,14 +260,12 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     // Log-probs are <= 0, so no candidate beats its row's beam score: the best live beam score bounds
     // the request's scores and the bins need no pass over the candidates first. (Scores above it,
     // from inputs that are not log-probs, share bin 0: still exact, only less lazy.)
-    // TOP_R0: rows that come best first (rows_best_first: the graphed search hands each step the last one's
-    // ranked output) have it in their first row when that row is live: one load instead of a pass over all
-    // rows. Any top is exact (above it: bin 0), so a wrong flag costs laziness, never an answer.
-#if SPT
+    // Rows that come best first (rows_best_first: the graphed search hands each step the last one's ranked
+    // output) have it in their first row when that row is live: one load instead of a pass over all rows. Any
+    // top is exact (above it: bin 0), so a wrong flag costs laziness, never an answer.
     if (gtm) load_sparse_req(q, b, S.sp, tid, NT);  // (published by the barrier below)
-#endif
     bool scan = true;
-    if (TOP_R0 && rows_best_first) {
+    if (rows_best_first) {
         if (tid == 0) {
             const i64 n = r1 > r0 ? node_at(node_ids, nid64, r0) : -1;
             const float v = r1 > r0 ? beam_scores[r0] : 0.0f;
@@ -345,11 +326,11 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         __syncthreads();
         const u32 total = S.s_wtot;
         const int nr = nmine - x0 < NT ? nmine - x0 : NT;
-        if (WEXP && nr >= WEXP_MIN_ROWS && total >= (u32)WEXP_MIN_DEG * (u32)nr) {
+        if (nr >= WEXP_MIN_ROWS && total >= (u32)WEXP_MIN_DEG * (u32)nr) {
             // Wide rows (deep beams over dense levels): a warp per row, taken from a shared counter, its
             // lanes on consecutive children, so no candidate searches for its row (below: about a quarter
             // of the expand's instructions, ncu) and the row's values are loaded once per warp. Measured
-            // on the H200: ~4% off the whole search (benchmarks/results/step_gpu_profile.md).
+            // on the H200: ~4% off the whole search (benchmarks/tools/ab_gpu.py).
             for (;;) {
                 int x = 0;
                 if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
@@ -365,7 +346,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 u64* oc = my_cand + nc + off;
                 int* och = my_child + nc + off;
                 const int* ct = t.child_tokens + j0;
-                for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {  // warp-uniform bounds (warp_bin_add when HPLAIN=0)
+                for (u32 c0 = 0; c0 < deg; c0 += EU * 32) {
                     int tk[EU];
                     float sv[EU];
 #pragma unroll
@@ -385,7 +366,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                             och[c] = (int)(j0 + c + 1);
                             bn = bin_of<FB>(cc, top);
                         }
-                        bin_add(S.cum, bn, lane, HPLAIN >= 1);
+                        bin_add(S.cum, bn);
                     }
                 }
             }
@@ -396,7 +377,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         // EU candidates a thread per pass, each phase's loads issued for all of them before any is
         // used: one candidate at a time would put a token load and a log-prob gather back to back on
         // the critical path of every candidate.
-        for (u32 f0 = 0; f0 < total; f0 += EU * NT) {  // whole warps iterate together (warp_bin_add, HPLAIN < 2)
+        for (u32 f0 = 0; f0 < total; f0 += EU * NT) {
             int xr[EU];
             i64 jj[EU];
             int tk[EU];
@@ -433,7 +414,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                     my_child[nc + f] = (int)(jj[u] + 1);
                     bn = bin_of<FB>(c, top);
                 }
-                bin_add(S.cum, bn, lane, HPLAIN >= 2);
+                bin_add(S.cum, bn);
             }
         }
         nc += total;
@@ -493,7 +474,13 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         }
         __syncthreads();
         const u32 nw = S.n_work;
-        if (n_rounds == 0) { STAMP(16); BSTAMP(1); if (prof && rank < 8 && tid == 0) prof[b * PROF_W + 35 + 4 * rank] = nw; }
+        if (n_rounds == 0) {
+            STAMP(16);
+            BSTAMP(1);
+#if PROFILE
+            if (prof && rank < 8 && tid == 0) prof[b * PROF_W + 35 + 4 * rank] = nw;
+#endif
+        }
         for (u32 base = 0; base < nw; base += NT) {
             u32 w = base + tid;
             bool pass = false;
@@ -504,12 +491,8 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 c = my_cand[i];
                 bn = bin_of<FB>(c, top);
                 i64 child = my_child[i];
-#if SPT
                 pass = !gtm || (S.sp.ok ? node_passes_by(t, child, NODE_DEPTH(child), SparseTest{t, S.sp})
                                         : node_passes_fast(t, q, b, child, NODE_DEPTH(child)));
-#else
-                pass = !gtm || node_passes_fast(t, q, b, child, NODE_DEPTH(child));
-#endif
             }
             unsigned ballot = __ballot_sync(0xffffffffu, pass);
             if (ballot) {
@@ -517,7 +500,7 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
                 if (lane == 0) at = atomicAdd(&S.n_pass, (u32)__popc(ballot));
                 at = __shfl_sync(0xffffffffu, at, 0);
                 if (pass) my_pass[at + __popc(ballot & ((1u << lane) - 1u))] = c;
-                bin_add(S.pcnt, pass ? bn : -1, lane, HPLAIN >= 2);
+                bin_add(S.pcnt, pass ? bn : -1);
             }
         }
         __syncthreads();
@@ -585,8 +568,8 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
         u64 c = i < np ? my_pass[i] : 0;
         int bn = i < np ? bin_of<FB>(c, top) : -1;
         if (bn > T) bn = -1;
-        // one remote atomic a lane: a warp's match of equal bins first cost more than it saved (GPLAIN=0 in session
-        // 16: 1.4% slower whole search, step_gpu_profile.md); the order within a bin does not matter (ranked below)
+        // one remote atomic a lane: a warp's match of equal bins first cost more than it saved (1.4% slower whole
+        // search, H200); the order within a bin does not matter (ranked below)
         if (bn >= 0) grp[S.cum[bn] + dsm_fetch_add(remote(&S.m_fill[bn], OWNER(bn)), 1u)] = c;
     }
     cluster_sync();
@@ -678,6 +661,8 @@ fused_step_kernel(const i64* TPR TP, const i64* TPR QP, const void* node_ids, in
     }
     if (rank == 0 && tid == 0) out_count[b] = !gtm ? C : (count_all ? passed_lo : -1);  // count_all tests every bin
     STAMP(12);
+#if PROFILE
     if (prof && rank == 0 && tid == 0) { prof[b * PROF_W + 13] = n_rounds; prof[b * PROF_W + 14] = crowded; prof[b * PROF_W + 15] = C; }
+#endif
     cluster_sync();  // a block's shared memory must outlive every remote access to it
 }

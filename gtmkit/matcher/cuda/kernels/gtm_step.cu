@@ -9,17 +9,12 @@
 #define NB 4096            // linear score bins of the select kernel (best first)
 #define SEL_CAP 2048       // most outputs a request can ask for (k <= SEL_CAP)
 #define RADIX 2048
-#ifndef SPT
-#define SPT 1              // GTM over the requests' SparseReq images (sparse_req.cuh); 0: node_passes, full rows
-#endif
 #include "gtm_common.cuh"
-
-#if SPT
 #include "sparse_req.cuh"
 
-// Why: node_passes loads A x W request and table words a partition, and a Bloom row a signature; the image
-// holds only the request's non-zero words (the same answer, sparse_req.cuh). Where the image did not fit
-// (ok == 0), or there is none (a QP without one), the full test.
+// GTM over the requests' SparseReq images. Why: the full test loads A x W request and table words a partition,
+// and a Bloom row a signature; the image holds only the request's non-zero words (the same answer,
+// sparse_req.cuh). Where the image did not fit (ok == 0), or there is none (a QP without one), the full test.
 __device__ __forceinline__ bool gtm_passes(const Trie& t, const Req& q, int b, const SparseReq* sp, i64 node, int depth) {
     return sp && sp->ok ? node_passes_by(t, node, depth, SparseTest{t, *sp}) : node_passes_fast(t, q, b, node, depth);
 }
@@ -31,7 +26,7 @@ __device__ __forceinline__ const SparseReq* sparse_of(const Req& q, int b) {
 
 // Request b's image in shared memory, for a block that serves request b alone (every thread calls it): the
 // table rows' divergent loads cannot evict it there, at the cost of a round trip and a barrier a block (0.7%
-// faster than reading it from global memory on the H200, benchmarks/results/step_gpu_variants_session18.md).
+// faster than reading it from global memory on the H200).
 __device__ __forceinline__ const SparseReq* block_sparse(const Req& q, int b, bool want) {
     __shared__ SparseReq sp;
     const bool use = want && q.sparse;
@@ -39,14 +34,6 @@ __device__ __forceinline__ const SparseReq* block_sparse(const Req& q, int b, bo
     __syncthreads();
     return use ? &sp : nullptr;
 }
-#else
-struct SparseReq;
-__device__ __forceinline__ bool gtm_passes(const Trie& t, const Req& q, int b, const SparseReq*, i64 node, int depth) {
-    return node_passes(t, q, b, node, depth);
-}
-__device__ __forceinline__ const SparseReq* sparse_of(const Req&, int) { return nullptr; }
-__device__ __forceinline__ const SparseReq* block_sparse(const Req&, int, bool) { return nullptr; }
-#endif
 
 // Row r is live for request b when its node is internal and row_req[r] == b (so a row whose row_req is out of
 // [0, B), or out of order on the device, where nothing checks it, is dead), and it contributes its first D

@@ -1,15 +1,12 @@
 // Exact post-filter on the GPU: the SIDs a beam search returned, expanded to ads through the SID->ad
-// map, keeping the ads whose targeting admits the request (docs/design.md §2, same test as gtmkit/matcher/exact.py).
-// NVRTC: built-in types only.
+// map, keeping the ads whose targeting admits the request (docs/design.md §2, same test as
+// gtmkit/targeting/exact.py). NVRTC: built-in types only.
 //
-// Two launches instead of one block per request: eligibility is a chain of dependent loads (bitmask
-// row, then binary searches in the Bloom attributes' code lists), so the first kernel spreads the SIDs'
-// ads over the whole GPU, about one ad a thread, and remembers each SID's verdicts as bits; the second, one
-// block per request, only scans the counts and writes the ads, without testing anything again.
+// Not one block per request: eligibility is a chain of dependent loads (bitmask row, then binary searches
+// in the Bloom attributes' code lists), so post_kernel spreads the SIDs' ads over the whole GPU, about one
+// ad a thread, in one launch (below).
 
 #include "gtm_common.cuh"
-
-#define FLAG_ADS 64   // verdicts kept as bits for up to this many ads of one SID; beyond, tested again
 
 struct AdIndex {
     const i64* sid_ad_offsets; const i64* sid_ad_ids; const int* ad_bitmask;
@@ -72,13 +69,11 @@ __device__ bool ad_eligible(const Trie& t, const Req& q, const AdIndex& ai, int 
     return true;
 }
 
-// A block of AL * SPB threads takes SPB consecutive SIDs (request b's m-th, x = b * M + m): how many of their ads
-// are eligible (0 for a -1 / non-leaf entry) and their verdicts, bit i for a SID's i-th ad (first FLAG_ADS ads).
-// The SIDs' ads are laid end to end and dealt to the block's threads in turn, so a thread tests about one ad
-// whatever the SIDs' sizes: with AL lanes per SID, the SID with the most ads (~25 of them beside a median of 1 on
-// the synth index) made its lanes test ~7 ads one after another, each a chain of dependent loads.
+// A block of AL threads a SID takes consecutive SIDs. Their ads are laid end to end and dealt to the block's
+// threads in turn, so a thread tests about one ad whatever the SIDs' sizes: with AL lanes per SID, the SID with
+// the most ads (~25 of them beside a median of 1 on the synth index) made its lanes test ~7 ads one after
+// another, each a chain of dependent loads.
 #define AL 4
-#define SPB_MAX 256   // SIDs per block at most (blockDim.x <= AL * SPB_MAX)
 // Leaves come as int64, or as int32 (leaves64 = 0) straight from the fused step's output nodes.
 __device__ __forceinline__ i64 leaf_at(const void* leaves, int leaves64, i64 x) {
     return leaves64 ? ((const i64*)leaves)[x] : (i64)((const int*)leaves)[x];
@@ -114,86 +109,11 @@ __device__ __forceinline__ int sid_at(const u32* start, int spb, u32 j) {
     return lo;
 }
 
-extern "C" __global__ void post_count_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const i64* __restrict__ AP, const void* leaves,
-                                             int leaves64, int B, int M, i64 first_leaf, int exact, int* counts,
-                                             u64* flags) {
-    __shared__ u32 s_start[SPB_MAX + 1];  // exclusive prefix of the SIDs' ad counts; [spb] = the block's total
-    __shared__ i64 s_a0[SPB_MAX];         // a SID's first ad
-    __shared__ u32 s_cnt[SPB_MAX];
-    __shared__ u64 s_bits[SPB_MAX];
-    __shared__ u32 warp_tot[32];
-    GRID_DEP_LAUNCH();
-    Trie t = load_trie(TP);
-    Req q = load_req(QP);
-    AdIndex ai = load_ads(AP);
-    GRID_DEP_WAIT();  // (PDL) the leaves are the last step's output
-    const int spb = (int)blockDim.x / AL;
-    const i64 x0 = (i64)blockIdx.x * spb, total_x = (i64)B * M;
-    if (threadIdx.x < spb) { s_cnt[threadIdx.x] = 0; s_bits[threadIdx.x] = 0; }
-    const i64 left = total_x - x0;
-    const u32 total = lay_out_ads(ai, leaves, leaves64, first_leaf, x0, left < spb ? (int)left : spb, spb, s_a0,
-                                  s_start, warp_tot);
-    for (u32 j = threadIdx.x; j < total; j += blockDim.x) {
-        const int lo = sid_at(s_start, spb, j);
-        const u32 i = j - s_start[lo];
-        const int b = (int)((x0 + lo) / M);
-        if (!exact || ad_eligible(t, q, ai, b, s_a0[lo] + i)) {
-            atomicAdd(&s_cnt[lo], 1u);
-            if (i < FLAG_ADS) atomicOr(&s_bits[lo], 1ull << i);
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x < spb && x0 + threadIdx.x < total_x) {
-        counts[x0 + threadIdx.x] = (int)s_cnt[threadIdx.x];
-        flags[x0 + threadIdx.x] = s_bits[threadIdx.x];
-    }
-}
-
-// Block b: exclusive scan of the per-SID counts (rank order), then each SID writes its eligible ads at
-// its offset. Output is padded per request ([B, cap_ads]); out_n[b] = number of eligible ads.
-extern "C" __global__ void __launch_bounds__(1024) post_fill_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const i64* __restrict__ AP, const void* leaves,
-                                                                    int leaves64, int M, i64 first_leaf, int exact, const int* counts,
-                                                                    const u64* flags, i64 cap_ads, i64* out_ads, int* out_rank,
-                                                                    i64* out_n) {
-    __shared__ u32 warp_tot[32];
-    GRID_DEP_LAUNCH();
-    Trie t = load_trie(TP);
-    Req q = load_req(QP);
-    AdIndex ai = load_ads(AP);
-    GRID_DEP_WAIT();  // (PDL) the counts and verdicts are post_count_kernel's
-    int b = blockIdx.x;
-    u32 carry = 0;
-    for (int m0 = 0; m0 < M; m0 += blockDim.x) {
-        int m = m0 + threadIdx.x;
-        i64 x = (i64)b * M + m;
-        u32 cnt = m < M ? (u32)counts[x] : 0u;
-        u32 incl = block_scan(cnt, warp_tot);
-        i64 pos = (i64)carry + incl - cnt;
-        if (cnt) {
-            i64 s = leaf_at(leaves, leaves64, x) - first_leaf, a0 = ai.sid_ad_offsets[s], a1 = ai.sid_ad_offsets[s + 1];
-            u64 bits = flags[x];
-            for (i64 r = a0; r < a1; ++r) {
-                bool ok = r - a0 < FLAG_ADS ? ((bits >> (r - a0)) & 1ull) != 0 : (!exact || ad_eligible(t, q, ai, b, r));
-                if (!ok) continue;
-                if (pos < cap_ads) { out_ads[(i64)b * cap_ads + pos] = ai.sid_ad_ids[r]; out_rank[(i64)b * cap_ads + pos] = m; }
-                ++pos;
-            }
-        }
-        // every thread reads the block total from the last thread's inclusive value
-        __shared__ u32 s_tot;
-        if (threadIdx.x == blockDim.x - 1) s_tot = incl;
-        __syncthreads();
-        carry += s_tot;
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out_n[b] = carry;
-}
-
 // ---- the post-filter in one launch --------------------------------------------------------------------
-// A block takes SPB1 consecutive SIDs of one request (chunk c of its M / SPB1), tests their ads as
-// post_count_kernel does, publishes how many passed, adds up the counts the request's earlier chunks
-// published (a decoupled look-back: every chunk publishes before it looks, so the looks overlap) and writes
-// its ads at that offset: the second launch, its reload of the counts and its scan are gone. Chunks are
+// A block takes SPB1 consecutive SIDs of one request (chunk c of its M / SPB1), tests their ads, publishes how
+// many passed, adds up the counts the request's earlier chunks published (a decoupled look-back: every chunk
+// publishes before it looks, so the looks overlap) and writes its ads at that offset: no second launch to
+// scan the counts, none reloading them. Chunks are
 // numbered in the order blocks start (a ticket), so a chunk waits only on chunks already running; the block
 // that finishes last clears the tickets and the published counts for the next launch. state: u32 [2]
 // (tickets, blocks done) and u64 [B * chunks] (published counts, bit 63 set), all zero between launches.

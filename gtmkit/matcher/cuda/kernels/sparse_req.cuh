@@ -1,6 +1,7 @@
-// A request's GTM rows as the few words that matter, kept in shared memory by the fused step (gtm_fused.cu,
-// SPT) and read by the multi-kernel step (gtm_step.cu, SPT). NVRTC: built-in types only. Needs gtm_common.cuh
-// first. The host builds each request's image in this struct's byte layout (gtmkit/matcher/sparse_req.py, which must match: u64 arrays first, no padding).
+// A request's GTM rows as the few words that matter, kept in shared memory by the fused step (gtm_fused.cu) and
+// read by the multi-kernel step (gtm_step.cu). NVRTC: built-in types only. Needs gtm_common.cuh first. The host
+// builds each request's image in this struct's byte layout (cuda/sparse_req.py, which must match: u64 arrays
+// first, no padding).
 //
 // Why: partition_passes ANDs every bitmask attribute's request row with the node's row over all W words and
 // reloads the row for each attribute (A x W divergent loads a partition: 15 for the synth schema), and reloads

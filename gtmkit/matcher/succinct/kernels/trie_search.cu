@@ -6,7 +6,7 @@
 // barriers between phases (no kernel launches, grid syncs or host round trips). Why a cluster and not one
 // block: a step's phases are chains of dependent reads of trie words scattered over ~100 MB, and one SM
 // keeps too few of them in flight: at BW=K=1000 on a 10M-key trie (steps of up to ~6k pairs) the binary
-// searches took 61 us a query on one block and 30 us on a cluster of 8 (H200, trie_gpu_profile_h200.md;
+// searches took 61 us a query on one block and 30 us on a cluster of 8 (H200, benchmarks/tools/profile_trie.py;
 // step 0's ~12 us of child-range lookups did not shrink, for reasons not established). A NAR launch
 // may first prepare its proposal rows (prep_row, block r taking rows r, r + CL, ..). A step:
 // (A) every block: the live beams (AR and a launch's first step: from the live list in global memory;
@@ -47,29 +47,11 @@ typedef unsigned short u16;
 #ifndef NT
 #define NT 1024         // threads per block
 #endif
-// Diagnostics for benchmarks/trie_gpu_variants.py (same results, only slower or differently spread):
-// SORT2X sorts every prepared row twice (what the row sort costs on the critical path); SOLO0 runs step 0's
-// work items on block 0 alone (what spreading them over the cluster gains).
-#ifndef SORT2X
-#define SORT2X 0
-#endif
-#ifndef SOLO0
-#define SOLO0 0
-#endif
-// HASH0: a NAR search from the root prepares its first row through a shared hash table instead of the
-// sort (step 0 looks its proposals up in the root directory: it needs them deduplicated, not ordered); the
-// row stays in its proposal slots in shared memory (-1 for a dropped or repeated proposal), and block 0 runs
-// step 0 alone, a slot a thread, while the other blocks sort the later rows. The sort was ~8 us before
-// step 0 (SORT2X), block 0 alone costs ~0.5 us (SOLO0; benchmarks/results/trie_gpu_variants_h200.md).
-#ifndef HASH0
-#define HASH0 1
-#endif
-// ROWN1: a NAR step reads its row's proposal count once, with the row itself, rather than again for each
-// beam after the previous step's candidates are in (a second L2 round trip in phase A's chain; within noise
-// alone, 1.017x in a run with another change: trie_gpu_variants_h200.md session 10, run 2).
-#ifndef ROWN1
-#define ROWN1 1
-#endif
+// A NAR search from the root prepares its first row through a shared hash table instead of the sort
+// (hash0 below; step 0 looks its proposals up in the root directory: it needs them deduplicated, not
+// ordered); the row stays in its proposal slots in shared memory (-1 for a dropped or repeated proposal), and
+// block 0 runs step 0 alone, a slot a thread, while the other blocks sort the later rows. The sort was ~8 us
+// before step 0 and block 0 alone costs ~0.5 us; a query took 135.6 -> 132.5 us (H200, 10M keys, BW=K=1000).
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
 #endif
@@ -132,9 +114,12 @@ static inline void st_release_sys(u32* p, u32 v) { __atomic_store_n(p, v, __ATOM
 static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 #endif
 
-// Compiled with -DTRIE_PROF (benchmarks/trie_gpu_profile.py only): block 0's thread 0 adds the time
-// since its previous mark to trie_prof[i] at each PROF_MARK(i), and counts into PROF_ADD.
-#ifdef TRIE_PROF
+// Compiled with -DPROFILE=1 (profiling tools only): block 0's thread 0 adds the time since its previous mark
+// to trie_prof[i] at each PROF_MARK(i), and counts into PROF_ADD.
+#ifndef PROFILE
+#define PROFILE 0
+#endif
+#if PROFILE
 // trie_prof[30] = the step being timed (8 = none: before and after the steps), [31] = the previous mark;
 // a mark's time also goes to trie_prof[32 + 10 * step + i] for steps < 8 (phases per step).
 __device__ u64 trie_prof[116];  // [112, 115): block 0's first prepared row: read, sort, write
@@ -314,10 +299,8 @@ __device__ __forceinline__ void prep_row(i64 row, const int* rows_in, int K, flo
         sb[i] = key;
     }
     PROF_MARK(112);
-    for (int again = 0; again <= SORT2X; ++again) {
-        if (n2 <= NT && 2 * n2 <= cap) block_sort_desc_reg(sb, n2);
-        else block_sort_desc(sb, n2);
-    }
+    if (n2 <= NT && 2 * n2 <= cap) block_sort_desc_reg(sb, n2);
+    else block_sort_desc(sb, n2);
     PROF_MARK(113);
     u32 carry = 0;
     for (u32 base = 0; base < n2; base += NT) {
@@ -406,13 +389,10 @@ __device__ __forceinline__ u32 fold_finished(u64* fin, u32 fc, u32 BW, u64* gbuf
 // [b, R, K]: beam p reads row t (nar) or row p (AR). init: start from the root. Step t normalises with
 // factors[t + 1 - fbase] (the host's float64 factors, so scores round as on the CPU); step last_step
 // builds no live list.
-#ifndef TPR
-// The trie and scratch pointer tables are never written: restrict lets the compiler reload their entries instead
-// of holding them in registers across the search (sm_90 spills 236 / 344 -> 128 / 160 bytes). TPR= (empty): without.
-#define TPR __restrict__
-#endif
+// (The trie and scratch pointer tables are never written: restrict lets the compiler reload their entries instead
+// of holding them in registers across the search; sm_90 spills 236 / 344 -> 128 / 160 bytes.)
 __device__ __forceinline__ void search_body(
-    const i64* TPR TP, const i64* TPR SP, const int* ptok, const float* plp, const int* pcnt, int R, int K, int nar,
+    const i64* __restrict__ TP, const i64* __restrict__ SP, const int* ptok, const float* plp, const int* pcnt, int R, int K, int nar,
     int t0, int t1, int last_step, int init, int finalize, float theta_sent, const double* factors, int fbase,
     i64* out_ids, float* out_scores, const int* rows_in, float theta_tok) {
 #ifdef GTMKIT_EMU
@@ -481,9 +461,10 @@ __device__ __forceinline__ void search_body(
     // the launch's factors, read once (they may be in pinned host memory: one read over the bus, not one a
     // step); the first NT are stored after the rows are prepared, so the two reads over the bus overlap
     const bool fac_smem = t1 - t0 <= FAC_CAP;
-    // HASH0's conditions, the same in every block: step 0 from the root with the proposals among the root's
-    // children (its degree >= K), no fold possible (W <= K), one work item a thread, the slots in s_tok
-    const bool hash0 = HASH0 && rows_in && nar && init && t0 == 0 && tr.rdeg >= (i64)K && fin_cap >= (i64)K &&
+    // hash0 (the first row hashed, top of file), when: step 0 from the root with the proposals among the root's
+    // children (its degree >= K), no fold possible (W <= K), one work item a thread, the slots in s_tok; the same
+    // in every block
+    const bool hash0 = rows_in && nar && init && t0 == 0 && tr.rdeg >= (i64)K && fin_cap >= (i64)K &&
                        K <= NT && K <= TOK_CAP;
     const double fac0 = fac_smem && (int)threadIdx.x < t1 - t0 ? factors[t0 + 1 - fbase + threadIdx.x] : 0.0;
     if (rows_in) {  // NAR: the query's proposal rows prepared here, block `rank` taking rows rank, rank + CL, ..
@@ -541,13 +522,14 @@ __device__ __forceinline__ void search_body(
         u32 row_n = 0, nar_n = 0;
         int tok0 = 0;
         float lp0 = 0.0f;
-        const bool idle0 = hash0 && t == t0 && rank != 0;  // HASH0: not this block's step (its row is not ready)
-        const bool raw = hash0 && t == t0;  // HASH0: the row is in s_tok / s_lp already, K slots
+        const bool idle0 = hash0 && t == t0 && rank != 0;  // hash0: not this block's step (its row is not ready)
+        const bool raw = hash0 && t == t0;  // hash0: the row is in s_tok / s_lp already, K slots
         if (nar && !idle0 && !raw) {
             nar_n = (u32)LDCG(pcnt + nar_row);  // prepared by this launch's cluster: read past L1
             row_n = row_smem ? nar_n : 0u;
-            // (ROWN1: the row's first NT slots, kept or not, loaded with its count instead of after it)
-            if (row_smem && threadIdx.x < (ROWN1 ? (u32)K : row_n)) {
+            // the row's first NT slots, kept or not, loaded with its count instead of after it (the count is read
+            // once, here, not again for each beam once the previous step's candidates are in)
+            if (row_smem && threadIdx.x < (u32)K) {
                 tok0 = LDCG(ptok + nar_row * K + threadIdx.x);
                 lp0 = LDCG(plp + nar_row * K + threadIdx.x);
             }
@@ -591,7 +573,7 @@ __device__ __forceinline__ void search_body(
             u32 p = base + threadIdx.x;
             u32 work = 0;
             if (p < nl) {
-                u32 n = idle0 ? 0u : raw ? (u32)K : (ROWN1 && nar) ? nar_n
+                u32 n = idle0 ? 0u : raw ? (u32)K : nar ? nar_n
                       : (u32)LDCG(pcnt + q * R + (nar ? t : (int)p));  // prepared by any block
                 u32 deg;
                 if (from_cand) {
@@ -647,7 +629,7 @@ __device__ __forceinline__ void search_body(
         // round of items a thread, so B2 runs in the same round as the B1 that found the match (a
         // separate B2 over a compacted match list cost a barrier and two dependent reads a step). Loop
         // bounds are warp-uniform so every lane reaches the warp_append ballots.
-        const bool solo = (SOLO0 || hash0) && t == t0 && init;  // (SOLO0: diagnostic)
+        const bool solo = hash0 && t == t0 && init;
         for (u32 base = solo ? (rank == 0 ? (threadIdx.x >> 5) * 32 : W) : (rank + CL * (threadIdx.x >> 5)) * 32;
              base < W; base += solo ? NT : NT * CL) {
             u32 w = base + lane;
@@ -677,7 +659,7 @@ __device__ __forceinline__ void search_body(
                     k = i;                                            // one read of the root directory
                     const i64 tok = toks[k];
                     match = false;
-                    if (tok >= 0 && tok < tr.rnbits) {  // (HASH0: -1 marks a dropped slot)
+                    if (tok >= 0 && tok < tr.rnbits) {  // (hash0: -1 marks a dropped slot)
                         const u64 word = tr.rbits[tok >> 6];
                         const int bit = (int)(tok & 63);
                         match = (word >> bit) & 1ull;
@@ -869,7 +851,7 @@ __device__ __forceinline__ void search_body(
 }
 
 extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) search_kernel(
-    const i64* TPR TP, const i64* TPR SP, const int* ptok, const float* plp, const int* pcnt, int R, int K, int nar,
+    const i64* __restrict__ TP, const i64* __restrict__ SP, const int* ptok, const float* plp, const int* pcnt, int R, int K, int nar,
     int t0, int t1, int last_step, int init, int finalize, float theta_sent, const double* factors, int fbase,
     i64* out_ids, float* out_scores, const int* rows_in, float theta_tok) {
     search_body(TP, SP, ptok, plp, pcnt, R, K, nar, t0, t1, last_step, init, finalize, theta_sent, factors, fbase,
@@ -883,7 +865,7 @@ extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) searc
 // host. max_req > 0 ends it after that many requests (the CPU emulation's tests).
 #define SERVE_STOP 0xFFFFFFFFu
 extern "C" __global__ void __search_cluster__(CL) __launch_bounds__(NT, 1) serve_kernel(
-    const i64* TPR TP, const i64* TPR SP, const int* ptok, const float* plp, const int* pcnt, int R, int K,
+    const i64* __restrict__ TP, const i64* __restrict__ SP, const int* ptok, const float* plp, const int* pcnt, int R, int K,
     float theta_sent, const double* factors, i64* out_ids, float* out_scores, const int* rows_in, float theta_tok,
     u32* ctl, int max_req) {
     __shared__ u32 s_req;
