@@ -3,11 +3,15 @@ as one CUDA graph and replay it; compare with the eager search.
 
     python examples/cuda_graph.py             # needs a CUDA GPU and cupy
 """
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import cupy as cp
+try:
+    import cupy as cp
+except ImportError:
+    sys.exit("examples/cuda_graph.py needs CuPy and a CUDA GPU: pip install 'gtmkit[gpu]'")
 
 import gtmkit
 from gtmkit.matcher.cuda.graph import GraphedBeamSearch

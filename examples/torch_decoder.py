@@ -6,11 +6,17 @@ repeated per beam. Per-step beam sizes (1, 512, 1024, 1024). Tensors cross to gt
 
     python examples/torch_decoder.py          # needs a CUDA GPU, torch and cupy
 """
+import sys
 import tempfile
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+try:
+    import cupy  # noqa: F401  (the GPU matcher's arrays)
+    import torch
+    import torch.nn.functional as F
+except ImportError as exc:
+    sys.exit(f"examples/torch_decoder.py needs torch and CuPy ({(exc.name or str(exc)).split('.')[0]} is missing): "
+             "pip install torch 'gtmkit[gpu]'")
 
 import gtmkit
 from gtmkit.synth import synth_users, write_catalog

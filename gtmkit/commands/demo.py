@@ -8,9 +8,30 @@ from pathlib import Path
 
 import click
 
+from ..errors import GtmkitError
 from ._common import StderrProgress, echo_json, handle_errors
 from .eval import _print as print_eval
 from .stats import print_summary
+
+
+DEMO_FILES = ("catalog.parquet", "catalog.schema.json", "index")
+
+
+def check_workdir(work: Path, force: bool) -> None:
+    """A missing or empty folder is used as is; any other only with --force, which replaces the demo's
+    own files there (the index only if it is a gtmkit artifact) and touches nothing else."""
+    try:
+        entries = sorted(p.name for p in work.iterdir()) if work.exists() else []
+    except OSError as exc:
+        raise GtmkitError(f"{work}: cannot list the work folder ({exc.strerror or exc})") from None
+    if entries and not force:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise GtmkitError(f"{work}: not empty ({shown}); pass --force to write {', '.join(DEMO_FILES)} there, "
+                          "replacing those and leaving everything else alone")
+    for name in DEMO_FILES[:2]:
+        p = work / name
+        if p.is_symlink() or (p.exists() and not p.is_file()):
+            raise GtmkitError(f"{p}: not a regular file; refusing to replace it")
 
 
 @click.command("demo")
@@ -19,10 +40,11 @@ from .stats import print_summary
 @click.option("--users", "n_users", default=64, show_default=True, help="Users to evaluate.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep the catalog and index here [default: a temporary folder].")
+@click.option("-f", "--force", is_flag=True, help="Use a --workdir that is not empty, replacing its catalog and index.")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar.")
 @handle_errors
-def command(ads, seed, n_users, device, workdir, as_json, silent):
+def command(ads, seed, n_users, device, workdir, force, as_json, silent):
     """Synthesize an ad catalog, build its GTM index, print its statistics, evaluate CD-only against
     CD+GTM for synthetic users and run one request end to end.
 
@@ -31,6 +53,8 @@ def command(ads, seed, n_users, device, workdir, as_json, silent):
         gtmkit demo
         gtmkit demo --ads 1000000 --workdir demo/
     """
+    if workdir:
+        check_workdir(Path(workdir), force)
     from ..evaluate import evaluate
     from ..formats.output import check_output
     from ..indexer.build import build_index

@@ -74,6 +74,7 @@ def command(index_dir, n_users, users_file, seed, beams, logits, peak, device, r
 
     index = load_index(index_dir, verify=False)
     users = read_users_file(users_file, index) if users_file else synth_users_for(index, n_users, seed)
+    catalog = _sweep_catalog(index, catalog) if partition_sweep else None
     with StderrProgress(silent or as_json) as bar:
         result = evaluate(index, users, beams, logits, seed, device, recall_sample, peak, progress=bar)
         if partition_sweep:
@@ -90,13 +91,23 @@ def command(index_dir, n_users, users_file, seed, beams, logits, peak, device, r
                        f"{row['cd_pass_rate']:>14.2%}{row['recall']:>9.4f}")
 
 
+def _sweep_catalog(index, catalog):
+    """The sweep's catalog, checked before the first evaluation rather than after it."""
+    from ..errors import CatalogError
+    from ..formats.inputs import regular_file
+
+    if catalog:
+        return regular_file(catalog, CatalogError, "Parquet file")
+    recorded = index.manifest.get("source", {}).get("catalog")
+    if not recorded or not Path(recorded).is_file():
+        raise GtmkitError("--partition-sweep needs the catalog: pass --catalog (the index does not record an existing one)")
+    return recorded
+
+
 def _sweep(index, users, beams, logits, seed, device, recall_sample, peak, catalog, bar) -> list:
     from ..evaluate import evaluate
     from ..indexer.build import build_index
 
-    catalog = catalog or index.manifest.get("source", {}).get("catalog")
-    if not catalog or not Path(catalog).exists():
-        raise GtmkitError("--partition-sweep needs the catalog: pass --catalog (the index does not record an existing one)")
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="gtmkit-sweep-"))
     try:

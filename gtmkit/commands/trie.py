@@ -127,15 +127,30 @@ def stats(trie_dir, as_json):
     click.echo("arrays: " + "  ".join(f"{k} {v:,}" for k, v in s["array_bytes"].items()))
 
 
+NPZ_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive's first bytes: an .npz is one
+
+
 def _load_proposals(path):
-    regular_file(path, GtmkitError, "proposals .npz")
+    p = regular_file(path, GtmkitError, "proposals .npz")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with open(p, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise GtmkitError(f"{path}: cannot read proposals .npz ({exc.strerror or exc})") from None
+    if head not in NPZ_MAGIC:  # np.load would try it as .npy or pickle and say so
+        raise GtmkitError(f"{path}: not an .npz archive (expected arrays 'tokens' and 'logp', as written by "
+                          f"gtmkit synth proposals)")
+    try:
+        with np.load(p, allow_pickle=False) as z:
             if "tokens" not in z or "logp" not in z:
                 raise GtmkitError(f"{path}: need arrays 'tokens' and 'logp' (has {', '.join(z.files)})")
             tokens, logp = z["tokens"], z["logp"]
     except GtmkitError:
         raise
+    except ValueError as exc:
+        if "pickle" in str(exc):  # an object array: the member is not plain numbers
+            raise GtmkitError(f"{path}: 'tokens' and 'logp' must be numeric arrays, not Python objects") from None
+        raise GtmkitError(f"{path}: cannot read proposals .npz ({_why(exc)})") from None
     except Exception as exc:
         raise GtmkitError(f"{path}: cannot read proposals .npz ({_why(exc)})") from None
     if tokens.ndim != 3 or logp.shape != tokens.shape:

@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..errors import SchemaError
-from .inputs import parse_json, read_text, short_repr as _show, utf8_problem
+from ..errors import CatalogError, SchemaError
+from .inputs import parse_json, read_text, regular_file, short_repr as _show, utf8_problem
 
 PARTITION_MODES = ("none", "static", "dynamic")
 DEFAULT_TARGET_FILL = 0.5
@@ -292,6 +292,7 @@ def resolve_schema(catalog, schema=None) -> Schema:
         return load_schema(schema)
     if not isinstance(catalog, (str, os.PathLike)):
         raise SchemaError(f"catalog must be a path, got {type(catalog).__name__}")
+    regular_file(catalog, CatalogError, "Parquet file")  # a missing catalog is named as such, not as a missing schema
     beside = schema_beside(catalog)
     if not beside.exists():
         raise SchemaError(f"{catalog}: a schema is needed: pass --schema FILE (none found at {beside})")

@@ -40,10 +40,16 @@ class _Timer:
 
 
 def choose_partition(schema: Schema, partition, k, target_fill, k_max) -> PartitionSpec:
-    """Explicit arguments win; with none given, the schema's own partition setting applies."""
-    if (partition or "none") == "none" and k is None and target_fill is None and k_max is None:
-        return schema.partition
-    return make_partition(partition or "none", k, target_fill, k_max, schema.sid_length, "partition")
+    """Explicit arguments win; the schema's setting fills only what they leave out of the same mode."""
+    base = schema.partition
+    if partition is None and k is None and target_fill is None and k_max is None:
+        return base
+    mode = partition or base.mode
+    if mode == base.mode and mode != "none":  # e.g. --k-max alone keeps the schema's target_fill
+        k = base.k if k is None and mode == "static" else k
+        target_fill = base.target_fill if target_fill is None and mode == "dynamic" else target_fill
+        k_max = base.k_max if k_max is None and mode == "dynamic" else k_max
+    return make_partition(mode, k, target_fill, k_max, schema.sid_length, "partition")
 
 
 def _level_k(spec: PartitionSpec, depth: int) -> int:
@@ -54,12 +60,13 @@ def _level_k(spec: PartitionSpec, depth: int) -> int:
     return spec.k_max
 
 
-def build_index(catalog, out_dir, schema=None, partition="none", k=None, target_fill=None, k_max=None,
+def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fill=None, k_max=None,
                 progress: Progress = None, overwrite: bool = False):
     """Build the GTM index of a Parquet catalog into directory `out_dir` and return it loaded.
 
     schema: Schema, dict, JSON path, or None for `<stem>.schema.json` beside the catalog.
-    partition: "none" | "static" (k: one int per SID level, or one int) | "dynamic" (target_fill, k_max).
+    partition: "none" | "static" (k: one int per SID level, or one int) | "dynamic" (target_fill, k_max);
+    None keeps the schema's setting. Any argument given overrides the schema's.
     progress: optional callable (done, total, phase). overwrite=True replaces only a gtmkit artifact (any
     other file or folder at out_dir is refused). On error out_dir serves what it served before."""
     from ..index import load_index
