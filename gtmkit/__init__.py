@@ -2,6 +2,7 @@
 
 Offline `build_index` turns a Parquet ad catalog into an artifact; `load_index` opens it."""
 
+from . import _cache  # noqa: F401  (numba's cache folder, before any kernel module)
 from . import threads as _threads  # noqa: F401  (picks the numba threading layer first)
 from ._version import __version__
 from .errors import ArtifactError, CatalogError, GtmkitError, RequestError, SchemaError

@@ -81,7 +81,7 @@ def command(ads, seed, n_users, device, workdir, force, as_json, silent):
             echo_json({"synth_seconds": t_synth, "stats": index.stats(), "eval": ev, "match": example,
                        "seconds": total})
             return
-        click.echo(f"== synthesized {ads:,} ads in {t_synth:.1f} s: {catalog}")
+        click.echo(f"== synthesized {ads:,} ads in {t_synth:.1f} s (incl. compile on a first run): {catalog}")
         click.echo("== index statistics (gtmkit stats)")
         print_summary(index.stats())
         click.echo("\n== CD-only vs CD+GTM (gtmkit eval)")
@@ -91,4 +91,4 @@ def command(ads, seed, n_users, device, workdir, force, as_json, silent):
         click.echo(f"{example['sids_returned']} SIDs -> {example['eligible_ads']} eligible ads in {example['ms']:.1f} ms")
         for x in example["top"]:
             click.echo(f"  ad {x['ad_id']}  SID {tuple(x['sid'])}  score {x['score']:.3f}")
-        click.echo(f"\ndemo finished in {total:.1f} s")
+        click.echo(f"\ndemo finished in {total:.1f} s (incl. compile on a first run)")

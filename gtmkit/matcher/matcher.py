@@ -218,12 +218,13 @@ class Matcher:
         if leaves.shape[0] != q.size:
             raise GtmkitError(f"leaf_nodes must be [num_requests={q.size}, M], got {list(leaves.shape)}")
         counts = np.zeros(q.size, np.int64)
-        K.postfilter_count(self.arrays, q, leaves, self.first_leaf, exact, counts)
         offsets = np.zeros(q.size + 1, np.int64)
+        K.postfilter_kernel(self.arrays, q, leaves, self.first_leaf, exact, False, offsets,
+                            np.empty(0, np.int64), np.empty(0, np.int32), counts)
         np.cumsum(counts, out=offsets[1:])
         ads = np.empty(int(offsets[-1]), np.int64)
         rank = np.empty(int(offsets[-1]), np.int32)
-        K.postfilter_fill(self.arrays, q, leaves, self.first_leaf, exact, offsets, ads, rank)
+        K.postfilter_kernel(self.arrays, q, leaves, self.first_leaf, exact, True, offsets, ads, rank, counts)
         return [(ads[offsets[b]:offsets[b + 1]], rank[offsets[b]:offsets[b + 1]]) for b in range(q.size)]
 
     def postfilter_padded(self, leaf_nodes, requests, exact: bool = True):

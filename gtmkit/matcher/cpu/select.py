@@ -109,6 +109,67 @@ def _insertion_desc(a, lo, hi):
 
 
 @njit(cache=True, nogil=True)
+def _kth_smallest(a, n, kth):
+    """The kth smallest (0-based) of a[:n], the value np.partition(a[:n], kth)[kth] is; reorders a[:n].
+    A quickselect of our own: numba's np.partition and np.sort brought ~8 s of compile into every
+    kernel that links this module (their generic code is re-optimised in each caller)."""
+    lo, hi = 0, n - 1
+    while hi > lo:
+        mid = (lo + hi) >> 1
+        if a[mid] < a[lo]:  # median of three: sorted, reversed and uniform inputs stay O(n)
+            a[mid], a[lo] = a[lo], a[mid]
+        if a[hi] < a[lo]:
+            a[hi], a[lo] = a[lo], a[hi]
+        if a[hi] < a[mid]:
+            a[hi], a[mid] = a[mid], a[hi]
+        p = a[mid]
+        i, j = lo, hi
+        while i <= j:  # Hoare: both sides stop on values equal to p, so runs of ties split evenly
+            while a[i] < p:
+                i += 1
+            while p < a[j]:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if kth <= j:
+            hi = j
+        elif kth >= i:
+            lo = i
+        else:  # a[j+1:i] all equal p
+            return a[kth]
+    return a[kth]
+
+
+@njit(cache=True, nogil=True)
+def _heapsort_desc(a, lo, hi):
+    """Sort a[lo:hi] descending in place in O(n log n): a min-heap whose root goes to the end each round."""
+    n = hi - lo
+    for start in range((n >> 1) - 1, -1, -1):
+        _sift_min(a, lo, start, n)
+    for end in range(n - 1, 0, -1):
+        a[lo], a[lo + end] = a[lo + end], a[lo]
+        _sift_min(a, lo, 0, end)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sift_min(a, lo, i, n):
+    v = a[lo + i]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and a[lo + c + 1] < a[lo + c]:
+            c += 1
+        if not a[lo + c] < v:
+            break
+        a[lo + i] = a[lo + c]
+        i = c
+    a[lo + i] = v
+
+
+@njit(cache=True, nogil=True)
 def _emit(no, ct, node_ids, r0, row_start, comp, n, b, k, out_parent, out_token, out_node, out_score):
     """Request b's outputs from its passers' composites comp[:n], best first: the k best, -1 / -inf
     padded. A candidate's row and child come back from its index through the per-row offsets."""
@@ -162,11 +223,12 @@ def _sort_desc(buf, lo, hi):
     for bk in range(NB):  # start[bk] is now the end of bin bk
         b1 = start[bk]
         if b1 - b0 > 32:  # a crowded bin (many equal scores): a real sort, never quadratic
-            tmp[b0:b1] = np.sort(tmp[b0:b1])[::-1]
+            _heapsort_desc(tmp, np.int64(b0), np.int64(b1))
         else:
             _insertion_desc(tmp, b0, b1)
         b0 = b1
-    buf[lo:hi] = tmp
+    for x in range(n):
+        buf[lo + x] = tmp[x]
 
 
 @njit(cache=True, nogil=True)
@@ -201,9 +263,11 @@ def _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, 
                     v = np.float32(0.0)  # -0 ties +0, as in a float compare
                 if n == cap:  # full: raise the threshold to the want-th best kept, keep those >= it
                     sc = np.empty(n, np.float32)
+                    sel = np.empty(n, np.float32)  # reordered by the selection; sc stays aligned with buf
                     for z in range(n):
                         sc[z] = _score_of(buf[z])
-                    theta = max(theta, np.partition(sc, n - want)[n - want])
+                        sel[z] = sc[z]
+                    theta = max(theta, _kth_smallest(sel, np.int64(n), np.int64(n - want)))
                     m = 0
                     for z in range(n):
                         if sc[z] >= theta:
@@ -260,7 +324,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
                 mx = max(mx, v)
             c += 1
     NB = max(64, min(N_BUCKETS, C >> 2))  # fewer buckets for small requests: their fixed cost dominates
-    mn, mx, plus = _finite_range(score, C, mn, mx)
+    mn, mx, plus = _finite_range(score, np.int64(C), mn, mx)
     scale = (NB - 1) / (mx - mn) if mx > mn else 0.0
     cum = np.zeros(NB, np.int64)
     for i in range(C):
@@ -333,8 +397,10 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     comp = np.empty(ns, np.uint64)
     for x in range(ns):
         comp[x] = _composite(score[sel[x]], sel[x])
-    _sort_desc(comp, 0, ns)
-    _emit(no, ct, node_ids, r0, row_start, comp, ns, b, k, out_parent, out_token, out_node, out_score)
+    # counts passed as np.int64: a counter's first type in numba's inference is Literal[int](0), and
+    # a callee typed with it is compiled a second time (seconds of a first run)
+    _sort_desc(comp, np.int64(0), np.int64(ns))
+    _emit(no, ct, node_ids, r0, row_start, comp, np.int64(ns), b, k, out_parent, out_token, out_node, out_score)
 
 
 @njit(cache=True, nogil=True)
@@ -397,6 +463,7 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
         # left (a selection on the composites, no sort), taken from buf in its (row, token) order,
         # where neighbouring nodes share table rows and the cache serves them.
         nrem = nbuf
+        scratch = np.empty(nrem, np.uint64)
         while nrem > 0 and (npass < k or test_all):
             if not gtm:
                 m = min(nrem, k - npass)
@@ -404,7 +471,11 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
                 m = nrem
             else:
                 m = min(nrem, max(GTM_BATCH, int((k - npass) / rate * 1.15) + 1))
-            cut = np.partition(buf[:nrem], nrem - m)[nrem - m] if m < nrem else np.uint64(0)
+            cut = np.uint64(0)
+            if m < nrem:  # the selection reorders its input: buf keeps candidate order for the walk below
+                for z in range(nrem):
+                    scratch[z] = buf[z]
+                cut = _kth_smallest(scratch, np.int64(nrem), np.int64(nrem - m))
             keep = 0
             nq = 0
             x = 0  # row cursor: buf keeps candidate order, so the chunk's indices ascend
@@ -430,7 +501,10 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
                     for y in range(nq):
                         if qok[y]:
                             if npass == passed.shape[0]:  # a chunk may pass more than k: keep room
-                                passed = np.concatenate((passed, np.empty(passed.shape[0], np.uint64)))
+                                grown = np.empty(2 * passed.shape[0], np.uint64)
+                                for z2 in range(npass):
+                                    grown[z2] = passed[z2]
+                                passed = grown
                             passed[npass] = qc[y]
                             npass += 1
                     nq = 0
@@ -446,8 +520,9 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
     if gtm and ntested > 0 and depth >= 0:
         rate_hint[depth] = npass / ntested  # racy between requests on purpose: any recent rate will do
     out_count[b] = npass if test_all else (-1 if gtm else C)
-    _sort_desc(passed, 0, npass)
-    _emit(no, ct, node_ids, r0, row_start, passed, npass, b, k, out_parent, out_token, out_node, out_score)
+    _sort_desc(passed, np.int64(0), np.int64(npass))  # np.int64: see _select_buckets
+    _emit(no, ct, node_ids, r0, row_start, passed, np.int64(npass), b, k, out_parent, out_token, out_node,
+          out_score)
 
 
 BAND_FROM = 16384  # candidates of one request from which the band selection pays off (measured)

@@ -101,16 +101,11 @@ def _postfilter_request(t, q, b, leaves, first_leaf, exact, start, out_ads, out_
 
 
 @parallel_njit(cache=True)
-def postfilter_count(t, q, leaves, first_leaf, exact, counts):
-    dummy_ads, dummy_rank = np.empty(0, np.int64), np.empty(0, np.int32)
+def postfilter_kernel(t, q, leaves, first_leaf, exact, fill, offsets, out_ads, out_rank, counts):
+    """Per request b, the ads of the SIDs leaves[b, :] in rank order (ascending ad id within a SID),
+    exact-filtered: counts[b] = how many; with fill, also written from out_ads[offsets[b]] on. One kernel
+    for the count and the fill pass: each parallel kernel costs seconds of compile on a first run."""
     for b in prange(leaves.shape[0]):
         bb = np.int64(b)  # one signature for the callee (see step_kernel)
-        counts[bb] = _postfilter_request(t, q, bb, leaves, first_leaf, exact, 0, dummy_ads, dummy_rank, False)
-
-
-@parallel_njit(cache=True)
-def postfilter_fill(t, q, leaves, first_leaf, exact, offsets, out_ads, out_rank):
-    """Ads of the SIDs leaves[b, :] in rank order (ascending ad id within a SID), exact-filtered."""
-    for b in prange(leaves.shape[0]):
-        bb = np.int64(b)  # one signature for the callee (see step_kernel)
-        _postfilter_request(t, q, bb, leaves, first_leaf, exact, offsets[bb], out_ads, out_rank, True)
+        start = offsets[bb] if fill else np.int64(0)
+        counts[bb] = _postfilter_request(t, q, bb, leaves, first_leaf, exact, start, out_ads, out_rank, fill)

@@ -1,0 +1,63 @@
+"""First run: numba's cache lands in the per-user folder (or NUMBA_CACHE_DIR), never inside the package,
+and the CLI announces the first compile once."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gtmkit
+
+PKG = Path(gtmkit.__file__).resolve().parent
+ROOT = PKG.parent
+# a small cached kernel: compiles in about a second
+SCRIPT = ("import numpy as np, gtmkit; from gtmkit.matcher.cpu.select import _kth_smallest; "
+          "_kth_smallest(np.arange(5, dtype=np.float32), np.int64(5), np.int64(2))")
+
+
+def _run(env, *args):
+    env = {**{k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")},
+           "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=240)
+
+
+def _cache_files(folder):
+    return [p for p in Path(folder).rglob("*") if p.suffix in (".nbi", ".nbc")]
+
+
+def test_cache_goes_to_xdg_cache_home(tmp_path):
+    before = set(_cache_files(PKG))
+    r = _run({"XDG_CACHE_HOME": str(tmp_path)}, "-c", SCRIPT)
+    assert r.returncode == 0, r.stderr
+    v = sys.version_info
+    assert _cache_files(tmp_path / "gtmkit" / f"numba-{gtmkit.__version__}-py{v[0]}{v[1]}")
+    assert set(_cache_files(PKG)) == before  # nothing new inside the package
+
+
+def test_numba_cache_dir_is_honoured(tmp_path):
+    r = _run({"NUMBA_CACHE_DIR": str(tmp_path / "nb"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}, "-c", SCRIPT)
+    assert r.returncode == 0, r.stderr
+    assert _cache_files(tmp_path / "nb") and not (tmp_path / "xdg").exists()
+
+
+def test_numba_imported_first_still_uses_the_user_cache(tmp_path):
+    r = _run({"XDG_CACHE_HOME": str(tmp_path)}, "-c", "import numba; " + SCRIPT)
+    assert r.returncode == 0, r.stderr
+    assert _cache_files(tmp_path / "gtmkit")
+
+
+def test_cli_announces_the_first_compile_once(tmp_path):
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "nb")}
+    cli = ("-m", "gtmkit.cli")
+    r = _run(env, *cli, "synth", "keys", "-n", "300", "--vocab", "1000", "-o", str(tmp_path / "k.parquet"))
+    assert r.returncode == 0 and "compiling kernels" not in r.stderr, r.stderr  # compiles nothing
+    r = _run(env, *cli, "trie", "build", str(tmp_path / "k.parquet"), "-o", str(tmp_path / "t"), "-s")
+    assert r.returncode == 0, r.stderr
+    args = (*cli, "synth", "proposals", "--trie", str(tmp_path / "t"), "-b", "1", "-T", "3", "-K", "5", "-o")
+    first = _run(env, *args, str(tmp_path / "p1.npz"))
+    assert first.returncode == 0, first.stderr
+    assert "compiling kernels, once per install, ~" in first.stderr
+    second = _run(env, *args, str(tmp_path / "p2.npz"))
+    assert second.returncode == 0 and "compiling kernels" not in second.stderr, second.stderr
+    help_run = _run({"NUMBA_CACHE_DIR": str(tmp_path / "other")}, *cli, "demo", "--help")
+    assert help_run.returncode == 0 and "compiling kernels" not in help_run.stderr
