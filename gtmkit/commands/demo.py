@@ -87,8 +87,12 @@ def command(ads, seed, n_users, device, workdir, force, as_json, silent):
         click.echo("\n== CD-only vs CD+GTM (gtmkit eval)")
         print_eval(ev)
         u = {k: v for k, v in users[-1].items() if not k.startswith("_")}
+        click.echo("CD only: beams stay on SIDs that exist; CD+GTM: also on SIDs holding an ad the user's\n"
+                   "targeting admits. Pass rate: eligible share of the ads behind the SIDs; SID precision: per SID.")
         click.echo(f"\n== one request (gtmkit match): {u}")
         click.echo(f"{example['sids_returned']} SIDs -> {example['eligible_ads']} eligible ads in {example['ms']:.1f} ms")
         for x in example["top"]:
             click.echo(f"  ad {x['ad_id']}  SID {tuple(x['sid'])}  score {x['score']:.3f}")
         click.echo(f"\ndemo finished in {total:.1f} s (incl. compile on a first run)")
+        user = "'{\"country\": \"US\"}'"
+        click.echo(f"next: gtmkit match {work / 'index'} --user {user}  (README.md: the CLI and the Python API)")
