@@ -77,7 +77,8 @@ _register()
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     key = _pending["key"] = _command_key(argv)
-    if key in FIRST_COMPILE_SECONDS and not _marker(key).exists():
+    silent = any(a in ("-s", "--silent") for a in argv)  # -s: nothing on stderr but errors
+    if key in FIRST_COMPILE_SECONDS and not silent and not _marker(key).exists():
         click.echo(f"gtmkit: compiling kernels, once per install, ~{FIRST_COMPILE_SECONDS[key]} s", err=True)
     return cli.main(args=argv, prog_name="gtmkit")
 

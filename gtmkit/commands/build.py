@@ -29,7 +29,7 @@ def parse_k(ctx, param, value):
 @click.option("--k-max", type=int, help="Dynamic: most partitions per node.")
 @click.option("-f", "--force", is_flag=True, help="Replace an existing index directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar.")
+@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
 def command(catalog, out_dir, schema, partition, k, target_fill, k_max, force, as_json, silent):
     """Build the GTM index of an ad catalog.

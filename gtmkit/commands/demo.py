@@ -42,7 +42,7 @@ def check_workdir(work: Path, force: bool) -> None:
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep the catalog and index here [default: a temporary folder].")
 @click.option("-f", "--force", is_flag=True, help="Use a --workdir that is not empty, replacing its catalog and index.")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar.")
+@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
 def command(ads, seed, n_users, device, workdir, force, as_json, silent):
     """Synthesize an ad catalog, build its GTM index, print its statistics, evaluate CD-only against

@@ -53,7 +53,7 @@ def _print(r: dict) -> None:
 @click.option("--partition-sweep", is_flag=True, help="Rebuild with none/static/dynamic partitioning; pass rate vs storage.")
 @click.option("--catalog", type=click.Path(dir_okay=False), help="Catalog for --partition-sweep [default: the one the index was built from].")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar.")
+@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
 def command(index_dir, n_users, users_file, seed, beams, logits, peak, device, recall_sample, partition_sweep,
             catalog, as_json, silent):

@@ -53,7 +53,7 @@ def command():
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Parquet file to write; the schema goes to <stem>.schema.json beside it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar.")
+@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
 def catalog(n_ads, seed, vocab, sid_length, world_seed, bloom_bits, bloom_hashes, output, as_json, silent, **rates):
     """Write a synthetic ad catalog (Parquet) and its schema JSON.

@@ -69,7 +69,7 @@ def command():
 @click.option("--column", default="key", show_default=True, help="Parquet column of list<int> keys.")
 @click.option("-f", "--force", is_flag=True, help="Replace an existing trie directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar.")
+@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
 def build(keys, out_dir, column, force, as_json, silent):
     """Build a succinct trie from a Parquet column of integer lists.

@@ -12,7 +12,7 @@ from ._common import StderrProgress, echo_json, handle_errors
 @click.option("--catalog", type=click.Path(dir_okay=False), help="Recompute every SID path and ad row from this catalog.")
 @click.option("--schema", type=click.Path(dir_okay=False), help="Schema for --catalog [default: the index's own].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar.")
+@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
 def command(index_dir, catalog, schema, as_json, silent):
     """Check an index: manifest digest, checksums, every invariant the matchers rely on, matcher

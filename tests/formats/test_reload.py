@@ -258,7 +258,8 @@ def test_force_refuses_files_and_foreign_folders(tmp_path, catalogs, monkeypatch
     work = tmp_path / "work"
     (work / "index").mkdir(parents=True)
     (work / "index" / "data.csv").write_text("1,2\n")
-    _refused(tmp_path, ["demo", "--ads", 100, "--workdir", work, "-s"], "not a gtmkit artifact", [work])
+    _refused(tmp_path, ["demo", "--ads", 100, "--workdir", work, "-s"], "not empty", [work])
+    _refused(tmp_path, ["demo", "--ads", 100, "--workdir", work, "--force", "-s"], "not a gtmkit artifact", [work])
 
 
 def test_output_location_checks(tmp_path, catalogs):
