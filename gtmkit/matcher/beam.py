@@ -48,17 +48,18 @@ def beam_search(matcher, requests, logits_fn: Callable, beam_sizes=(1, 512, 1024
     logits_fn(step, prev_tokens int32 [R], parent_rows int32 [R]) -> log-probs [R, V]: the decoder
     first reorders its state by parent_rows (row of the previous step each row extends; -1 for a
     dead row, whose output is ignored), then feeds prev_tokens. Step 0 has one start row per request
-    (prev_tokens -1, parent_rows = request number). Step t runs on beam_sizes[t] rows per request and
-    keeps beam_sizes[t+1]; the last step keeps beam_sizes[-1] SIDs."""
+    (prev_tokens -1, parent_rows = request number) whatever beam_sizes[0] says: a wider start beam would
+    hold copies of that row, so (M,) * L is the same search as (1, M, ..., M), as generate(num_beams=M)
+    does. Step t runs on beam_sizes[t] rows per request and keeps beam_sizes[t+1]; the last step keeps
+    beam_sizes[-1] SIDs."""
     index = matcher.index
     L = index.sid_length
     try:
         sizes = [int_arg(x, "beam_sizes") for x in beam_sizes]
     except (GtmkitError, TypeError):
         sizes = []
-    if len(sizes) != L or sizes[0] != 1:
-        raise GtmkitError(f"beam_sizes must hold {L} positive integer sizes starting with 1 (one start row "
-                          f"per request), got {beam_sizes!r}")
+    if len(sizes) != L:
+        raise GtmkitError(f"beam_sizes must hold {L} positive integer sizes, got {beam_sizes!r}")
     gtm, postfilter = bool_arg(gtm, "gtm"), bool_arg(postfilter, "postfilter")
     count_candidates = bool_arg(count_candidates, "count_candidates")
     if not callable(logits_fn):
@@ -76,12 +77,11 @@ def beam_search(matcher, requests, logits_fn: Callable, beam_sizes=(1, 512, 1024
     beams = xp.zeros((L, B), xp.int64)
     seconds = np.zeros(L)  # host wall time per step (on the GPU: launch time, the device runs ahead)
     for t in range(L):
-        rows = sizes[t]
         t0 = time.perf_counter()
         logprobs = logits_fn(t, prev, parents)
         k = sizes[t + 1] if t + 1 < L else sizes[-1]
         st = matcher.step(node_ids, logprobs if gpu else as_numpy(logprobs), scores,
-                          xp.repeat(xp.arange(B, dtype=xp.int32), rows), q, k, gtm=gtm,
+                          xp.repeat(xp.arange(B, dtype=xp.int32), len(node_ids) // max(B, 1)), q, k, gtm=gtm,
                           count_candidates=count_candidates, max_children=int(index.max_degree[t]),
                           rows_best_first=True)  # one start row a request, then each step's ranked output
         seconds[t] = time.perf_counter() - t0

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import GtmkitError
 from .cpu import step as K
 from .cpu import select as select_cpu
+from .cpu.prefix import prefix_nodes_kernel
 from .args import bool_arg, check_kind, check_memory, floats, ids, int_arg
 from .arrays import stack_requests, trie_arrays
 from .cuda.params import FUSED_CLUSTER, FUSED_THREADS, step_settings
@@ -204,6 +205,30 @@ class Matcher:
         K.mask_kernel(self.arrays, q, node_ids, row_request, gtm, out)
         return out.view(np.int32)
 
+    def prefix_nodes(self, tokens, offsets=0, start: int = 0):
+        """Node recovery: int64 [R], the trie node of each row's SID prefix tokens[r, start:] (-1 when the
+        prefix is not in the trie: a token outside [0, V) or not a child). tokens: integers [R, S] (numpy, or
+        on the GPU also CuPy / torch CUDA tensors, read where they lie); offsets: an int subtracted from every
+        token, or one int per prefix position (tokens as a model's vocabulary holds them, e.g. TIGER-style
+        ranges per position). A prefix longer than L leads nowhere (-1). On the GPU the output is a CuPy
+        array and nothing waits for the device."""
+        start = int_arg(start, "start", lo=0)
+        check_kind(tokens, "tokens", "iu", "integers")
+        shape = tuple(getattr(tokens, "shape", np.shape(tokens)))
+        if len(shape) != 2 or start > shape[1]:
+            raise GtmkitError(f"tokens must be [R, S] integers with S >= start={start}, got shape {list(shape)}")
+        depth = shape[1] - start
+        offs = _offsets(offsets, depth)
+        if self.cuda is not None:
+            import cupy as cp
+            with _stream_of(tokens):
+                return self.cuda.prefix_nodes(_dev(tokens, "int64"), start, depth, cp.asarray(offs))
+        tokens = ids(tokens, "tokens", ndim=2)
+        out = np.empty(len(tokens), np.int64)
+        prefix_nodes_kernel(self.arrays.node_offsets, self.arrays.child_tokens, tokens, start, depth, offs,
+                            self.vocab_size, out)
+        return out
+
     def postfilter(self, leaf_nodes, requests, exact: bool = True) -> list:
         """Expand each request's SIDs (leaf_nodes [B, M], -1 padded) to ads and keep the exactly
         eligible ones. Returns per request (ad_ids int64, sid_rank int32): SID rank order, then ad id.
@@ -259,6 +284,16 @@ class Matcher:
             out = self.cuda.step(nodes, lp, lp_dtype, bs, rr, None, q, k, gtm, count_candidates, mc,
                                  rows_best_first=rows_best_first)
         return Step(*out)
+
+
+def _offsets(offsets, depth: int) -> np.ndarray:
+    """Per-position token offsets as int64 [max(depth, 1)]: an int repeated, or the first depth of a sequence."""
+    if isinstance(offsets, (int, np.integer)) and not isinstance(offsets, (bool, np.bool_)):
+        return np.full(max(depth, 1), int(offsets), np.int64)
+    offs = ids(offsets, "offsets")
+    if len(offs) < depth:
+        raise GtmkitError(f"offsets: {len(offs)} positions for prefixes of {depth} tokens")
+    return np.ascontiguousarray(offs[:max(depth, 1)]) if len(offs) else np.zeros(1, np.int64)
 
 
 def _is_torch(x) -> bool:

@@ -142,8 +142,13 @@ def test_beam_search_narrow_and_errors(tmp_path):
     reqs = [idx.encode_request({"country": "US"}), idx.encode_request({})]
     res = gtmkit.beam_search(m, reqs, _random_logits(idx.vocab_size, 4), (1, 2, 3))
     assert res.sids.shape == (2, 3, 3) and res.scores.shape == (2, 3) and np.all(res.beams <= [[2], [3], [3]])
-    with pytest.raises(gtmkit.GtmkitError, match="beam_sizes"):
-        gtmkit.beam_search(m, reqs, _random_logits(idx.vocab_size, 4), (2, 2, 2))
+    # a start beam wider than one row holds copies of the start: the same search, as generate(num_beams=M) runs it
+    wide = gtmkit.beam_search(m, reqs, _random_logits(idx.vocab_size, 5), (2, 2, 2))
+    narrow = gtmkit.beam_search(m, reqs, _random_logits(idx.vocab_size, 5), (1, 2, 2))
+    assert np.array_equal(wide.sids, narrow.sids) and np.array_equal(wide.scores, narrow.scores)
+    for bad in ((1, 2), (1, 0, 2), (1, 2.5, 2)):
+        with pytest.raises(gtmkit.GtmkitError, match="beam_sizes"):
+            gtmkit.beam_search(m, reqs, _random_logits(idx.vocab_size, 4), bad)
 
 
 def test_signed_zero_scores_tie(tmp_path):

@@ -222,9 +222,9 @@ template <class F> static void emu_launch(unsigned grid, unsigned grid_y, unsign
 KERNEL_RE = re.compile(r'extern "C" __global__ void\s+(?:__\w+__\([^)]*\)\s*)*(\w+)\(([^)]*)\)')
 # kernel parameter types -> what a launch must pass (a NumPy scalar type, or an array dtype for pointers;
 # None: any dtype)
-SCALARS = {"int": np.int32, "float": np.float32, "double": np.float64, "i64": np.int64}
+SCALARS = {"int": np.int32, "float": np.float32, "double": np.float64, "i64": np.int64, "u64": np.uint64}
 POINTEES = {"int": np.int32, "float": np.float32, "double": np.float64, "i64": np.int64, "u64": np.uint64,
-            "u32": np.uint32, "void": None}
+            "u32": np.uint32, "unsigned": np.uint32, "void": None, "char": None}
 
 
 def kernel_signatures(source: str) -> dict:

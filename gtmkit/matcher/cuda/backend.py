@@ -40,6 +40,7 @@ KERNEL_DIR = Path(__file__).with_name("kernels")
 KERNEL_FILE = KERNEL_DIR / "gtm_step.cu"
 FUSED_FILE = KERNEL_DIR / "gtm_fused.cu"
 POST_FILE = KERNEL_DIR / "postfilter.cu"
+PREFIX_FILE = KERNEL_DIR / "prefix.cu"
 POST_SIDS, POST_THREADS = 32, 128  # SIDs and threads a post-filter block (postfilter.cu: SPB1, NT1)
 MAX_K = 2048
 NB = 4096      # score bins (kernels/gtm_step.cu)
@@ -113,6 +114,7 @@ class CudaBackend:
             setattr(self, "k_" + name, self.mod.get_function(name + "_kernel"))
         self.sms = cp.cuda.Device().attributes["MultiProcessorCount"]
         self.k_post = load_module(POST_FILE).get_function("post_kernel")
+        self.k_prefix = None  # node recovery, compiled at its first use (decoder integrations only)
         if self.fused:
             self.load_fused()
         d = {name: cp.asarray(np.ascontiguousarray(getattr(t, name))) for name in t._fields if name != "jagged"}
@@ -310,6 +312,21 @@ class CudaBackend:
             self.k_mask(((R * 32 + 255) // 256,), (256,), (self.params, q.params, node_ids, row_req, np.int64(R),
                                                           np.int32(q.size), np.int32(words), np.int32(gtm), out))
         return out.view(cp.int32)
+
+    def prefix_nodes(self, tokens, start: int, depth: int, offsets):
+        """int64 [R]: the node each row's prefix tokens[:, start:start+depth] - offsets leads to, -1 if none.
+        tokens int64 [R, S] contiguous, offsets int64 [>= depth] on the device."""
+        if self.k_prefix is None:
+            self.k_prefix = load_module(PREFIX_FILE).get_function("prefix_nodes_kernel")
+        R = int(tokens.shape[0])
+        out = cp.empty(R, cp.int64)
+        if R:
+            d = self.d
+            self.k_prefix(((R + 255) // 256,), (256,), (
+                d["node_offsets"], d["child_tokens"], np.int64(d["node_offsets"].shape[0] - 1), tokens,
+                np.int64(tokens.shape[1]), np.int64(start), np.int32(depth), offsets, np.int64(self.vocab),
+                np.int64(R), out))
+        return out
 
     def postfilter_padded(self, leaves, q: DeviceBatch, exact: bool, out=None, scratch=None):
         """(ads int64 [B, cap], sid_rank int32 [B, cap], counts int64 [B]) with cap = M * max ads per SID;

@@ -1,0 +1,164 @@
+"""`SidMasker`: CD+GTM applied to a model's scores over its whole vocabulary, for decoders that mask rather
+than call `Matcher.step` (docs/design.md §8). Rows are recovered from their generated prefixes, so the masker
+holds no per-row state: the caller may reorder rows between calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from numba import prange
+
+from ..errors import GtmkitError
+from ..threads import parallel_njit
+
+KERNEL = Path(__file__).with_name("kernels") / "sid_mask.cu"
+# -inf's bit pattern by element width (float16 / bfloat16 share a width: their patterns differ)
+NEG_INF = {"float32": 0xFF800000, "float16": 0xFC00, "bfloat16": 0xFF80, "float64": 0xFFF0000000000000}
+
+
+@parallel_njit(cache=True)
+def block_scores_kernel(bits, neg_inf, words, nodes, offset, vocab, eos, eos_only):
+    """bits: the scores' elements as unsigned ints of their width [R, C]; element (r, c) becomes -inf unless
+    c = offset + v for a token v whose bit is set in words[r] (eos_only 0), or c == eos and nodes[r] >= 0
+    (eos_only 1). The CUDA form is kernels/sid_mask.cu."""
+    R, C = bits.shape
+    pattern = bits.dtype.type(neg_inf)
+    for r in prange(R):
+        for c in range(C):
+            if eos_only:
+                ok = c == eos and nodes[r] >= 0
+            else:
+                v = c - offset
+                ok = 0 <= v < vocab and (words[r, v >> 5] >> np.uint32(v & 31)) & np.uint32(1) != 0
+            if not ok:
+                bits[r, c] = pattern
+
+
+class SidMasker:
+    """Masks scores [R, model vocab] in place: row r serves request r // rows_per_request; its generated SID
+    tokens are tokens[r, prompt_len:] (model tokens, as `layout` places them). At depth d < L the allowed
+    columns are the SID children of the row's node that pass CD (+GTM when gtm); at d == L only the layout's
+    EOS (none without one); a row whose prefix is not in the trie gets every column masked."""
+
+    def __init__(self, matcher, requests, rows_per_request: int, layout, gtm: bool = True):
+        self.matcher = matcher
+        self.layout = layout.check(matcher.index)
+        self.batch = matcher.batch(requests)
+        if isinstance(rows_per_request, bool) or not isinstance(rows_per_request, (int, np.integer)) \
+                or rows_per_request < 1:
+            raise GtmkitError(f"num_beams must be a positive integer, got {rows_per_request!r}")
+        self.rows_per_request = int(rows_per_request)
+        self.gtm = bool(gtm)
+        self.offsets = self.layout.offsets_for(matcher.index.sid_length)
+        self._row_request = {}
+        self._kernel = None
+
+    def row_request(self, R: int):
+        rr = self._row_request.get(R)
+        if rr is None:
+            rr = np.arange(R, dtype=np.int64) // self.rows_per_request
+            if self.matcher.cuda is not None:
+                import cupy
+                rr = cupy.asarray(rr)
+            self._row_request[R] = rr
+        return rr
+
+    def __call__(self, tokens, scores, prompt_len: int):
+        R = int(tokens.shape[0])
+        want = self.batch.size * self.rows_per_request
+        if R != want or int(scores.shape[0]) != R:
+            raise GtmkitError(f"{R} rows of tokens and {int(scores.shape[0])} of scores; expected {self.batch.size} "
+                              f"requests x {self.rows_per_request} beams = {want}")
+        if int(scores.shape[1]) != self.layout.vocab_size:
+            raise GtmkitError(f"scores have {int(scores.shape[1])} columns, the layout's model vocabulary "
+                              f"{self.layout.vocab_size}")
+        depth = int(tokens.shape[1]) - int(prompt_len)
+        if depth < 0:
+            raise GtmkitError(f"prompt_len {prompt_len} is longer than the sequences ({int(tokens.shape[1])} tokens)")
+        m = self.matcher
+        if m.cuda is None:
+            self._mask(m, tokens, scores, R, depth, int(prompt_len))
+        else:
+            from ..matcher.matcher import _stream_of
+            with _stream_of(scores):  # every launch on the caller's torch stream (CuPy's current one otherwise)
+                self._mask(m, tokens, scores, R, depth, int(prompt_len))
+        return scores
+
+    def _mask(self, m, tokens, scores, R, depth, prompt_len):
+        L = m.index.sid_length
+        if depth <= L:
+            nodes = m.prefix_nodes(tokens, self.offsets[:depth] if depth else 0, start=prompt_len)
+        else:  # past the SID and its EOS: nothing is allowed
+            nodes = m.xp.full(R, -1, m.xp.int64)
+        eos_only = depth >= L
+        eos = self.layout.eos_token_id if (depth == L and self.layout.eos_token_id is not None) else -1
+        words = None if eos_only else m.mask(nodes, self.row_request(R), self.batch, self.gtm)
+        offset = 0 if eos_only else int(self.offsets[depth])
+        (self._block_cuda if m.cuda is not None else self._block_cpu)(scores, words, nodes, offset, eos, eos_only)
+
+    def _block_cpu(self, scores, words, nodes, offset, eos, eos_only):
+        bits, neg_inf = _host_bits(scores)
+        if words is None:
+            words = np.zeros((1, 1), np.int32)
+        block_scores_kernel(bits, neg_inf, words.view(np.uint32), nodes, offset, self.layout.sid_vocab, eos,
+                            eos_only)
+
+    def _block_cuda(self, scores, words, nodes, offset, eos, eos_only):
+        import cupy as cp
+
+        from ..matcher.cuda.backend import load_module
+        if self._kernel is None:
+            self._kernel = load_module(KERNEL).get_function("block_scores_kernel")
+        bits, neg_inf = _device_bits(scores)
+        R, C = bits.shape
+        if R * C == 0:
+            return
+        if words is None:
+            words = cp.zeros((1, 1), cp.int32)
+        self._kernel(((R * C + 255) // 256,), (256,), (
+            bits, np.int64(bits.strides[0] // bits.itemsize), np.int32(bits.itemsize), np.uint64(neg_inf),
+            np.int64(R), np.int64(C), words, np.int32(words.shape[1]), nodes, np.int64(offset),
+            np.int64(self.layout.sid_vocab), np.int64(eos), np.int32(eos_only)))
+
+
+def _dtype_name(x) -> str:
+    return str(x.dtype).replace("torch.", "")
+
+
+def _host_bits(scores):
+    """(the scores' memory as unsigned ints of their width [R, C], -inf's pattern); numpy arrays and CPU torch
+    tensors, written in place."""
+    name = _dtype_name(scores)
+    if name not in NEG_INF:
+        raise GtmkitError(f"scores must be float32, float16, bfloat16 or float64, got {name}")
+    if type(scores).__module__.startswith("torch"):
+        import torch
+        if scores.device.type != "cpu":
+            raise GtmkitError(f"scores are on {scores.device}: build the Matcher with device='cuda'")
+        width = {"float32": torch.int32, "float64": torch.int64}.get(name, torch.int16)
+        bits = scores.view(width).numpy()
+    else:
+        bits = np.asarray(scores).view({"float32": np.int32, "float64": np.int64}.get(name, np.int16))
+    if bits.ndim != 2:
+        raise GtmkitError(f"scores must be [rows, vocab], got shape {list(bits.shape)}")
+    return bits.view(np.dtype(f"u{bits.itemsize}")), NEG_INF[name]
+
+
+def _device_bits(scores):
+    """As _host_bits for CUDA torch tensors and CuPy arrays (a DLPack view of the same memory)."""
+    import cupy as cp
+    name = _dtype_name(scores)
+    if name not in NEG_INF:
+        raise GtmkitError(f"scores must be float32, float16, bfloat16 or float64, got {name}")
+    if type(scores).__module__.startswith("torch"):
+        import torch
+        if scores.device.type != "cuda":
+            raise GtmkitError(f"scores are on {scores.device}: a device='cuda' Matcher masks CUDA tensors")
+        width = {"float32": torch.int32, "float64": torch.int64}.get(name, torch.int16)
+        bits = cp.from_dlpack(scores.detach().view(width))
+    else:
+        bits = cp.asarray(scores)
+    if bits.ndim != 2 or (bits.shape[1] > 1 and bits.strides[1] != bits.itemsize):
+        raise GtmkitError(f"scores must be [rows, vocab] with contiguous rows, got shape {list(bits.shape)}")
+    return bits, NEG_INF[name]
