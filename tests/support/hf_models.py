@@ -62,7 +62,8 @@ class OneStep(torch.nn.Module):
         else:
             ids = first if tokens is None else tokens[:, None]
             out = m(input_ids=ids, use_cache=True, **{self.kw: cache})
-        return out.logits[:, -1], (first, getattr(out, "cache", None) or out.past_key_values)
+        cache = getattr(out, "cache", None)
+        return out.logits[:, -1], (first, out.past_key_values if cache is None else cache)
 
 
 def start_state(model, inputs):
