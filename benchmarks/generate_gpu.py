@@ -32,13 +32,19 @@ SPECIALS = 3
 
 
 class Timed:
-    """Wraps a callable: GPU time between CUDA events around each call, summed (ms)."""
+    """Wraps a callable: GPU time between CUDA events around each call, summed (ms); wall time on the CPU."""
 
     def __init__(self, fn, torch):
         self.fn, self.torch, self.events = fn, torch, []
+        self.gpu = torch.cuda.is_available()
 
     def __call__(self, *a, **kw):
         t = self.torch
+        if not self.gpu:
+            t0 = time.perf_counter()
+            out = self.fn(*a, **kw)
+            self.events.append(1e3 * (time.perf_counter() - t0))
+            return out
         s, e = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
         s.record()
         out = self.fn(*a, **kw)
@@ -47,8 +53,9 @@ class Timed:
         return out
 
     def ms(self):
-        self.torch.cuda.synchronize()
-        total = sum(s.elapsed_time(e) for s, e in self.events)
+        if self.gpu:
+            self.sync()
+        total = sum(x if not self.gpu else x[0].elapsed_time(x[1]) for x in self.events)
         self.events = []
         return total
 
@@ -76,6 +83,8 @@ def main():
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--prefix-fn-max-beams", type=int, default=1024, help="the prefix_allowed_tokens_fn row up to this width")
+    ap.add_argument("--hidden", type=int, default=2048, help="model width (16 heads; 128 a head at the default)")
+    ap.add_argument("--device", default="cuda", help="cuda; cpu only to try the script on a small index")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()
@@ -89,30 +98,43 @@ def main():
 
     index = gtmkit.load_index(args.index, verify=False)
     V, L, B = index.vocab_size, index.sid_length, args.requests
-    m = gtmkit.Matcher(index, device="cuda")
+    m = gtmkit.Matcher(index, device=args.device)
     reqs = [index.encode_request(u) for u in synth_users(index.manifest["schema"], B, seed=1)]
     layout = SidTokenLayout(SPECIALS, SPECIALS + V)
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=SPECIALS + V, hidden_size=2048, intermediate_size=5632, num_hidden_layers=3,
-                      num_attention_heads=16, num_key_value_heads=16, head_dim=128,
+    cfg = LlamaConfig(vocab_size=SPECIALS + V, hidden_size=args.hidden, intermediate_size=args.hidden * 11 // 4,
+                      num_hidden_layers=3, num_attention_heads=16, num_key_value_heads=16, head_dim=args.hidden // 16,
                       max_position_embeddings=args.context + L + 8, bos_token_id=0, eos_token_id=1, pad_token_id=0)
-    model = LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
-    x = torch.randint(SPECIALS, SPECIALS + V, (B, args.context), device="cuda")
+    model = LlamaForCausalLM(cfg).to(args.device, torch.bfloat16 if args.device == "cuda" else torch.float32).eval()
+    x = torch.randint(SPECIALS, SPECIALS + V, (B, args.context), device=args.device)
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     sizes = tuple(int(s) for s in args.beams.split(","))
 
     def timed(run):
         run()  # warm-up: compiles, allocates
-        torch.cuda.synchronize()
+        sync()
         best = None
         for _ in range(args.reps):
             t0 = time.perf_counter()
             out = run()
-            torch.cuda.synchronize()
+            sync()
             ms = 1e3 * (time.perf_counter() - t0)
             best = ms if best is None else min(best, ms)
         return best, out
 
     rows = []
+    result = {"benchmark": "generate_gpu", "date": datetime.date.today().isoformat(), "gpu": gpu_name(),
+              "command": "python " + " ".join(sys.argv), "torch": torch.__version__,
+              "transformers": __import__("transformers").__version__,
+              "index": {"sids": index.num_sids, "ads": index.num_ads}, "requests": B, "context": args.context,
+              "model": f"Llama, 3 layers, 16 heads x {args.hidden // 16}, {'bf16' if args.device == 'cuda' else 'fp32'}, "
+                       "vocabulary 3 + V", "rows": rows}
+    js, md = result_paths(args.out, "generate_gpu", args.host, result["gpu"] or "")
+
+    def save():
+        js.write_text(json.dumps(result, indent=1))
+        md.write_text(markdown(result))
+
     # per-step beam sizes through custom_generate, gtmkit's calls timed by CUDA events
     step, post = Timed(m.step, torch), Timed(m.postfilter, torch)
     m.step, m.postfilter = step, post
@@ -126,48 +148,53 @@ def main():
     rows.append({"route": "custom_generate", "beams": list(sizes), "ms": ms, "gtmkit_ms": ours,
                  "gtmkit_share": ours / ms, "eligible_ads_per_request": float(np.mean([len(a) for a, _ in res.ads]))})
     print(rows[-1], flush=True)
+    save()
 
-    trie = None
+    trie_box = []  # the GENRE-style trie, built at its first use
     for M in (int(s) for s in args.num_beams.split(",")):
-        kw = dict(num_beams=M, num_return_sequences=M, max_new_tokens=L, length_penalty=0.0, do_sample=False,
-                  early_stopping=False)
-        none_ms, _ = timed(lambda: model.generate(x, **kw))
-        proc = GTMLogitsProcessor(m, reqs, M, layout, prompt_len=args.context)
-        tp = Timed(proc.__call__, torch)
-        proc_ms, _ = timed(lambda: model.generate(x, logits_processor=[tp], **kw))
-        tp.ms()
-        model.generate(x, logits_processor=[tp], **kw)
-        proc_gpu = tp.ms()
-        row = {"route": "processor", "num_beams": M, "rows": B * M, "ms": proc_ms, "none_ms": none_ms,
-               "gtmkit_ms": proc_gpu, "gtmkit_share": proc_gpu / proc_ms, "per_step_us": 1e3 * proc_gpu / L}
-        if M <= args.prefix_fn_max_beams:
-            trie = trie or genre_trie(index)
-
-            def allowed(batch_id, sent):
-                d = trie
-                for t in sent[args.context:].tolist():
-                    d = d.get(t - SPECIALS, {})
-                return [SPECIALS + t for t in d] or [0]
-
-            t0 = time.perf_counter()
-            model.generate(x, prefix_allowed_tokens_fn=allowed, **kw)
-            torch.cuda.synchronize()
-            row["prefix_fn_ms"] = 1e3 * (time.perf_counter() - t0)
-            row["prefix_fn_constraint_ms"] = row["prefix_fn_ms"] - none_ms
-            row["speedup_vs_prefix_fn"] = row["prefix_fn_constraint_ms"] / max(proc_gpu, 1e-9)
-            row["speedup_vs_prefix_fn_whole"] = row["prefix_fn_ms"] / proc_ms
-        rows.append(row)
-        print(row, flush=True)
-
-    result = {"benchmark": "generate_gpu", "date": datetime.date.today().isoformat(), "gpu": gpu_name(),
-              "command": "python " + " ".join(sys.argv), "torch": torch.__version__,
-              "transformers": __import__("transformers").__version__,
-              "index": {"sids": index.num_sids, "ads": index.num_ads}, "requests": B, "context": args.context,
-              "model": "Llama, 3 layers, 16 heads x 128, bf16, vocabulary 3 + V", "rows": rows}
-    js, md = result_paths(args.out, "generate_gpu", args.host, result["gpu"])
-    js.write_text(json.dumps(result, indent=1))
-    md.write_text(markdown(result))
+        try:
+            rows.append(fixed_beams(args, model, x, m, reqs, layout, index, M, L, B, timed, torch, trie_box, sync))
+        except torch.cuda.OutOfMemoryError as e:
+            rows.append({"route": "processor", "num_beams": M, "rows": B * M, "error": f"out of GPU memory ({e})"[:200]})
+            torch.cuda.empty_cache()
+        print(rows[-1], flush=True)
+        save()
     print(markdown(result))
+
+
+def fixed_beams(args, model, x, m, reqs, layout, index, M, L, B, timed, torch, trie_box, sync):
+    """generate(num_beams=M): no constraint, GTMLogitsProcessor, and prefix_allowed_tokens_fn up to its width."""
+    from gtmkit.integrations.transformers import GTMLogitsProcessor
+    kw = dict(num_beams=M, num_return_sequences=M, max_new_tokens=L, length_penalty=0.0, do_sample=False,
+              early_stopping=False)
+    none_ms, _ = timed(lambda: model.generate(x, **kw))
+    proc = GTMLogitsProcessor(m, reqs, M, layout, prompt_len=args.context)
+    tp = Timed(proc.__call__, torch)
+    proc_ms, _ = timed(lambda: model.generate(x, logits_processor=[tp], **kw))
+    tp.ms()
+    model.generate(x, logits_processor=[tp], **kw)
+    proc_gpu = tp.ms()
+    row = {"route": "processor", "num_beams": M, "rows": B * M, "ms": proc_ms, "none_ms": none_ms,
+           "gtmkit_ms": proc_gpu, "gtmkit_share": proc_gpu / proc_ms, "per_step_us": 1e3 * proc_gpu / L}
+    if M <= args.prefix_fn_max_beams:
+        if not trie_box:
+            trie_box.append(genre_trie(index))
+        trie = trie_box[0]
+
+        def allowed(batch_id, sent):
+            d = trie
+            for t in sent[args.context:].tolist():
+                d = d.get(t - SPECIALS, {})
+            return [SPECIALS + t for t in d] or [0]
+
+        t0 = time.perf_counter()
+        model.generate(x, prefix_allowed_tokens_fn=allowed, **kw)
+        sync()
+        row["prefix_fn_ms"] = 1e3 * (time.perf_counter() - t0)
+        row["prefix_fn_constraint_ms"] = row["prefix_fn_ms"] - none_ms
+        row["speedup_vs_prefix_fn"] = row["prefix_fn_constraint_ms"] / max(proc_gpu, 1e-9)
+        row["speedup_vs_prefix_fn_whole"] = row["prefix_fn_ms"] / proc_ms
+    return row
 
 
 def markdown(r):
