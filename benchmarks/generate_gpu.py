@@ -54,7 +54,7 @@ class Timed:
 
     def ms(self):
         if self.gpu:
-            self.sync()
+            self.torch.cuda.synchronize()
         total = sum(x if not self.gpu else x[0].elapsed_time(x[1]) for x in self.events)
         self.events = []
         return total
