@@ -81,6 +81,8 @@ def main():
     ap.add_argument("--beams", default="1,512,1024,1024")
     ap.add_argument("--num-beams", default="64,1024", help="fixed beam widths of the generate() rows")
     ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--short-context", type=int, default=16,
+                    help="context of a fixed-beam row's retry when generate() runs out of memory at --context")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--prefix-fn-max-beams", type=int, default=1024, help="the prefix_allowed_tokens_fn row up to this width")
     ap.add_argument("--hidden", type=int, default=2048, help="model width (16 heads; 128 a head at the default)")
@@ -145,20 +147,26 @@ def main():
                    max_new_tokens=L)
     ours = step.ms() + post.ms()
     del m.step, m.postfilter  # the instance attributes go: the class's methods again
-    rows.append({"route": "custom_generate", "beams": list(sizes), "ms": ms, "gtmkit_ms": ours,
+    rows.append({"route": "custom_generate", "beams": list(sizes), "context": args.context, "ms": ms, "gtmkit_ms": ours,
                  "gtmkit_share": ours / ms, "eligible_ads_per_request": float(np.mean([len(a) for a, _ in res.ads]))})
     print(rows[-1], flush=True)
     save()
 
     trie_box = []  # the GENRE-style trie, built at its first use
     for M in (int(s) for s in args.num_beams.split(",")):
-        try:
-            rows.append(fixed_beams(args, model, x, m, reqs, layout, index, M, L, B, timed, torch, trie_box, sync))
-        except torch.cuda.OutOfMemoryError as e:
-            rows.append({"route": "processor", "num_beams": M, "rows": B * M, "error": f"out of GPU memory ({e})"[:200]})
+        for ctx in dict.fromkeys((args.context, args.short_context)):  # generate() expands the context to every row
+            try:
+                rows.append(fixed_beams(args, model, x[:, :ctx], m, reqs, layout, index, M, L, B, timed, torch,
+                                        trie_box, sync))
+                rows[-1]["context"] = ctx
+            except torch.cuda.OutOfMemoryError as e:
+                rows.append({"route": "processor", "num_beams": M, "rows": B * M, "context": ctx,
+                             "error": f"generate() out of GPU memory ({str(e)[:90]})"})
             torch.cuda.empty_cache()
-        print(rows[-1], flush=True)
-        save()
+            print(rows[-1], flush=True)
+            save()
+            if "error" not in rows[-1]:
+                break
     print(markdown(result))
 
 
@@ -168,7 +176,7 @@ def fixed_beams(args, model, x, m, reqs, layout, index, M, L, B, timed, torch, t
     kw = dict(num_beams=M, num_return_sequences=M, max_new_tokens=L, length_penalty=0.0, do_sample=False,
               early_stopping=False)
     none_ms, _ = timed(lambda: model.generate(x, **kw))
-    proc = GTMLogitsProcessor(m, reqs, M, layout, prompt_len=args.context)
+    proc = GTMLogitsProcessor(m, reqs, M, layout, prompt_len=x.shape[1])
     tp = Timed(proc.__call__, torch)
     proc_ms, _ = timed(lambda: model.generate(x, logits_processor=[tp], **kw))
     tp.ms()
@@ -183,7 +191,7 @@ def fixed_beams(args, model, x, m, reqs, layout, index, M, L, B, timed, torch, t
 
         def allowed(batch_id, sent):
             d = trie
-            for t in sent[args.context:].tolist():
+            for t in sent[x.shape[1]:].tolist():
                 d = d.get(t - SPECIALS, {})
             return [SPECIALS + t for t in d] or [0]
 
@@ -202,14 +210,18 @@ def markdown(r):
              f"Command: `{r['command']}`. torch {r['torch']}, transformers {r['transformers']}. Index: "
              f"{r['index']['sids']:,} SIDs, {r['index']['ads']:,} ads. B={r['requests']} requests, "
              f"{r['context']} context tokens. Model: {r['model']}.", "",
-             "| route | beams | rows | generate() ms | no constraint ms | gtmkit GPU ms | gtmkit share | "
+             "| route | beams | rows | context | generate() ms | no constraint ms | gtmkit GPU ms | gtmkit share | "
              "gtmkit us / step | prefix_allowed_tokens_fn ms | its constraint ms | gtmkit x faster (constraint) | "
-             "x faster (whole) |", "|" + "---|" * 12]
+             "x faster (whole) |", "|" + "---|" * 13]
     for w in r["rows"]:
         def g(k, f="{:.2f}"):
             return f.format(w[k]) if k in w else "n/a"
         beams = w.get("beams") or w.get("num_beams")
-        lines.append(f"| {w['route']} | {beams} | {g('rows', '{:,}')} | {g('ms')} | {g('none_ms')} | {g('gtmkit_ms')} | "
+        if "error" in w:
+            lines.append(f"| {w['route']} | {beams} | {g('rows', '{:,}')} | {g('context', '{}')} | {w['error']} |"
+                         + " |" * 8)
+            continue
+        lines.append(f"| {w['route']} | {beams} | {g('rows', '{:,}')} | {g('context', '{}')} | {g('ms')} | {g('none_ms')} | {g('gtmkit_ms')} | "
                      f"{g('gtmkit_share', '{:.1%}')} | {g('per_step_us', '{:.0f}')} | {g('prefix_fn_ms')} | "
                      f"{g('prefix_fn_constraint_ms')} | {g('speedup_vs_prefix_fn', '{:.0f}x')} | "
                      f"{g('speedup_vs_prefix_fn_whole', '{:.1f}x')} |")
