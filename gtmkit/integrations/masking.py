@@ -51,6 +51,9 @@ class SidMasker:
         self.rows_per_request = int(rows_per_request)
         self.gtm = bool(gtm)
         self.offsets = self.layout.offsets_for(matcher.index.sid_length)
+        if matcher.cuda is not None:  # uploaded once: a per-call upload would wait for the stream
+            import cupy
+            self._dev_offsets = cupy.asarray(self.offsets)
         self._row_request = {}
         self._kernel = None
 
@@ -88,7 +91,8 @@ class SidMasker:
     def _mask(self, m, tokens, scores, R, depth, prompt_len):
         L = m.index.sid_length
         if depth <= L:
-            nodes = m.prefix_nodes(tokens, self.offsets[:depth] if depth else 0, start=prompt_len)
+            offs = self._dev_offsets if m.cuda is not None else self.offsets[:depth]
+            nodes = m.prefix_nodes(tokens, offs if depth else 0, start=prompt_len)
         else:  # past the SID and its EOS: nothing is allowed
             nodes = m.xp.full(R, -1, m.xp.int64)
         eos_only = depth >= L
@@ -116,7 +120,7 @@ class SidMasker:
             return
         if words is None:
             words = cp.zeros((1, 1), cp.int32)
-        self._kernel(((R * C + 255) // 256,), (256,), (
+        self._kernel(((C + 255) // 256, min(R, 65535)), (256,), (
             bits, np.int64(bits.strides[0] // bits.itemsize), np.int32(bits.itemsize), np.uint64(neg_inf),
             np.int64(R), np.int64(C), words, np.int32(words.shape[1]), nodes, np.int64(offset),
             np.int64(self.layout.sid_vocab), np.int64(eos), np.int32(eos_only)))

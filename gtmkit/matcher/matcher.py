@@ -218,11 +218,10 @@ class Matcher:
         if len(shape) != 2 or start > shape[1]:
             raise GtmkitError(f"tokens must be [R, S] integers with S >= start={start}, got shape {list(shape)}")
         depth = shape[1] - start
-        offs = _offsets(offsets, depth)
         if self.cuda is not None:
-            import cupy as cp
             with _stream_of(tokens):
-                return self.cuda.prefix_nodes(_dev(tokens, "int64"), start, depth, cp.asarray(offs))
+                return self.cuda.prefix_nodes(_dev(tokens, "int64"), start, depth, _dev_offsets(offsets, depth))
+        offs = _offsets(offsets, depth)
         tokens = ids(tokens, "tokens", ndim=2)
         out = np.empty(len(tokens), np.int64)
         prefix_nodes_kernel(self.arrays.node_offsets, self.arrays.child_tokens, tokens, start, depth, offs,
@@ -294,6 +293,19 @@ def _offsets(offsets, depth: int) -> np.ndarray:
     if len(offs) < depth:
         raise GtmkitError(f"offsets: {len(offs)} positions for prefixes of {depth} tokens")
     return np.ascontiguousarray(offs[:max(depth, 1)]) if len(offs) else np.zeros(1, np.int64)
+
+
+def _dev_offsets(offsets, depth: int):
+    """Offsets on the device: a CuPy int64 array of >= depth entries as it is (no upload, so no wait for the
+    stream: a pageable host-to-device copy synchronises it), an int as a device fill, anything else uploaded."""
+    import cupy as cp
+    if isinstance(offsets, cp.ndarray) and offsets.dtype == cp.int64 and offsets.ndim == 1:
+        if offsets.shape[0] < depth:
+            raise GtmkitError(f"offsets: {offsets.shape[0]} positions for prefixes of {depth} tokens")
+        return offsets if offsets.shape[0] else cp.zeros(1, cp.int64)
+    if isinstance(offsets, (int, np.integer)) and not isinstance(offsets, (bool, np.bool_)):
+        return cp.full(max(depth, 1), int(offsets), cp.int64)
+    return cp.asarray(_offsets(offsets, depth))
 
 
 def _is_torch(x) -> bool:

@@ -62,7 +62,7 @@ def test_block_scores_kernel_equals_numba(emu, dtype, name, eos_only):
     want = scores.copy()
     block_scores_kernel(want.view(f"u{want.itemsize}"), NEG_INF[name], words, nodes, offset, V, eos, eos_only)
     got = scores.copy()
-    launch(lib, sigs, "block_scores_kernel", (R * C + 127) // 128, 128, (
+    launch(lib, sigs, "block_scores_kernel", ((C + 31) // 32, 4), 32, (
         got, np.int64(C), np.int32(got.itemsize), np.uint64(NEG_INF[name]), np.int64(R), np.int64(C), words,
         np.int32(words.shape[1]), nodes, np.int64(offset), np.int64(V), np.int64(eos), np.int32(eos_only)))
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
