@@ -52,12 +52,16 @@ class Timed:
         self.events.append((s, e))
         return out
 
-    def ms(self):
+    def each(self) -> list:
+        """ms of every call since the last reading."""
         if self.gpu:
             self.torch.cuda.synchronize()
-        total = sum(x if not self.gpu else x[0].elapsed_time(x[1]) for x in self.events)
+        out = [x if not self.gpu else x[0].elapsed_time(x[1]) for x in self.events]
         self.events = []
-        return total
+        return out
+
+    def ms(self):
+        return sum(self.each())
 
 
 def genre_trie(index):
@@ -181,9 +185,11 @@ def fixed_beams(args, model, x, m, reqs, layout, index, M, L, B, timed, torch, t
     proc_ms, _ = timed(lambda: model.generate(x, logits_processor=[tp], **kw))
     tp.ms()
     model.generate(x, logits_processor=[tp], **kw)
-    proc_gpu = tp.ms()
+    calls = tp.each()
+    proc_gpu = sum(calls)
     row = {"route": "processor", "num_beams": M, "rows": B * M, "ms": proc_ms, "none_ms": none_ms,
-           "gtmkit_ms": proc_gpu, "gtmkit_share": proc_gpu / proc_ms, "per_step_us": 1e3 * proc_gpu / L}
+           "gtmkit_ms": proc_gpu, "gtmkit_share": proc_gpu / proc_ms, "per_step_us": 1e3 * proc_gpu / L,
+           "us_by_step": [round(1e3 * c, 1) for c in calls]}
     if M <= args.prefix_fn_max_beams:
         if not trie_box:
             trie_box.append(genre_trie(index))
@@ -211,7 +217,7 @@ def markdown(r):
              f"{r['index']['sids']:,} SIDs, {r['index']['ads']:,} ads. B={r['requests']} requests, "
              f"{r['context']} context tokens. Model: {r['model']}.", "",
              "| route | beams | rows | context | generate() ms | no constraint ms | gtmkit GPU ms | gtmkit share | "
-             "gtmkit us / step | prefix_allowed_tokens_fn ms | its constraint ms | gtmkit x faster (constraint) | "
+             "gtmkit us / step (by step) | prefix_allowed_tokens_fn ms | its constraint ms | gtmkit x faster (constraint) | "
              "x faster (whole) |", "|" + "---|" * 13]
     for w in r["rows"]:
         def g(k, f="{:.2f}"):
@@ -222,7 +228,7 @@ def markdown(r):
                          + " |" * 8)
             continue
         lines.append(f"| {w['route']} | {beams} | {g('rows', '{:,}')} | {g('context', '{}')} | {g('ms')} | {g('none_ms')} | {g('gtmkit_ms')} | "
-                     f"{g('gtmkit_share', '{:.1%}')} | {g('per_step_us', '{:.0f}')} | {g('prefix_fn_ms')} | "
+                     f"{g('gtmkit_share', '{:.1%}')} | {g('per_step_us', '{:.0f}')}{' (' + ', '.join(f'{u:.0f}' for u in w['us_by_step']) + ')' if 'us_by_step' in w else ''} | {g('prefix_fn_ms')} | "
                      f"{g('prefix_fn_constraint_ms')} | {g('speedup_vs_prefix_fn', '{:.0f}x')} | "
                      f"{g('speedup_vs_prefix_fn_whole', '{:.1f}x')} |")
     lines += ["", "Targets: gtmkit adds <= 3% to generate()'s time (gtmkit share); >= 50x faster than the "

@@ -18,10 +18,10 @@ NEG_INF = {"float32": 0xFF800000, "float16": 0xFC00, "bfloat16": 0xFF80, "float6
 
 
 @parallel_njit(cache=True)
-def block_scores_kernel(bits, neg_inf, words, nodes, offset, vocab, eos, eos_only):
+def block_scores_kernel(bits, neg_inf, words, words_div, nodes, offset, vocab, eos, eos_only):
     """bits: the scores' elements as unsigned ints of their width [R, C]; element (r, c) becomes -inf unless
-    c = offset + v for a token v whose bit is set in words[r] (eos_only 0), or c == eos and nodes[r] >= 0
-    (eos_only 1). The CUDA form is kernels/sid_mask.cu."""
+    c = offset + v for a token v whose bit is set in words[r // words_div] (eos_only 0), or c == eos and
+    nodes[r] >= 0 (eos_only 1). The CUDA form is kernels/sid_mask.cu."""
     R, C = bits.shape
     pattern = bits.dtype.type(neg_inf)
     for r in prange(R):
@@ -30,7 +30,7 @@ def block_scores_kernel(bits, neg_inf, words, nodes, offset, vocab, eos, eos_onl
                 ok = c == eos and nodes[r] >= 0
             else:
                 v = c - offset
-                ok = 0 <= v < vocab and (words[r, v >> 5] >> np.uint32(v & 31)) & np.uint32(1) != 0
+                ok = 0 <= v < vocab and (words[r // words_div, v >> 5] >> np.uint32(v & 31)) & np.uint32(1) != 0
             if not ok:
                 bits[r, c] = pattern
 
@@ -97,18 +97,27 @@ class SidMasker:
             nodes = m.xp.full(R, -1, m.xp.int64)
         eos_only = depth >= L
         eos = self.layout.eos_token_id if (depth == L and self.layout.eos_token_id is not None) else -1
-        words = None if eos_only else m.mask(nodes, self.row_request(R), self.batch, self.gtm)
+        div = 1
+        if eos_only:
+            words = None
+        elif depth == 0:  # every row of a request is at the root: one mask a request (beam search's M copies)
+            B = self.batch.size
+            words = m.mask(m.xp.zeros(B, m.xp.int64), m.xp.arange(B, dtype=m.xp.int64), self.batch, self.gtm)
+            div = self.rows_per_request
+        else:
+            words = m.mask(nodes, self.row_request(R), self.batch, self.gtm)
         offset = 0 if eos_only else int(self.offsets[depth])
-        (self._block_cuda if m.cuda is not None else self._block_cpu)(scores, words, nodes, offset, eos, eos_only)
+        (self._block_cuda if m.cuda is not None else self._block_cpu)(scores, words, div, nodes, offset, eos,
+                                                                      eos_only)
 
-    def _block_cpu(self, scores, words, nodes, offset, eos, eos_only):
+    def _block_cpu(self, scores, words, div, nodes, offset, eos, eos_only):
         bits, neg_inf = _host_bits(scores)
         if words is None:
             words = np.zeros((1, 1), np.int32)
-        block_scores_kernel(bits, neg_inf, words.view(np.uint32), nodes, offset, self.layout.sid_vocab, eos,
+        block_scores_kernel(bits, neg_inf, words.view(np.uint32), div, nodes, offset, self.layout.sid_vocab, eos,
                             eos_only)
 
-    def _block_cuda(self, scores, words, nodes, offset, eos, eos_only):
+    def _block_cuda(self, scores, words, div, nodes, offset, eos, eos_only):
         import cupy as cp
 
         from ..matcher.cuda.backend import load_module
@@ -122,7 +131,7 @@ class SidMasker:
             words = cp.zeros((1, 1), cp.int32)
         self._kernel(((C + 255) // 256, min(R, 65535)), (256,), (
             bits, np.int64(bits.strides[0] // bits.itemsize), np.int32(bits.itemsize), np.uint64(neg_inf),
-            np.int64(R), np.int64(C), words, np.int32(words.shape[1]), nodes, np.int64(offset),
+            np.int64(R), np.int64(C), words, np.int32(words.shape[1]), np.int64(div), nodes, np.int64(offset),
             np.int64(self.layout.sid_vocab), np.int64(eos), np.int32(eos_only)))
 
 

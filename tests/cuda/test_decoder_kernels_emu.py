@@ -51,8 +51,8 @@ def test_prefix_nodes_kernel_equals_numba(tmp_path, emu, seed):
 
 
 @pytest.mark.parametrize("dtype, name", [(np.float32, "float32"), (np.float16, "float16"), (np.float64, "float64")])
-@pytest.mark.parametrize("eos_only", [0, 1])
-def test_block_scores_kernel_equals_numba(emu, dtype, name, eos_only):
+@pytest.mark.parametrize("eos_only, div", [(0, 1), (0, 4), (1, 1)])
+def test_block_scores_kernel_equals_numba(emu, dtype, name, eos_only, div):
     rng = np.random.default_rng(7)
     lib, sigs = emu["mask"]
     R, C, V, offset, eos = 11, 75, 40, 5, 2
@@ -60,11 +60,11 @@ def test_block_scores_kernel_equals_numba(emu, dtype, name, eos_only):
     nodes = rng.integers(-1, 3, R).astype(np.int64)
     scores = rng.normal(size=(R, C)).astype(dtype)
     want = scores.copy()
-    block_scores_kernel(want.view(f"u{want.itemsize}"), NEG_INF[name], words, nodes, offset, V, eos, eos_only)
+    block_scores_kernel(want.view(f"u{want.itemsize}"), NEG_INF[name], words, div, nodes, offset, V, eos, eos_only)
     got = scores.copy()
     launch(lib, sigs, "block_scores_kernel", ((C + 31) // 32, 4), 32, (
         got, np.int64(C), np.int32(got.itemsize), np.uint64(NEG_INF[name]), np.int64(R), np.int64(C), words,
-        np.int32(words.shape[1]), nodes, np.int64(offset), np.int64(V), np.int64(eos), np.int32(eos_only)))
+        np.int32(words.shape[1]), np.int64(div), nodes, np.int64(offset), np.int64(V), np.int64(eos), np.int32(eos_only)))
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
     kept = np.isfinite(want)
     assert 0 < kept.sum() < R * C and np.array_equal(want[kept], scores[kept])

@@ -8,12 +8,13 @@ typedef long long i64;
 typedef unsigned long long u64;
 
 // Element (r, c) of scores (rows of row_stride elements) stays when column c is allowed for row r:
-//   eos_only = 0: c = offset + v with v in [0, vocab) and bit v of the row's mask words set;
+//   eos_only = 0: c = offset + v with v in [0, vocab) and bit v of mask row r / words_div set (words_div > 1:
+//                 rows that share one mask, e.g. every row of a request at the root);
 //   eos_only = 1: c == eos and nodes[r] >= 0 (a whole SID was generated; eos < 0 allows nothing).
 // Every other element becomes -inf.
 extern "C" __global__ void block_scores_kernel(char* __restrict__ scores, i64 row_stride, int elem_bytes,
                                                u64 neg_inf, i64 rows, i64 cols,
-                                               const unsigned* __restrict__ words, int n_words,
+                                               const unsigned* __restrict__ words, int n_words, i64 words_div,
                                                const i64* __restrict__ nodes, i64 offset, i64 vocab, i64 eos,
                                                int eos_only) {
     i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -24,7 +25,7 @@ extern "C" __global__ void block_scores_kernel(char* __restrict__ scores, i64 ro
             allowed = c == eos && nodes[r] >= 0;
         } else {
             i64 v = c - offset;
-            allowed = v >= 0 && v < vocab && ((words[r * n_words + (v >> 5)] >> (v & 31)) & 1u);
+            allowed = v >= 0 && v < vocab && ((words[(r / words_div) * n_words + (v >> 5)] >> (v & 31)) & 1u);
         }
         if (allowed) continue;
         char* p = scores + (r * row_stride + c) * elem_bytes;
