@@ -53,7 +53,9 @@ class SidMasker:
         self.offsets = self.layout.offsets_for(matcher.index.sid_length)
         if matcher.cuda is not None:  # uploaded once: a per-call upload would wait for the stream
             import cupy
-            self._dev_offsets = cupy.asarray(self.offsets)
+            # one spare position: a prefix longer than L reads offsets[L] before its walk fails at the leaf
+            self._dev_offsets = cupy.asarray(np.append(self.offsets, 0))
+        self._streams = {}
         self._row_request = {}
         self._kernel = None
 
@@ -83,10 +85,37 @@ class SidMasker:
         if m.cuda is None:
             self._mask(m, tokens, scores, R, depth, int(prompt_len))
         else:
-            from ..matcher.matcher import _stream_of
-            with _stream_of(scores):  # every launch on the caller's torch stream (CuPy's current one otherwise)
-                self._mask(m, tokens, scores, R, depth, int(prompt_len))
+            with self._stream(scores):  # every launch on the caller's torch stream (CuPy's current one otherwise)
+                if depth and m.cuda.mask_scores_fits():
+                    self._mask_fused(m, tokens, scores, R, depth, int(prompt_len))
+                else:
+                    self._mask(m, tokens, scores, R, depth, int(prompt_len))
         return scores
+
+    def _stream(self, x):
+        """The CuPy handle of the torch stream x's work goes to (kept: one per stream), else CuPy's current one."""
+        import contextlib
+        if not type(x).__module__.startswith("torch"):
+            return contextlib.nullcontext()
+        import torch
+        ts = torch.cuda.current_stream(x.device)
+        st = self._streams.get(ts.cuda_stream)
+        if st is None:
+            from ..matcher.matcher import _stream_of
+            st = self._streams[ts.cuda_stream] = _stream_of(x)
+        return st
+
+    def _mask_fused(self, m, tokens, scores, R, depth, prompt_len):
+        """Rows past the root: one launch (node recovery, CD+GTM children, -inf written), torch tensors by pointer."""
+        L = m.index.sid_length
+        toks, tok_stride = _device_ints(tokens)
+        bits, row_stride, width, neg_inf = _device_scores(scores)
+        eos_only = depth >= L
+        eos = self.layout.eos_token_id if (depth == L and self.layout.eos_token_id is not None) else -1
+        offset = 0 if eos_only else int(self.offsets[depth])
+        m.cuda.mask_scores(toks, tok_stride, prompt_len, min(depth, L + 1), self._dev_offsets, self.batch,
+                           self.rows_per_request, self.gtm, bits, row_stride, width, neg_inf, R,
+                           int(scores.shape[1]), offset, eos, eos_only)
 
     def _mask(self, m, tokens, scores, R, depth, prompt_len):
         L = m.index.sid_length
@@ -127,8 +156,7 @@ class SidMasker:
         R, C = bits.shape
         if R * C == 0:
             return
-        if words is None:
-            words = cp.zeros((1, 1), cp.int32)
+        words = cp.zeros((1, 1), cp.uint32) if words is None else words.view(cp.uint32)
         self._kernel(((C + 255) // 256, min(R, 65535)), (256,), (
             bits, np.int64(bits.strides[0] // bits.itemsize), np.int32(bits.itemsize), np.uint64(neg_inf),
             np.int64(R), np.int64(C), words, np.int32(words.shape[1]), np.int64(div), nodes, np.int64(offset),
@@ -156,6 +184,36 @@ def _host_bits(scores):
     if bits.ndim != 2:
         raise GtmkitError(f"scores must be [rows, vocab], got shape {list(bits.shape)}")
     return bits.view(np.dtype(f"u{bits.itemsize}")), NEG_INF[name]
+
+
+def _device_ints(tokens):
+    """(int64 tokens on the device, row stride): a torch tensor by its pointer (contiguous int64; else a copy),
+    anything else as a contiguous CuPy int64 array."""
+    if type(tokens).__module__.startswith("torch"):
+        import torch
+        if tokens.device.type != "cuda":
+            raise GtmkitError(f"input_ids are on {tokens.device}: a device='cuda' Matcher reads CUDA tensors")
+        t = tokens if tokens.dtype == torch.int64 and tokens.is_contiguous() else tokens.to(torch.int64).contiguous()
+        return np.uint64(t.data_ptr()), int(t.shape[1])
+    import cupy as cp
+    t = cp.ascontiguousarray(cp.asarray(tokens), dtype=cp.int64)
+    return t, int(t.shape[1])
+
+
+def _device_scores(scores):
+    """(the scores' memory: a torch tensor's pointer or a CuPy array, row stride in elements, element bytes,
+    -inf's bits) for writing -inf in place; rows must be contiguous."""
+    name = _dtype_name(scores)
+    if type(scores).__module__.startswith("torch"):
+        if name not in NEG_INF:
+            raise GtmkitError(f"scores must be float32, float16, bfloat16 or float64, got {name}")
+        if scores.device.type != "cuda":
+            raise GtmkitError(f"scores are on {scores.device}: a device='cuda' Matcher masks CUDA tensors")
+        if scores.dim() != 2 or (scores.shape[1] > 1 and scores.stride(1) != 1):
+            raise GtmkitError(f"scores must be [rows, vocab] with contiguous rows, got shape {list(scores.shape)}")
+        return np.uint64(scores.data_ptr()), int(scores.stride(0)), int(scores.element_size()), NEG_INF[name]
+    bits, neg_inf = _device_bits(scores)
+    return bits, int(bits.strides[0] // bits.itemsize), int(bits.itemsize), neg_inf
 
 
 def _device_bits(scores):

@@ -68,3 +68,39 @@ def test_block_scores_kernel_equals_numba(emu, dtype, name, eos_only, div):
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
     kept = np.isfinite(want)
     assert 0 < kept.sum() < R * C and np.array_equal(want[kept], scores[kept])
+
+
+@pytest.mark.parametrize("mode, kw", [("static", {"k": [2, 3, 2]}), ("dynamic", {"target_fill": 0.3, "k_max": 4})])
+def test_masker_on_the_device_path_equals_cpu(tmp_path, monkeypatch, mode, kw):
+    """SidMasker of a device='cuda' Matcher (CuPy stand-in, kernels on the emulation): the root's two launches and
+    the fused mask_scores_kernel below it write exactly what the CPU masker writes, EOS and dead rows included."""
+    from gtmkit.integrations.layout import SidTokenLayout
+    from gtmkit.integrations.masking import SidMasker
+
+    from support.catalogs import random_user
+    from support.fake_cupy import DevArray, installed
+
+    index, _, _ = _build(tmp_path, 3, mode, kw, n_ads=120, L=3, V=6)
+    rng = np.random.default_rng(4)
+    reqs = [index.encode_request(random_user(rng)) for _ in range(3)]
+    layout = SidTokenLayout([4, 10, 16], 24, eos_token_id=1)
+    beams, L = 4, index.sid_length
+    cpu = SidMasker(gtmkit.Matcher(index), reqs, beams, layout)
+    with installed(monkeypatch):
+        gpu = SidMasker(gtmkit.Matcher(index, device="cuda"), reqs, beams, layout)
+        offs = np.array([4, 10, 16, 0])
+        for depth in range(L + 2):
+            R = len(reqs) * beams
+            sid = rng.integers(-1, index.vocab_size + 1, (R, depth))
+            real = rng.integers(index.first_leaf, index.num_nodes, R)
+            for r in range(0, R, 2):
+                sid[r] = (list(index.leaf_sid(int(real[r]))) + [0])[:depth]
+            tokens = np.concatenate([np.zeros((R, 1), np.int64), sid + offs[:depth]], axis=1)
+            for dtype in (np.float32, np.float16):
+                scores = rng.normal(size=(R, layout.vocab_size)).astype(dtype)
+                want = cpu(tokens, scores.copy(), 1)
+                got = np.array(scores).view(DevArray)
+                gpu(tokens, got, 1)
+                assert np.array_equal(np.asarray(got).view(np.uint8), want.view(np.uint8)), (depth, dtype)
+            if depth < L:
+                assert np.isfinite(want).any()  # something was allowed: the comparison is not all -inf

@@ -46,7 +46,10 @@ MAX_K = 2048
 NB = 4096      # score bins (kernels/gtm_step.cu)
 ST = 8         # per-request state words
 ROUNDS = 4     # lazy-GTM rounds; the last one opens every remaining bin
-STEP_KERNELS = ("count", "base", "expand", "hist", "plan", "round", "replan", "finish", "count_pass", "gather", "mask")
+STEP_KERNELS = ("count", "base", "expand", "hist", "plan", "round", "replan", "finish", "count_pass", "gather", "mask",
+                "mask_scores")
+MASK_SCORES_WARPS = 8  # rows a block of mask_scores_kernel
+MASK_SCORES_SMEM = 48 * 1024  # its shared bitmasks, a warp's V/32 words each; wider vocabularies take the 3 launches
 _modules = {}
 _modules_lock = threading.Lock()
 PER_THREAD_STREAM = 2  # cudaStreamPerThread: each host thread's own stream behind one handle
@@ -327,6 +330,24 @@ class CudaBackend:
                 np.int64(tokens.shape[1]), np.int64(start), np.int32(depth), offsets, np.int64(self.vocab),
                 np.int64(R), out))
         return out
+
+    def mask_scores_fits(self) -> bool:
+        """Whether mask_scores_kernel's shared bitmasks fit this index's vocabulary."""
+        return MASK_SCORES_WARPS * 4 * (-(-self.vocab // 32)) <= MASK_SCORES_SMEM
+
+    def mask_scores(self, tokens, tok_stride: int, start: int, depth: int, offsets, q: DeviceBatch, rows_per_req: int,
+                    gtm: bool, scores, row_stride: int, elem_bytes: int, neg_inf: int, R: int, C: int, offset: int,
+                    eos: int, eos_only: bool):
+        """One launch: each row's node from its prefix, its CD(+GTM) children, -inf written into every column of
+        scores it may not take (docs/design.md §8). tokens and scores: device arrays or raw device pointers."""
+        if not R or not C:
+            return
+        words = -(-self.vocab // 32)
+        self.k_mask_scores(((R + MASK_SCORES_WARPS - 1) // MASK_SCORES_WARPS,), (32 * MASK_SCORES_WARPS,), (
+            self.params, q.params, tokens, np.int64(tok_stride), np.int64(start), np.int32(depth), offsets,
+            np.int64(rows_per_req), np.int32(q.size), np.int32(gtm), scores, np.int64(row_stride), np.int32(elem_bytes),
+            np.uint64(neg_inf), np.int64(R), np.int64(C), np.int64(offset), np.int64(self.vocab), np.int64(eos),
+            np.int32(eos_only), np.int32(words)), shared_mem=MASK_SCORES_WARPS * 4 * words)
 
     def postfilter_padded(self, leaves, q: DeviceBatch, exact: bool, out=None, scratch=None):
         """(ads int64 [B, cap], sid_rank int32 [B, cap], counts int64 [B]) with cap = M * max ads per SID;

@@ -359,3 +359,69 @@ extern "C" __global__ void mask_kernel(const i64* TP, const i64* QP, const i64* 
     }
 }
 
+
+// A model's scores masked in place, one warp per row (decoder integrations, docs/design.md §8): the row's node
+// is recovered from its SID prefix tokens[r * tok_stride + start + j] - offsets[j], j < depth (a token outside
+// [0, vocab) or not a child: no node); its children that pass CD (+GTM for request r / rows_per_req) set bits of
+// the warp's mask in shared memory (MS_WORDS words a warp, dynamic); then every column the row may not take is
+// set to -inf (neg_inf's bits in elem_bytes): columns offset + v of an allowed child token v stay, or with
+// eos_only column eos when the prefix is a whole SID. One launch instead of recovery, mask and write apart.
+extern "C" __global__ void __launch_bounds__(256) mask_scores_kernel(
+        const i64* TP, const i64* QP, const i64* tokens, i64 tok_stride, i64 start, int depth, const i64* offsets,
+        i64 rows_per_req, int B, int gtm, char* scores, i64 row_stride, int elem_bytes, u64 neg_inf, i64 R, i64 C,
+        i64 offset, i64 vocab, i64 eos, int eos_only, int words) {
+#ifdef GTMKIT_EMU
+    u32* ms_bits = (u32*)emu_dyn_smem();
+#else
+    extern __shared__ u32 ms_bits[];
+#endif
+    Trie t = load_trie(TP);
+    Req q = load_req(QP);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + warp;
+    if (r >= R) return;
+    u32* bits = ms_bits + warp * words;
+    i64 n = 0;  // every lane walks the same prefix: its loads are broadcasts
+    for (int j = 0; j < depth; ++j) {
+        i64 tok = tokens[r * tok_stride + start + j] - offsets[j];
+        if (tok < 0 || tok >= vocab || n >= t.n_internal) { n = -1; break; }
+        i64 lo = t.node_offsets[n], end = t.node_offsets[n + 1], hi = end;
+        while (lo < hi) {
+            i64 mid = (lo + hi) >> 1;
+            if (t.child_tokens[mid] < tok) lo = mid + 1; else hi = mid;
+        }
+        if (lo == end || t.child_tokens[lo] != tok) { n = -1; break; }
+        n = lo + 1;
+    }
+    const i64 rb = r / rows_per_req;
+    if (!eos_only) {
+        for (int w = lane; w < words; w += 32) bits[w] = 0u;
+        __syncwarp();
+        if (n >= 0 && n < t.n_internal && rb < B) {
+            const int d = depth_of(t, n) + 1;
+            const SparseReq* sp = gtm ? sparse_of(q, (int)rb) : nullptr;
+            for (i64 j = t.node_offsets[n] + lane; j < t.node_offsets[n + 1]; j += 32) {
+                if (!gtm || gtm_passes(t, q, (int)rb, sp, j + 1, d)) {
+                    int v = t.child_tokens[j];
+                    atomicOr(bits + (v >> 5), 1u << (v & 31));
+                }
+            }
+        }
+        __syncwarp();
+    }
+    char* row = scores + r * row_stride * elem_bytes;
+    for (i64 c = lane; c < C; c += 32) {
+        bool allowed;
+        if (eos_only) {
+            allowed = c == eos && n >= t.n_internal;
+        } else {
+            const i64 v = c - offset;
+            allowed = v >= 0 && v < vocab && ((bits[v >> 5] >> (v & 31)) & 1u);
+        }
+        if (allowed) continue;
+        char* p = row + c * elem_bytes;
+        if (elem_bytes == 4) *(u32*)p = (u32)neg_inf;
+        else if (elem_bytes == 2) *(unsigned short*)p = (unsigned short)neg_inf;
+        else *(u64*)p = neg_inf;
+    }
+}
