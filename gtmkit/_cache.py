@@ -19,6 +19,11 @@ def cache_dir() -> Path:
     return base / "gtmkit" / f"numba-{__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
 
 
+def compiled_marker(command: str) -> Path:
+    """The file whose presence says a command has run (and so compiled its kernels) with this cache."""
+    return cache_dir() / f"compiled-{command}"
+
+
 def use_user_cache() -> None:
     if not os.environ.get("NUMBA_CACHE_DIR"):
         os.environ["NUMBA_CACHE_DIR"] = str(cache_dir())

@@ -34,7 +34,7 @@ _pending = {"key": None}  # the command main() announced, marked compiled once i
 
 
 def _marker(key: str):
-    return _cache.cache_dir() / f"compiled-{key}"
+    return _cache.compiled_marker(key)
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)

@@ -34,6 +34,14 @@ def check_workdir(work: Path, force: bool) -> None:
             raise GtmkitError(f"{p}: not a regular file; refusing to replace it")
 
 
+def _first_cpu_run(device: str) -> bool:
+    from .._cache import compiled_marker
+    from ..matcher.matcher import cuda_available
+    if compiled_marker("demo").exists() or device == "cuda":
+        return False
+    return device == "cpu" or not cuda_available()
+
+
 @click.command("demo")
 @click.option("--ads", default=200_000, show_default=True, help="Ads in the synthetic catalog.")
 @click.option("--seed", default=0, show_default=True, help="Random seed of catalog, users and logits.")
@@ -61,7 +69,10 @@ def command(ads, seed, n_users, device, workdir, force, as_json, silent):
     from ..matcher.matcher import Matcher
     from ..synth import synth_users, write_catalog
     from .match import match_user
+    from . import _warmup
 
+    # a first run on the CPU: the evaluation's kernels compile in a second process while the catalog is built
+    warmup = _warmup.start() if _first_cpu_run(device) else None
     with tempfile.TemporaryDirectory(prefix="gtmkit-demo-") as tmp:
         work = Path(workdir or tmp)
         check_output(work / "index", overwrite=True)  # refused before anything is synthesized
@@ -74,6 +85,7 @@ def command(ads, seed, n_users, device, workdir, force, as_json, silent):
                                 overwrite=True)
             users = synth_users(index.manifest["schema"], n_users + 1, seed)
             device = Matcher(index, device=device).device
+            _warmup.finish(warmup)
             ev = evaluate(index, users[:n_users], seed=seed, device=device, progress=bar)
         example = match_user(index, users[-1], (1, 512, 1024, 1024), seed=seed, device=device, top=5)
         total = time.perf_counter() - t0

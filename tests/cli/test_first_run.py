@@ -61,3 +61,45 @@ def test_cli_announces_the_first_compile_once(tmp_path):
     assert second.returncode == 0 and "compiling kernels" not in second.stderr, second.stderr
     help_run = _run({"NUMBA_CACHE_DIR": str(tmp_path / "other")}, *cli, "demo", "--help")
     assert help_run.returncode == 0 and "compiling kernels" not in help_run.stderr
+
+
+def test_warmup_index_is_the_demos_layout():
+    """The tiny index the demo's first run warms up on loads as any artifact does, with the demo's partition."""
+    from gtmkit.commands._warmup import WARMUP_INDEX
+
+    with gtmkit.load_index(WARMUP_INDEX) as index:
+        assert index.partition_layout["kind"] == "fixed" and index.sid_length == 4 and index.vocab_size == 512
+        part = index.stats()["partition"]
+        assert (part["mode"], part["k"]) == ("static", [1, 4, 4, 2])
+
+
+# After the warm-up process, a demo-like evaluation and match compile nothing: every kernel they use is a cache
+# hit, so the warm-up compiled the types the demo needs (a mismatch would compile again, in the demo).
+EVAL_AFTER_WARMUP = """
+import json, tempfile
+import gtmkit
+from gtmkit.commands.match import match_user
+from gtmkit.evaluate import evaluate
+from gtmkit.matcher.cpu import step
+from gtmkit import evaluate as ev_mod
+from gtmkit.synth import synth_users, write_catalog
+tmp = tempfile.mkdtemp()
+catalog, _ = write_catalog(tmp + "/catalog.parquet", 2000, seed=3)
+index = gtmkit.build_index(catalog, tmp + "/index", partition="static", k=[1, 4, 4, 2])
+users = synth_users(index.manifest["schema"], 3, 1)
+evaluate(index, users[:2], device="cpu")
+match_user(index, users[-1], (1, 512, 1024, 1024), device="cpu", top=5)
+kernels = {"step": step.step_kernel, "postfilter": step.postfilter_kernel, "recall": ev_mod._recall}
+print(json.dumps({k: [len(f.stats.cache_hits), sum(f.stats.cache_misses.values())] for k, f in kernels.items()}))
+"""
+
+
+def test_warmup_compiles_what_the_demo_runs(tmp_path):
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "nb")}
+    r = _run(env, "-m", "gtmkit.commands._warmup")
+    assert r.returncode == 0, r.stderr
+    r = _run(env, "-c", EVAL_AFTER_WARMUP)
+    assert r.returncode == 0, r.stderr
+    import json
+    stats = json.loads(r.stdout.strip().splitlines()[-1])
+    assert all(hits >= 1 and misses == 0 for hits, misses in stats.values()), stats
