@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from .._bits import lower_bound
 from ..errors import ArtifactError
 from ..threads import parallel_njit
 from ..formats import index_format as fmt
@@ -55,13 +56,7 @@ def walk(node_offsets, child_tokens, sids):
             if node >= n_internal:
                 node = -1
                 break
-            a, b = node_offsets[node], node_offsets[node + 1]
-            while a < b:
-                m = (a + b) >> 1
-                if child_tokens[m] < t:
-                    a = m + 1
-                else:
-                    b = m
+            a = lower_bound(child_tokens, node_offsets[node], node_offsets[node + 1], t)
             if a < node_offsets[node + 1] and child_tokens[a] == t:
                 node = a + 1
             else:

@@ -167,20 +167,32 @@ def _dtype_name(x) -> str:
     return str(x.dtype).replace("torch.", "")
 
 
-def _host_bits(scores):
-    """(the scores' memory as unsigned ints of their width [R, C], -inf's pattern); numpy arrays and CPU torch
-    tensors, written in place."""
+def _checked(scores, device: str) -> tuple:
+    """(dtype name, whether a torch tensor) of scores whose dtype the masking writes and, for a torch tensor,
+    that lies on `device` ("cpu" for the CPU matcher, "cuda" for the GPU one)."""
     name = _dtype_name(scores)
     if name not in NEG_INF:
         raise GtmkitError(f"scores must be float32, float16, bfloat16 or float64, got {name}")
-    if type(scores).__module__.startswith("torch"):
+    is_torch = type(scores).__module__.startswith("torch")
+    if is_torch and scores.device.type != device:
+        raise GtmkitError(f"scores are on {scores.device}; a device={device!r} Matcher masks {device} tensors")
+    return name, is_torch
+
+
+def _int_view(x, name: str, ints):
+    """x's memory as signed ints of its width (ints: the torch or numpy module)."""
+    return x.view({"float32": ints.int32, "float64": ints.int64}.get(name, ints.int16))
+
+
+def _host_bits(scores):
+    """(the scores' memory as unsigned ints of their width [R, C], -inf's pattern); numpy arrays and CPU torch
+    tensors, written in place."""
+    name, is_torch = _checked(scores, "cpu")
+    if is_torch:
         import torch
-        if scores.device.type != "cpu":
-            raise GtmkitError(f"scores are on {scores.device}: build the Matcher with device='cuda'")
-        width = {"float32": torch.int32, "float64": torch.int64}.get(name, torch.int16)
-        bits = scores.view(width).numpy()
+        bits = _int_view(scores, name, torch).numpy()
     else:
-        bits = np.asarray(scores).view({"float32": np.int32, "float64": np.int64}.get(name, np.int16))
+        bits = _int_view(np.asarray(scores), name, np)
     if bits.ndim != 2:
         raise GtmkitError(f"scores must be [rows, vocab], got shape {list(bits.shape)}")
     return bits.view(np.dtype(f"u{bits.itemsize}")), NEG_INF[name]
@@ -203,12 +215,8 @@ def _device_ints(tokens):
 def _device_scores(scores):
     """(the scores' memory: a torch tensor's pointer or a CuPy array, row stride in elements, element bytes,
     -inf's bits) for writing -inf in place; rows must be contiguous."""
-    name = _dtype_name(scores)
-    if type(scores).__module__.startswith("torch"):
-        if name not in NEG_INF:
-            raise GtmkitError(f"scores must be float32, float16, bfloat16 or float64, got {name}")
-        if scores.device.type != "cuda":
-            raise GtmkitError(f"scores are on {scores.device}: a device='cuda' Matcher masks CUDA tensors")
+    name, is_torch = _checked(scores, "cuda")
+    if is_torch:
         if scores.dim() != 2 or (scores.shape[1] > 1 and scores.stride(1) != 1):
             raise GtmkitError(f"scores must be [rows, vocab] with contiguous rows, got shape {list(scores.shape)}")
         return np.uint64(scores.data_ptr()), int(scores.stride(0)), int(scores.element_size()), NEG_INF[name]
@@ -219,15 +227,10 @@ def _device_scores(scores):
 def _device_bits(scores):
     """As _host_bits for CUDA torch tensors and CuPy arrays (a DLPack view of the same memory)."""
     import cupy as cp
-    name = _dtype_name(scores)
-    if name not in NEG_INF:
-        raise GtmkitError(f"scores must be float32, float16, bfloat16 or float64, got {name}")
-    if type(scores).__module__.startswith("torch"):
+    name, is_torch = _checked(scores, "cuda")
+    if is_torch:
         import torch
-        if scores.device.type != "cuda":
-            raise GtmkitError(f"scores are on {scores.device}: a device='cuda' Matcher masks CUDA tensors")
-        width = {"float32": torch.int32, "float64": torch.int64}.get(name, torch.int16)
-        bits = cp.from_dlpack(scores.detach().view(width))
+        bits = cp.from_dlpack(_int_view(scores.detach(), name, torch))
     else:
         bits = cp.asarray(scores)
     if bits.ndim != 2 or (bits.shape[1] > 1 and bits.strides[1] != bits.itemsize):

@@ -16,7 +16,7 @@ except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"gtmkit.integrations.transformers needs transformers>=5 and torch: pip install 'gtmkit[hf]' "
                       f"({e})") from None
 
-from ..matcher.args import bool_arg, int_arg
+from ..matcher.args import beam_sizes_arg, bool_arg, int_arg
 from ..matcher.beam import Result
 from .layout import SidTokenLayout
 from .masking import SidMasker
@@ -83,7 +83,7 @@ def gtmkit_beam_search(model, input_ids, logits_processor=None, stopping_criteri
     layout = layout.check(index) if isinstance(layout, SidTokenLayout) else None
     if layout is None:
         raise GtmkitError("layout must be a SidTokenLayout")
-    sizes = _sizes(beam_sizes, L)
+    sizes = beam_sizes_arg(beam_sizes, L)
     gtm, postfilter = bool_arg(gtm, "gtm"), bool_arg(postfilter, "postfilter")
     q = matcher.batch(requests)
     B = int(input_ids.shape[0])
@@ -194,16 +194,6 @@ class _Rows:
             mask = mask.repeat_interleave(per_request, dim=0) if isinstance(mask, torch.Tensor) else mask
             got = self._expanded[per_request] = (enc, mask)
         return got
-
-
-def _sizes(beam_sizes, L: int) -> list:
-    try:
-        sizes = [int_arg(x, "beam_sizes") for x in beam_sizes]
-    except (GtmkitError, TypeError):
-        sizes = []
-    if len(sizes) != L:
-        raise GtmkitError(f"beam_sizes must hold {L} positive integer sizes, got {beam_sizes!r}")
-    return sizes
 
 
 def _torch(x, device):

@@ -21,6 +21,17 @@ def int_arg(x, name: str, lo: int = 1) -> int:
     return int(x)
 
 
+def beam_sizes_arg(beam_sizes, L: int) -> list:
+    """L positive integer beam sizes, one a step."""
+    try:
+        sizes = [int_arg(x, "beam_sizes") for x in beam_sizes]
+    except (GtmkitError, TypeError):
+        sizes = []
+    if len(sizes) != L:
+        raise GtmkitError(f"beam_sizes must hold {L} positive integer sizes, got {beam_sizes!r}")
+    return sizes
+
+
 def bool_arg(x, name: str) -> bool:
     if not isinstance(x, (bool, np.bool_)):
         raise GtmkitError(f"{name} must be True or False, got {x!r}")

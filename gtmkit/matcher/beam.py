@@ -8,7 +8,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from ..errors import GtmkitError
-from .args import bool_arg, int_arg
+from .args import beam_sizes_arg, bool_arg
 
 
 class Result(NamedTuple):
@@ -54,12 +54,7 @@ def beam_search(matcher, requests, logits_fn: Callable, beam_sizes=(1, 512, 1024
     beam_sizes[-1] SIDs."""
     index = matcher.index
     L = index.sid_length
-    try:
-        sizes = [int_arg(x, "beam_sizes") for x in beam_sizes]
-    except (GtmkitError, TypeError):
-        sizes = []
-    if len(sizes) != L:
-        raise GtmkitError(f"beam_sizes must hold {L} positive integer sizes, got {beam_sizes!r}")
+    sizes = beam_sizes_arg(beam_sizes, L)
     gtm, postfilter = bool_arg(gtm, "gtm"), bool_arg(postfilter, "postfilter")
     count_candidates = bool_arg(count_candidates, "count_candidates")
     if not callable(logits_fn):

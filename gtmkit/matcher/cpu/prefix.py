@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from ...threads import parallel_njit
 from numba import prange
+
+from ..._bits import lower_bound
+from ...threads import parallel_njit
 
 
 @parallel_njit(cache=True)
@@ -18,15 +20,10 @@ def prefix_nodes_kernel(node_offsets, child_tokens, tokens, start, depth, offset
             if tok < 0 or tok >= vocab or n >= n_internal:
                 n = -1
                 break
-            lo, hi = node_offsets[n], node_offsets[n + 1]  # children of n: CSR slots lo..hi-1, sorted tokens
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if child_tokens[mid] < tok:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            if lo == node_offsets[n + 1] or child_tokens[lo] != tok:
+            end = node_offsets[n + 1]  # children of n: CSR slots node_offsets[n]..end-1, sorted tokens
+            j = lower_bound(child_tokens, node_offsets[n], end, tok)
+            if j == end or child_tokens[j] != tok:
                 n = -1
                 break
-            n = lo + 1  # slot j holds node j + 1 (BFS ids, docs/design.md §3)
+            n = j + 1  # slot j holds node j + 1 (BFS ids, docs/design.md §3)
         out[r] = n

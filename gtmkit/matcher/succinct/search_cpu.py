@@ -23,6 +23,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from ..._bits import lower_bound
 from ...threads import parallel_njit
 from ...errors import GtmkitError
 from ...indexer.succinct.inputs import MAX_TOKEN, clip_tokens
@@ -198,15 +199,7 @@ def _gallop_tokens(row, lo, hi, x):
     while lo + step < hi and row[lo + step] < x:
         lo += step
         step <<= 1
-    r = min(lo + step, hi)
-    lo += 1
-    while lo < r:
-        mid = (lo + r) >> 1
-        if row[mid] < x:
-            lo = mid + 1
-        else:
-            r = mid
-    return lo
+    return lower_bound(row, lo + 1, min(lo + step, hi), x)
 
 
 @njit(cache=True, nogil=True)
