@@ -21,7 +21,7 @@ if "NUMBA_CACHE_DIR" not in os.environ:
 
 def pytest_collection_modifyitems(config, items):
     """Tests in files named *_emu.py run CUDA kernels through the CPU emulation: marked `emu`, so that the
-    fast loop (`pytest -m "not emu"`) leaves them out."""
+    fast loop (`pytest -m "not emu and not slow"`) leaves them out."""
     import pytest
 
     for item in items:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import gtmkit
+import pytest
 
 PKG = Path(gtmkit.__file__).resolve().parent
 ROOT = PKG.parent
@@ -94,6 +95,7 @@ print(json.dumps({k: [len(f.stats.cache_hits), sum(f.stats.cache_misses.values()
 """
 
 
+@pytest.mark.slow
 def test_warmup_compiles_what_the_demo_runs(tmp_path):
     env = {"NUMBA_CACHE_DIR": str(tmp_path / "nb")}
     r = _run(env, "-m", "gtmkit.commands._warmup")

@@ -372,6 +372,7 @@ def serve(path, verify: bool) -> tuple:
                 tuple(tuple(np.asarray(a).tolist()) for a, _ in post), leaves.tobytes())
 
 
+@pytest.mark.slow
 def test_serving_while_another_process_rebuilds(tmp_path, catalogs):
     out = tmp_path / "idx"
     expected = []
