@@ -108,3 +108,15 @@ def test_linked_files_exist():
     paths |= set(re.findall(r"`((?:benchmarks|docs|examples)/[\w/.-]+\.(?:md|py|json|sh))`", text))
     missing = sorted(p for p in paths if "<" not in p and not (ROOT / p).exists())
     assert not missing, f"paths named in README.md or docs/*.md that do not exist: {missing}"
+
+
+def test_no_tracked_file_speaks_of_development_runs():
+    """The repository speaks of the product: no tracked file (logs and results included) names a development
+    run by the word spelled below."""
+    word = "sess" + "ion"
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if files.returncode != 0:
+        pytest.skip("not a git checkout")
+    bad = [f for f in files.stdout.split() if (ROOT / f).is_file()
+           and word in (ROOT / f).read_bytes().decode("utf-8", "replace").lower()]
+    assert bad == []
