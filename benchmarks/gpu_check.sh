@@ -61,13 +61,14 @@ sanitize() {
   grep -E "^# |SUMMARY|passed|failed" "$OUT/sanitizer.log"
 }
 
-# racecheck is too slow for every test: each round, one sanitizer process, takes per test function the
-# parametrization whose id parts ('fused', 'multi', a size) are most new for it, so functions come before repeats
+# racecheck is too slow for every test: rounds take per test function the parametrization whose id parts
+# ('fused', 'multi', a size) are most new for it, so functions come before repeats; each test runs in its own
+# sanitizer process (its own RACECHECK SUMMARY and failure reason; a slow test loses only itself, after
+# RC_TEST_LIMIT seconds) until RC_BUDGET is spent
 racecheck_each() {
-  local log="$OUT/racecheck_each.log" tmp=/tmp/racecheck_each end=$((SECONDS + ${RC_BUDGET:-500})) limit=()
+  local log="$OUT/racecheck_each.log" tmp=/tmp/racecheck_each end=$((SECONDS + ${RC_BUDGET:-500}))
+  local per_test=${RC_TEST_LIMIT:-60}
   rm -rf $tmp; mkdir -p $tmp
-  # pytest-timeout, where installed, keeps one slow test from taking the rest of the budget
-  python3 -c 'import pytest_timeout' 2>/dev/null && limit=(--timeout "${RC_TEST_LIMIT:-75}")
   "${PYTEST[@]}" --collect-only -q -m gpu "${GPU_TESTS[@]}" -k "not ($FIRST_K)" | grep '::' > $tmp/collected
   python3 - $tmp <<'PY'
 import sys
@@ -90,13 +91,15 @@ print(f"{sum(1 for _ in (tmp / 'collected').open())} tests, {len(funcs)} test fu
 PY
   : > "$log"
   for r in $(ls $tmp | grep -E '^round[0-9]+$' | sort -V); do
-    local left=$((end - SECONDS))
-    [ $left -ge 40 ] || break
-    mapfile -t sel < $tmp/$r
-    echo "## racecheck $r: ${#sel[@]} tests, ${left}s left" >> "$log"
-    timeout --signal=INT --kill-after=20 $left compute-sanitizer --tool racecheck --target-processes all \
-      --print-limit 50 "${SANITIZED_PYTEST[@]}" "${limit[@]}" "${sel[@]}" >> "$log" 2>&1
-    echo "## exit status $? (124 or 130: stopped at the time budget)" >> "$log"
+    while read -r t; do
+      local left=$((end - SECONDS))
+      [ $left -ge 20 ] || break 2
+      local cap=$(( left < per_test ? left : per_test ))
+      echo "## racecheck $r $t (${cap}s)" >> "$log"
+      timeout --signal=INT --kill-after=10 $cap compute-sanitizer --tool racecheck --target-processes all \
+        --print-limit 50 "${SANITIZED_PYTEST[@]}" -rf --tb=short "$t" >> "$log" 2>&1
+      echo "## exit status $? (124 or 130: stopped at its time limit)" >> "$log"
+    done < $tmp/$r
   done
   sed -i '/test sess[i]on starts/d' "$log"  # pytest's banner: the logs name the product's runs only
   # what ran: each test's outcome, each process's summary, and the functions with no test run
