@@ -32,12 +32,15 @@ def parse_k(ctx, param, value):
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
 def command(catalog, out_dir, schema, partition, k, target_fill, k_max, force, as_json, silent):
-    """Build the GTM index of an ad catalog.
+    """Build the GTM index of an ad catalog: a Parquet file, a directory of Parquet files (hive partitions
+    too) or a quoted glob; rows are read in file path order.
 
     \b
     Example:
         gtmkit synth catalog --ads 100000 -o catalog.parquet
         gtmkit build catalog.parquet -o index/ --partition static --k 1,4,4,2
+        gtmkit build catalog/ -o index/ --schema catalog.schema.json
+        gtmkit build 'exports/part-*.parquet' -o index/ --schema catalog.schema.json
         gtmkit build catalog.parquet -o index/ --partition dynamic --target-fill 0.4 --k-max 8 -f
     """
     from ..indexer.build import build_index

@@ -94,12 +94,17 @@ def command(index_dir, n_users, users_file, seed, beams, logits, peak, device, r
 def _sweep_catalog(index, catalog):
     """The sweep's catalog, checked before the first evaluation rather than after it."""
     from ..errors import CatalogError
-    from ..formats.inputs import regular_file
+    from ..formats.dataset import input_files
 
     if catalog:
-        return regular_file(catalog, CatalogError, "Parquet file")
+        input_files(catalog, CatalogError, "Parquet file")
+        return catalog
     recorded = index.manifest.get("source", {}).get("catalog")
-    if not recorded or not Path(recorded).is_file():
+    try:
+        recorded = recorded and input_files(recorded, CatalogError) and recorded
+    except CatalogError:
+        recorded = None
+    if not recorded:
         raise GtmkitError("--partition-sweep needs the catalog: pass --catalog (the index does not record an existing one)")
     return recorded
 

@@ -20,25 +20,28 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def _where(exc: GtmkitError, path, column: str) -> str:
-    """A key error of SuccinctTrie.build ("keys: key 7 is empty") as the file's: "F: column 'key': row 7 is empty"."""
-    msg = re.sub(r"^keys: key (\d+)", r"row \1", str(exc))
-    return f"{path}: column {column!r}: {msg[len('keys: '):] if msg.startswith('keys: ') else msg}"
+def _where(exc: GtmkitError, src, column: str) -> str:
+    """A key error of SuccinctTrie.build ("keys: key 7 is empty") as the input's: "F: column 'key': row 7 is
+    empty", F the file that row is in and 7 its row there."""
+    m = re.match(r"^keys: key (\d+)(.*)$", str(exc))
+    if not m:
+        msg = str(exc)
+        return f"{src.path}: column {column!r}: {msg[len('keys: '):] if msg.startswith('keys: ') else msg}"
+    f, row = src.where(int(m.group(1)))
+    return f"{f}: column {column!r}: row {row}{m.group(2)}"
 
 
 def _read_keys(path, column: str):
-    import pyarrow.parquet as pq
+    """(the key column of a Parquet file, folder or glob, read whole; its ParquetInput)."""
+    from ..formats.dataset import ParquetInput
 
-    regular_file(path, GtmkitError, "Parquet file")  # a FIFO would block the open for ever
-    try:
-        names = pq.read_schema(path).names
-    except Exception as exc:  # pyarrow raises several types for missing / non-Parquet files
-        raise GtmkitError(f"{path}: cannot read Parquet ({_why(exc)})") from None
+    src = ParquetInput(path, GtmkitError, "Parquet file")  # a FIFO would block the open for ever: refused
+    names = src.schema.names
     if column not in names:
         raise GtmkitError(f"{path}: no column {column!r} (columns: {', '.join(names)})")
     try:
-        return pq.read_table(path, columns=[column]).column(column)
-    except Exception as exc:
+        return src.dataset.to_table(columns=[column], use_threads=True).column(column), src
+    except Exception as exc:  # pyarrow raises several types for unreadable files
         raise GtmkitError(f"{path}: cannot read column {column!r} ({_why(exc)})") from None
 
 
@@ -63,7 +66,7 @@ def command():
 
 
 @command.command("build")
-@click.argument("keys", type=click.Path(dir_okay=False))
+@click.argument("keys", type=click.Path())
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(),
               help="Trie directory to write.")
 @click.option("--column", default="key", show_default=True, help="Parquet column of list<int> keys.")
@@ -72,13 +75,15 @@ def command():
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
 def build(keys, out_dir, column, force, as_json, silent):
-    """Build a succinct trie from a Parquet column of integer lists.
+    """Build a succinct trie from a Parquet column of integer lists: a file, a directory of Parquet files
+    (hive partitions too) or a quoted glob.
 
     Keys are sorted and deduplicated; tokens must lie in [0, 2^31-1] and keys must not be empty.
 
     \b
     Example:
         gtmkit trie build keys.parquet -o trie/
+        gtmkit trie build 'keys/part-*.parquet' -o trie/
         gtmkit trie build queries.parquet --column tokens -o trie/ -f --json
     """
     from ..indexer.succinct.trie import SuccinctTrie
@@ -86,13 +91,13 @@ def build(keys, out_dir, column, force, as_json, silent):
     from ..formats.output import check_output
 
     check_output(out_dir, overwrite=force)  # before the keys are read: a refusal costs nothing
-    col = _read_keys(keys, column)
+    col, src = _read_keys(keys, column)
     t0 = time.perf_counter()
     with StderrProgress(silent or as_json) as bar:
         try:
             trie = SuccinctTrie.build(col, progress=bar)
         except GtmkitError as exc:  # the library names key i: here that is row i of the file's column
-            raise GtmkitError(_where(exc, keys, column)) from None
+            raise GtmkitError(_where(exc, src, column)) from None
     seconds = time.perf_counter() - t0
     trie.save(out_dir, overwrite=force)
     if as_json:

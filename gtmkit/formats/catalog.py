@@ -9,12 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from .._arrays import offsets_from_lengths
 from ..errors import CatalogError
 from ..progress import Progress, report
-from .inputs import regular_file
+from .dataset import ParquetInput
 from .schema import Schema
 
 BATCH_ROWS = 1 << 20
@@ -165,32 +164,20 @@ def _sid_tokens(arr: pa.Array, schema: Schema, path, row0) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False).reshape(-1, L)
 
 
-def _open(path, string_columns=()) -> tuple:
-    """-> (ParquetFile, {column: type as stored}). A regular file only: a FIFO would block the open.
-    String columns come back dictionary-encoded straight from Parquet's own
-    dictionary pages, which saves materialising and re-hashing every string."""
-    p = regular_file(path, CatalogError, "Parquet file")
-    try:
-        pf = pq.ParquetFile(p)
-        leaves = [pf.schema.column(i) for i in range(len(pf.schema))]
-        wanted = set(string_columns)
-        dict_paths = [c.path for c in leaves if c.path.split(".")[0] in wanted and c.physical_type == "BYTE_ARRAY"]
-        file_types = {f.name: f.type for f in pf.schema_arrow}  # as stored, before dictionary decoding
-        return (pq.ParquetFile(p, read_dictionary=dict_paths) if dict_paths else pf), file_types
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        raise CatalogError(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
-
-
 def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: int = BATCH_ROWS,
                  check_rows=None) -> Catalog:
-    """Stream the catalog's schema columns and validate every row (docs/design.md §3).
+    """Stream the catalog's schema columns and validate every row (docs/design.md §3). path: a Parquet file,
+    a directory of Parquet files (hive partitions too) or a glob (formats/dataset.py); rows in file order.
+    String columns come back dictionary-encoded straight from Parquet's own dictionary pages, which saves
+    materialising and re-hashing every string.
 
-    check_rows: optional callable(number of rows), run once the file's metadata is read and before any
+    check_rows: optional callable(number of rows), run once the files' metadata is read and before any
     row is (a build refuses there a catalog too large for memory)."""
-    pf, file_types = _open(path, [c for a in (*schema.bitmask, *schema.bloom) for c in (a.column, a.exclude_column) if c])
-    _check_types(file_types, schema, path)
+    src = ParquetInput(path, CatalogError, "Parquet file", dictionary_columns=[
+        c for a in (*schema.bitmask, *schema.bloom) for c in (a.column, a.exclude_column) if c])
+    _check_types({f.name: f.type for f in src.stored_schema}, schema, path)
     attrs = [*schema.bitmask, *schema.bloom]
-    total = pf.metadata.num_rows
+    total = src.num_rows
     if total == 0:
         raise CatalogError(f"{path}: the catalog has no rows")
     if check_rows is not None:
@@ -204,28 +191,31 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
         excluded.append(_ListBuilder(index, dictionary, total))
     row0 = 0
     try:
-        batches = pf.iter_batches(batch_size=batch_rows, columns=schema.columns())
-        for batch in batches:
+        for batch, row0 in src.batches(schema.columns(), batch_rows):
             n = batch.num_rows
-            ad_ids[row0:row0 + n] = _ad_ids(batch.column(schema.ad_id_column), schema.ad_id_column, path, row0)
-            sids[row0:row0 + n] = _sid_tokens(batch.column(schema.sid_column), schema, path, row0)
+            if row0 + n > total:
+                raise CatalogError(f"{path}: the files' metadata says {total} rows, read more")
+            f, r0 = src.where(row0)  # a batch lies in one file: problems name it and the row there
+            ad_ids[row0:row0 + n] = _ad_ids(batch.column(schema.ad_id_column), schema.ad_id_column, f, r0)
+            sids[row0:row0 + n] = _sid_tokens(batch.column(schema.sid_column), schema, f, r0)
             for j, a in enumerate(attrs):
-                allowed[j].add(*_string_lists(batch.column(a.column), path, a.column, row0), (path, a.column, row0))
+                allowed[j].add(*_string_lists(batch.column(a.column), f, a.column, r0), (f, a.column, r0))
                 if a.exclude_column:
-                    excluded[j].add(*_string_lists(batch.column(a.exclude_column), path, a.exclude_column, row0),
-                                    (path, a.exclude_column, row0))
+                    excluded[j].add(*_string_lists(batch.column(a.exclude_column), f, a.exclude_column, r0),
+                                    (f, a.exclude_column, r0))
                 else:
                     excluded[j].rows += n
             row0 += n
             report(progress, row0, total, "read")
     except (pa.ArrowException, OSError) as exc:
-        raise CatalogError(f"{path}: cannot read rows near row {row0} ({_first_line(exc)})") from None
+        f, r0 = src.where(min(row0, total - 1))
+        raise CatalogError(f"{f}: cannot read rows near row {r0} ({_first_line(exc)})") from None
     if row0 != total:
-        raise CatalogError(f"{path}: metadata says {total} rows, read {row0}")
-    _check_unique(ad_ids, schema.ad_id_column, path)
+        raise CatalogError(f"{path}: the files' metadata says {total} rows, read {row0}")
+    _check_unique(ad_ids, schema.ad_id_column, src)
     cat = Catalog(str(path), ad_ids, sids, [b.finish() for b in allowed],
                   [b.finish() for b in excluded])
-    _check_domains(cat, schema, path)
+    _check_domains(cat, schema, src)
     return cat
 
 
@@ -267,7 +257,13 @@ def _ad_ids(arr: pa.Array, col, path, row0) -> np.ndarray:
     return v.astype(np.int64, copy=False)
 
 
-def _check_unique(ad_ids: np.ndarray, col, path) -> None:
+def _fail_at(src: ParquetInput, column, row, msg) -> CatalogError:
+    """_fail at a row of the whole input, named by its file and the row there."""
+    f, r = src.where(row)
+    return _fail(f, column, r, msg)
+
+
+def _check_unique(ad_ids: np.ndarray, col, src: ParquetInput) -> None:
     s = np.sort(ad_ids)
     if not np.any(s[1:] == s[:-1]):
         return
@@ -279,10 +275,12 @@ def _check_unique(ad_ids: np.ndarray, col, path) -> None:
         # Report the earliest row that repeats an id seen before it.
         later = order[dup + 1]
         k = int(np.argmin(later))
-        raise _fail(path, col, int(later[k]), f"duplicate ad_id {int(s[dup[k]])} (first at row {int(order[dup[k]])})")
+        first_file, first_row = src.where(int(order[dup[k]]))
+        first = f"row {first_row}" if len(src.files) == 1 else f"{first_file} row {first_row}"
+        raise _fail_at(src, col, int(later[k]), f"duplicate ad_id {int(s[dup[k]])} (first at {first})")
 
 
-def _check_domains(cat: Catalog, schema: Schema, path) -> None:
+def _check_domains(cat: Catalog, schema: Schema, src: ParquetInput) -> None:
     for j, a in enumerate(schema.bitmask):
         if a.domain is None:
             continue
@@ -293,5 +291,5 @@ def _check_domains(cat: Catalog, schema: Schema, path) -> None:
             if bad.any():
                 k = _first_true(bad)
                 row = int(np.searchsorted(lists.offsets, k, side="right") - 1)
-                raise _fail(path, col, row, f"value {lists.dictionary[lists.codes[k]]!r} is not in the "
-                                            f"schema's domain of '{a.name}'")
+                raise _fail_at(src, col, row, f"value {lists.dictionary[lists.codes[k]]!r} is not in the "
+                                              f"schema's domain of '{a.name}'")

@@ -13,7 +13,8 @@ from typing import Any, Optional
 import numpy as np
 
 from ..errors import CatalogError, SchemaError
-from .inputs import parse_json, read_text, regular_file, short_repr as _show, utf8_problem
+from .dataset import input_files, is_glob
+from .inputs import parse_json, read_text, short_repr as _show, utf8_problem
 
 PARTITION_MODES = ("none", "static", "dynamic")
 DEFAULT_TARGET_FILL = 0.5
@@ -274,7 +275,8 @@ def load_schema(path) -> Schema:
 
 
 def schema_beside(catalog) -> Path:
-    """`<stem>.schema.json` next to the catalog: where `gtmkit synth catalog` puts it."""
+    """`<stem>.schema.json` next to the catalog (a file, or a directory of Parquet files): where `gtmkit synth
+    catalog` puts it."""
     p = Path(catalog)
     stem = p.name[: -len(".parquet")] if p.name.endswith(".parquet") else p.stem
     return p.with_name(stem + ".schema.json")
@@ -292,7 +294,9 @@ def resolve_schema(catalog, schema=None) -> Schema:
         return load_schema(schema)
     if not isinstance(catalog, (str, os.PathLike)):
         raise SchemaError(f"catalog must be a path, got {type(catalog).__name__}")
-    regular_file(catalog, CatalogError, "Parquet file")  # a missing catalog is named as such, not as a missing schema
+    input_files(catalog, CatalogError, "Parquet file")  # a missing catalog is named as such, not as a missing schema
+    if is_glob(str(catalog)) and not os.path.exists(catalog):
+        raise SchemaError(f"{catalog}: a schema is needed for the files a glob names: pass --schema FILE")
     beside = schema_beside(catalog)
     if not beside.exists():
         raise SchemaError(f"{catalog}: a schema is needed: pass --schema FILE (none found at {beside})")

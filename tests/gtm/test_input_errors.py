@@ -142,7 +142,7 @@ def test_catalog_must_be_a_readable_regular_file(tmp_path, kind):
     if kind == "fifo":
         path, text = _fifo(tmp_path), "not a regular file"
     elif kind == "directory":
-        path, text = tmp_path / "d.parquet", "is a directory"
+        path, text = tmp_path / "d.parquet", "a directory without Parquet files"  # a folder is a dataset
         path.mkdir()
     elif kind == "device":
         path, text = "/dev/zero", "not a regular file"
