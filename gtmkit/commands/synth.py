@@ -50,26 +50,34 @@ def command():
 @_rate_options
 @click.option("--bloom-bits", type=int, default=256, show_default=True, help="Location Bloom row bits (schema).")
 @click.option("--bloom-hashes", type=int, default=3, show_default=True, help="Location Bloom hashes (schema).")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Parquet file to write; the schema goes to <stem>.schema.json beside it.")
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Parquet file to write (a new directory with --parts / --workers); the schema goes to "
+                   "<stem>.schema.json beside it.")
+@click.option("--parts", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Write a directory of this many Parquet parts (at most one a million ads).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes writing parts at once (implies --parts >= workers).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
-def catalog(n_ads, seed, vocab, sid_length, world_seed, bloom_bits, bloom_hashes, output, as_json, silent, **rates):
+def catalog(n_ads, seed, vocab, sid_length, world_seed, bloom_bits, bloom_hashes, output, parts, workers, as_json,
+            silent, **rates):
     """Write a synthetic ad catalog (Parquet) and its schema JSON.
 
-    Same options give byte-identical files. The rate options are shares in [0, 1].
+    Same options give byte-identical files, with any number of workers. The rate options are shares in [0, 1].
 
     \b
     Example:
         gtmkit synth catalog --ads 1000000 --seed 7 -o data/catalog.parquet
         gtmkit synth catalog --ads 20000 --untargeted-country 0.5 -o small.parquet --json
+        gtmkit synth catalog --ads 100000000 --parts 96 --workers 2 -o data/catalog/
     """
     t0 = time.perf_counter()
     with StderrProgress(silent=silent or as_json) as progress:
-        cat_path, schema_path = write_catalog(output, n_ads, seed=seed, vocab=vocab, sid_length=sid_length,
-                                              world_seed=world_seed, bloom_bits=bloom_bits,
-                                              bloom_hashes=bloom_hashes, progress=progress, **rates)
+        cat_path, schema_path = write_catalog(output.rstrip("/") or output, n_ads, seed=seed, vocab=vocab,
+                                              sid_length=sid_length, world_seed=world_seed, bloom_bits=bloom_bits,
+                                              bloom_hashes=bloom_hashes, parts=parts, workers=workers,
+                                              progress=progress, **rates)
     seconds = time.perf_counter() - t0
     meta = json.loads(Path(schema_path).read_text())["meta"]
     q = meta["ads_per_sid"]

@@ -215,17 +215,45 @@ _PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=
                         version="2.6", data_page_version="1.0", store_schema=True)
 
 
+def _write_dataset(path: Path, schema_path: Path, plan, parts: int, workers: int, progress) -> tuple:
+    from .parts import write_parts
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GtmkitError(f"{path.parent}: cannot create directory ({exc.strerror or exc})") from None
+    gen = _Generation(plan, progress)
+    schema_tmp = schema_path.with_name(f".{schema_path.name}.tmp{os.getpid()}")
+    try:
+        schema_tmp.write_text(dumps_schema(gen.schema()))
+        write_parts(path, gen, parts, workers, progress)
+        os.replace(schema_tmp, schema_path)
+    except OSError as exc:
+        raise GtmkitError(f"{schema_path}: cannot write the schema ({exc.strerror or exc})") from None
+    finally:
+        if schema_tmp.exists():
+            schema_tmp.unlink()
+    return str(path), str(schema_path)
+
+
 def write_catalog(path, n_ads: int, seed: int = 0, vocab: int = 512, sid_length: int = 4, world_seed: int = 0,
                   rates: Optional[TargetingRates] = None, *, bloom_bits: int = 256, bloom_hashes: int = 3,
-                  bloom_seed: int = 0, progress: Progress = None, **knobs) -> tuple:
+                  bloom_seed: int = 0, parts: int = 1, workers: int = 1, progress: Progress = None,
+                  **knobs) -> tuple:
     """Write the catalog (Parquet, one row group per ROWS_PER_GROUP ads) and `<stem>.schema.json` beside it.
 
+    parts > 1 (or workers > 1, which makes parts at least workers): `path` is a directory of that many Parquet
+    parts (synth/parts.py), written by `workers` processes; read in path order they hold the single file's rows.
     Returns (catalog_path, schema_path). Same arguments give byte-identical files; each file is
     written under a temporary name and renamed, so no half file is left under the final name."""
     plan = _check_plan(n_ads, seed, vocab, sid_length, world_seed, rates, knobs, bloom_bits, bloom_hashes,
                        bloom_seed)
+    for name, v in (("parts", parts), ("workers", workers)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise GtmkitError(f"synth: {name} must be a positive integer, got {v!r}")
     path = Path(path)
     schema_path = schema_path_for(path)
+    if parts > 1 or workers > 1:
+        return _write_dataset(path, schema_path, plan, max(parts, workers), workers, progress)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
