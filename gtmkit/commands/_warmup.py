@@ -7,6 +7,7 @@ partition), so that the kernels' argument types, and so the cached machine code,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -37,6 +38,17 @@ def finish(proc, timeout: float = 300) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def stopping(proc):
+    """Ends the warm-up with the block: a demo that fails leaves no process compiling behind it."""
+    try:
+        yield proc
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def warm() -> None:

@@ -73,7 +73,7 @@ def command(ads, seed, n_users, device, workdir, force, as_json, silent):
 
     # a first run on the CPU: the evaluation's kernels compile in a second process while the catalog is built
     warmup = _warmup.start() if _first_cpu_run(device) else None
-    with tempfile.TemporaryDirectory(prefix="gtmkit-demo-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gtmkit-demo-") as tmp, _warmup.stopping(warmup):
         work = Path(workdir or tmp)
         check_output(work / "index", overwrite=True)  # refused before anything is synthesized
         work.mkdir(parents=True, exist_ok=True)
