@@ -215,13 +215,8 @@ _PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=
                         version="2.6", data_page_version="1.0", store_schema=True)
 
 
-def _write_dataset(path: Path, schema_path: Path, plan, parts: int, workers: int, progress) -> tuple:
+def _write_dataset(path: Path, schema_path: Path, gen: _Generation, parts: int, workers: int, progress) -> tuple:
     from .parts import write_parts
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise GtmkitError(f"{path.parent}: cannot create directory ({exc.strerror or exc})") from None
-    gen = _Generation(plan, progress)
     schema_tmp = schema_path.with_name(f".{schema_path.name}.tmp{os.getpid()}")
     try:
         schema_tmp.write_text(dumps_schema(gen.schema()))
@@ -252,13 +247,16 @@ def write_catalog(path, n_ads: int, seed: int = 0, vocab: int = 512, sid_length:
             raise GtmkitError(f"synth: {name} must be a positive integer, got {v!r}")
     path = Path(path)
     schema_path = schema_path_for(path)
-    if parts > 1 or workers > 1:
-        return _write_dataset(path, schema_path, plan, max(parts, workers), workers, progress)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise GtmkitError(f"{path.parent}: cannot create directory ({exc.strerror or exc})") from None
+    if parts > 1 or workers > 1:
+        from .parts import check_target
+        check_target(path)
     gen = _Generation(plan, progress)
+    if parts > 1 or workers > 1:
+        return _write_dataset(path, schema_path, gen, max(parts, workers), workers, progress)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     schema_tmp = schema_path.with_name(f".{schema_path.name}.tmp{os.getpid()}")
     try:

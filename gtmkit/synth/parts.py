@@ -27,6 +27,12 @@ def _write_part(job) -> int:
     return hi - lo
 
 
+def check_target(path: Path) -> None:
+    """A catalog of parts goes to a new or empty directory: refused before anything is drawn."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise GtmkitError(f"{path}: exists and is not an empty directory; a catalog of parts needs a new one")
+
+
 def write_parts(path, gen, parts: int, workers: int, progress: Progress = None) -> list:
     """Write gen's row groups as `path/part-00000.parquet`, ... (at most one part a row group) with `workers`
     processes (forked: they share gen's arrays; where fork is missing, one process). path must be new or an
@@ -34,8 +40,7 @@ def write_parts(path, gen, parts: int, workers: int, progress: Progress = None) 
     Returns the part paths."""
     global _GENERATION
     path = Path(path)
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise GtmkitError(f"{path}: exists and is not an empty directory; a catalog of parts needs a new one")
+    check_target(path)
     if gen.plan.rates.sid_coherence > 0.0:
         gen._leaders()  # drawn once here, before the workers fork, not once a worker
     nb = gen.n_batches
