@@ -14,26 +14,36 @@ from ._common import echo_json, handle_errors
               help="Token vocabulary size (tokens 0 .. vocab-1, Zipf by id).")
 @click.option("--min-len", type=click.IntRange(1, 4096), default=2, show_default=True, help="Shortest key.")
 @click.option("--max-len", type=click.IntRange(1, 4096), default=8, show_default=True, help="Longest key.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Parquet file to write (one list<int32> column 'key').")
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Parquet file to write (one list<int32> column 'key'); a new directory with --parts / --workers.")
+@click.option("--parts", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Draw the keys as a directory of this many parts (no two share a key).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes drawing parts at once (implies --parts >= workers).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("-s", "--silent", is_flag=True, help="No progress bar on stderr.")
 @handle_errors
-def keys(n, seed, vocab, min_len, max_len, output, as_json):
+def keys(n, seed, vocab, min_len, max_len, output, parts, workers, as_json, silent):
     """Write keyword-like integer keys (Parquet) for `gtmkit trie build`.
 
     Lengths min-len..max-len (mode min-len+1), tokens Zipf(1) over the vocabulary; same options give
-    the same keys.
+    the same keys. With --parts, each part keeps the first tokens of one residue class (the Zipf law of the
+    whole holds), so the key set differs from the one-file set but not with the number of workers.
 
     \b
     Example:
         gtmkit synth keys -n 10000000 --seed 1 -o keys.parquet
         gtmkit synth keys -n 1000 --vocab 50000 --max-len 4 -o small.parquet --json
+        gtmkit synth keys -n 1000000000 --parts 64 --workers 2 -o keys/
     """
     from ..synth.keys import write_keys
+    from ._common import StderrProgress
 
     if max_len < min_len:
         raise click.BadParameter(f"--max-len {max_len} is below --min-len {min_len}", param_hint="--max-len")
-    summary = write_keys(output, n, seed=seed, vocab=vocab, min_len=min_len, max_len=max_len)
+    with StderrProgress(silent=silent or as_json) as progress:
+        summary = write_keys(output.rstrip("/") or output, n, seed=seed, vocab=vocab, min_len=min_len,
+                             max_len=max_len, parts=parts, workers=workers, progress=progress)
     if as_json:
         echo_json(summary)
     else:

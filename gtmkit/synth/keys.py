@@ -42,20 +42,52 @@ def _mix(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(31))
 
 
+def _class_ranks(rng: np.random.Generator, size: int, vocab: int, s: float, part: int, parts: int) -> np.ndarray:
+    """Zipf ranks conditioned on rank % parts == part (rejection: the other classes' draws are dropped)."""
+    out, have = [], 0
+    while have < size:
+        r = _zipf_ranks(rng, 2 * (size - have) * parts + 16, vocab, s)
+        r = r[r % parts == part]
+        out.append(r)
+        have += len(r)
+    return np.concatenate(out)[:size]
+
+
+def class_shares(vocab: int, parts: int, s: float = ZIPF_S) -> np.ndarray:
+    """The probability that a key's first token (a Zipf rank) falls in each class rank % parts."""
+    x = np.arange(1, vocab + 2, dtype=np.float64)  # rank r covers [r + 1, r + 2) of the continuous draw
+    cdf = np.log(x) / np.log(vocab + 1.0) if abs(s - 1.0) < 1e-9 else \
+        (x ** (1.0 - s) - 1.0) / ((vocab + 1.0) ** (1.0 - s) - 1.0)
+    p = np.diff(cdf)
+    return np.bincount(np.arange(vocab) % parts, weights=p, minlength=parts)
+
+
+def part_sizes(n: int, vocab: int, parts: int) -> np.ndarray:
+    """Keys of each part: n split in proportion to the classes' shares (largest remainder, summing to n)."""
+    want = class_shares(vocab, parts) * n
+    sizes = np.floor(want).astype(np.int64)
+    sizes[np.argsort(-(want - sizes), kind="stable")[:n - int(sizes.sum())]] += 1
+    return sizes
+
+
 def synth_keys(n: int, seed: int = 0, vocab: int = 2_200_000, min_len: int = 2, max_len: int = 8,
-               as_arrow: bool = True):
+               as_arrow: bool = True, part: int = 0, parts: int = 1):
     """n distinct keyword-like keys in random order: lengths min_len..max_len (mode min_len+1), tokens
     i.i.d. Zipf(1.0) over [0, vocab) (id = frequency rank). Deterministic from the arguments.
 
-    -> pyarrow ListArray list<int32> (as_arrow) or (tokens int32 [N], offsets int64 [n+1])."""
+    parts > 1: the keys of part `part` of a key set drawn as `parts` independent parts: every first token has
+    rank % parts == part, so parts never share a key and together keep the Zipf first token (n per part:
+    part_sizes). -> pyarrow ListArray list<int32> (as_arrow) or (tokens int32 [N], offsets int64 [n+1])."""
     n, seed = _check("n", n, 1), _check("seed", seed, 0, 2**63 - 1)
     vocab = _check("vocab", vocab, 2, 2**31)
     min_len = _check("min_len", min_len, 1, 4096)
     max_len = _check("max_len", max_len, min_len, 4096)
+    parts = _check("parts", parts, 1, vocab)
+    part = _check("part", part, 0, parts - 1)
     space = sum(float(vocab) ** L for L in range(min_len, min(max_len, 64) + 1))
-    if n > 0.5 * space:
+    if n > 0.5 * space / parts:
         raise GtmkitError(f"synth: {n} distinct keys do not fit vocab {vocab} and lengths {min_len}..{max_len}")
-    rng = np.random.default_rng([seed, 0x7E1E])
+    rng = np.random.default_rng([seed, 0x7E1E] if parts == 1 else [seed, 0x7E1E, parts, part])
     pmf = _length_pmf(min_len, max_len)
     lens, cols, hashes, have, idx = [], [], [], 0, []
     for _ in range(64):  # draw, drop repeats (by a 64-bit hash of the key), draw again for the shortfall
@@ -70,7 +102,8 @@ def synth_keys(n: int, seed: int = 0, vocab: int = 2_200_000, min_len: int = 2, 
             k = int(alive.sum())
             if k == 0:
                 break
-            mat[alive, j] = _zipf_ranks(rng, k, vocab, ZIPF_S)
+            mat[alive, j] = _zipf_ranks(rng, k, vocab, ZIPF_S) if j or parts == 1 else \
+                _class_ranks(rng, k, vocab, ZIPF_S, part, parts)
             h[alive] = _mix(h[alive] ^ (mat[alive, j].astype(np.uint64) + np.uint64(1)))
         lens.append(ln)
         cols.append(mat)
@@ -94,10 +127,22 @@ def synth_keys(n: int, seed: int = 0, vocab: int = 2_200_000, min_len: int = 2, 
     return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(tokens))
 
 
-def write_keys(path, n: int, seed: int = 0, vocab: int = 2_200_000, min_len: int = 2, max_len: int = 8) -> dict:
-    """Write synth_keys as Parquet with one list<int32> column "key"; -> summary dict."""
-    keys = synth_keys(n, seed=seed, vocab=vocab, min_len=min_len, max_len=max_len)
-    pq.write_table(pa.table({"key": keys}), path)
-    lengths = np.diff(keys.offsets.to_numpy())
-    return {"path": str(path), "keys": n, "tokens": int(lengths.sum()), "mean_length": round(float(lengths.mean()), 3),
-            "vocab": vocab, "seed": seed}
+def write_keys(path, n: int, seed: int = 0, vocab: int = 2_200_000, min_len: int = 2, max_len: int = 8,
+               parts: int = 1, workers: int = 1, progress=None) -> dict:
+    """Write synth_keys as Parquet with one list<int32> column "key"; -> summary dict. parts > 1 (or workers > 1,
+    which makes parts at least workers): `path` is a new directory of that many parts (synth/parts.py), drawn
+    by `workers` processes: a different key set from the single file's, the same for any number of workers."""
+    parts, workers = _check("parts", parts, 1, vocab), _check("workers", workers, 1, 4096)
+    if parts > 1 or workers > 1:
+        from .parts import write_key_parts
+        files = write_key_parts(path, n, max(parts, workers), workers, progress, seed=seed, vocab=vocab,
+                                min_len=min_len, max_len=max_len)
+        tokens = sum(pq.ParquetFile(f).metadata.row_group(g).column(0).num_values
+                     for f in files for g in range(pq.ParquetFile(f).metadata.num_row_groups))
+    else:
+        keys = synth_keys(n, seed=seed, vocab=vocab, min_len=min_len, max_len=max_len)
+        pq.write_table(pa.table({"key": keys}), path)
+        tokens = int(np.diff(keys.offsets.to_numpy()).sum())
+        files = [path]
+    return {"path": str(path), "keys": n, "tokens": int(tokens), "mean_length": round(tokens / n, 3),
+            "vocab": vocab, "seed": seed, "parts": len(files)}
