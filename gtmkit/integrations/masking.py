@@ -10,6 +10,8 @@ import numpy as np
 from numba import prange
 
 from ..errors import GtmkitError
+from ..matcher.args import check_kind, int_arg
+from ..matcher.matcher import Matcher
 from ..threads import parallel_njit
 
 KERNEL = Path(__file__).with_name("kernels") / "sid_mask.cu"
@@ -42,6 +44,8 @@ class SidMasker:
     EOS (none without one); a row whose prefix is not in the trie gets every column masked."""
 
     def __init__(self, matcher, requests, rows_per_request: int, layout, gtm: bool = True):
+        if not isinstance(matcher, Matcher):
+            raise GtmkitError(f"matcher must be a gtmkit.Matcher, got {type(matcher).__name__}")
         self.matcher = matcher
         self.layout = layout.check(matcher.index)
         self.batch = matcher.batch(requests)
@@ -69,7 +73,19 @@ class SidMasker:
             self._row_request[R] = rr
         return rr
 
+    def check(self, tokens, scores) -> None:
+        """Refuses tokens and scores this masker cannot read (and write) where its Matcher works."""
+        device = "cpu" if self.matcher.cuda is None else "cuda"
+        _placed(tokens, "input_ids", device, writes=False)
+        _placed(scores, "scores", device, writes=True)
+        for x, name, what in ((tokens, "input_ids", "length"), (scores, "scores", "vocab")):
+            if len(x.shape) != 2:
+                raise GtmkitError(f"{name} must be [rows, {what}], got shape {list(x.shape)}")
+        check_kind(tokens, "input_ids", "iu", "integers")
+
     def __call__(self, tokens, scores, prompt_len: int):
+        self.check(tokens, scores)
+        prompt_len = int_arg(prompt_len, "prompt_len", lo=0)
         R = int(tokens.shape[0])
         want = self.batch.size * self.rows_per_request
         if R != want or int(scores.shape[0]) != R:
@@ -161,6 +177,21 @@ class SidMasker:
             bits, np.int64(bits.strides[0] // bits.itemsize), np.int32(bits.itemsize), np.uint64(neg_inf),
             np.int64(R), np.int64(C), words, np.int32(words.shape[1]), np.int64(div), nodes, np.int64(offset),
             np.int64(self.layout.sid_vocab), np.int64(eos), np.int32(eos_only)))
+
+
+def _placed(x, name: str, device: str, writes: bool) -> None:
+    """Refuses x unless a device=`device` Matcher reads it where it lies (writes: and writes it in place, so
+    never a copy: numpy on the CPU, CuPy or CUDA tensors on the GPU)."""
+    if type(x).__module__.startswith("torch"):
+        if x.device.type != device:
+            raise GtmkitError(f"{name} are on {x.device}; a device={device!r} Matcher works on {device} tensors")
+        return
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise GtmkitError(f"{name} must be a torch tensor or an array, got {type(x).__name__}")
+    host = isinstance(x, np.ndarray) and type(x).__module__.startswith("numpy")
+    if writes and host != (device == "cpu"):
+        where = "numpy arrays and CPU tensors" if device == "cpu" else "CUDA tensors and CuPy arrays"
+        raise GtmkitError(f"{name} are a {type(x).__name__}; a device={device!r} Matcher masks {where} in place")
 
 
 def _dtype_name(x) -> str:

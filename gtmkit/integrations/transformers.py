@@ -18,6 +18,7 @@ except ImportError as e:  # pragma: no cover - the message is the point
 
 from ..matcher.args import beam_sizes_arg, bool_arg, int_arg
 from ..matcher.beam import Result
+from ..matcher.matcher import Matcher
 from .layout import SidTokenLayout
 from .masking import SidMasker
 
@@ -58,6 +59,7 @@ class GTMLogitsProcessor(LogitsProcessor):
         return self._start
 
     def __call__(self, input_ids, scores):
+        self.masker.check(input_ids, scores)  # before the length is read off input_ids
         return self.masker(input_ids, scores, self._prompt_len(int(input_ids.shape[1])))
 
 
@@ -78,11 +80,13 @@ def gtmkit_beam_search(model, input_ids, logits_processor=None, stopping_criteri
     constraint is the matcher's and the search stops after L tokens); EOS is never generated."""
     if matcher is None or requests is None or layout is None:
         raise GtmkitError("gtmkit_beam_search needs matcher=, requests= and layout= (and beam_sizes=)")
+    if not isinstance(matcher, Matcher):
+        raise GtmkitError(f"matcher must be a gtmkit.Matcher, got {type(matcher).__name__}")
     index = matcher.index
     L = index.sid_length
-    layout = layout.check(index) if isinstance(layout, SidTokenLayout) else None
-    if layout is None:
-        raise GtmkitError("layout must be a SidTokenLayout")
+    if not isinstance(layout, SidTokenLayout):
+        raise GtmkitError(f"layout must be a SidTokenLayout, got {type(layout).__name__}")
+    layout = layout.check(index)
     sizes = beam_sizes_arg(beam_sizes, L)
     gtm, postfilter = bool_arg(gtm, "gtm"), bool_arg(postfilter, "postfilter")
     q = matcher.batch(requests)
@@ -90,7 +94,7 @@ def gtmkit_beam_search(model, input_ids, logits_processor=None, stopping_criteri
     if q.size != B:
         raise GtmkitError(f"{B} inputs and {q.size} requests")
     gpu = matcher.cuda is not None
-    if gpu != (input_ids.device.type == "cuda"):
+    if input_ids.device.type != ("cuda" if gpu else "cpu"):
         raise GtmkitError(f"inputs on {input_ids.device} and a device={matcher.device!r} Matcher: put both on the GPU "
                           "or both on the CPU")
     from ..matcher.matcher import _stream_of
