@@ -22,9 +22,8 @@ import gtmkit  # noqa: E402
 from gtmkit.errors import GtmkitError  # noqa: E402
 from gtmkit.integrations.torch import ModuleLogits, reorder_state  # noqa: E402
 from gtmkit.integrations.transformers import GTMLogitsProcessor, SidTokenLayout, gtmkit_beam_search  # noqa: E402
-from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 
-from support.hf_models import MODELS, SPECIALS  # noqa: E402
+from support.hf_models import MODELS, SPECIALS, synthetic_world  # noqa: E402
 
 M = 3  # beams a request in the processor's calls
 
@@ -40,11 +39,7 @@ def refused(match, fn, *args, **kwargs) -> str:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    d = tmp_path_factory.mktemp("hostile")
-    catalog, _ = write_catalog(d / "catalog.parquet", 400, seed=11)
-    index = gtmkit.build_index(catalog, d / "index")
-    users = synth_users(index.manifest["schema"], 2, seed=12)
-    return index, [index.encode_request(u) for u in users]
+    return synthetic_world(tmp_path_factory.mktemp("hostile"), 400, seed=11, n_users=2)
 
 
 def shared(index, eos=None):

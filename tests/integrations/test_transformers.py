@@ -18,7 +18,7 @@ from gtmkit.integrations.torch import ModuleLogits  # noqa: E402
 from gtmkit.integrations.transformers import GTMLogitsProcessor, SidTokenLayout, gtmkit_beam_search  # noqa: E402
 from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 
-from support.hf_models import MODELS, SPECIALS, OneStep, start_state  # noqa: E402
+from support.hf_models import MODELS, SPECIALS, OneStep, start_state, synthetic_world  # noqa: E402
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -32,11 +32,7 @@ def _device_or_skip(device):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    d = tmp_path_factory.mktemp("hf")
-    catalog, _ = write_catalog(d / "catalog.parquet", 3000, seed=3)
-    index = gtmkit.build_index(catalog, d / "index")
-    users = synth_users(index.manifest["schema"], 4, seed=5)
-    return index, [index.encode_request(u) for u in users]
+    return synthetic_world(tmp_path_factory.mktemp("hf"), 3000, seed=3, n_users=4)
 
 
 @pytest.fixture(scope="module")

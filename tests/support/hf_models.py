@@ -72,3 +72,14 @@ def start_state(model, inputs):
         enc = model.get_encoder()(input_ids=inputs).last_hidden_state
         return enc, EncoderDecoderCache(DynamicCache(), DynamicCache())
     return inputs, DynamicCache()
+
+
+def synthetic_world(folder, n_ads: int, seed: int, n_users: int):
+    """(index, requests): a synthetic catalog's index in `folder` and requests of users from its world."""
+    import gtmkit
+    from gtmkit.synth import synth_users, write_catalog
+
+    catalog, _ = write_catalog(folder / "catalog.parquet", n_ads, seed=seed)
+    index = gtmkit.build_index(catalog, folder / "index")
+    users = synth_users(index.manifest["schema"], n_users, seed=seed + 1)
+    return index, [index.encode_request(u) for u in users]
