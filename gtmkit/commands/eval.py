@@ -51,7 +51,7 @@ def _print(r: dict) -> None:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--recall-sample", default=200_000, show_default=True, help="Ads sampled per user for the recall check.")
 @click.option("--partition-sweep", is_flag=True, help="Rebuild with none/static/dynamic partitioning; pass rate vs storage.")
-@click.option("--catalog", type=click.Path(dir_okay=False), help="Catalog for --partition-sweep [default: the one the index was built from].")
+@click.option("--catalog", type=click.Path(), help="Catalog (file, folder or glob) for --partition-sweep [default: the one the index was built from].")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors

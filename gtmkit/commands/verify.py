@@ -9,7 +9,7 @@ from ._common import StderrProgress, echo_json, handle_errors
 
 @click.command("verify")
 @click.argument("index_dir", type=click.Path(file_okay=False))
-@click.option("--catalog", type=click.Path(dir_okay=False), help="Recompute every SID path and ad row from this catalog.")
+@click.option("--catalog", type=click.Path(), help="Recompute every SID path and ad row from this catalog (file, folder or glob).")
 @click.option("--schema", type=click.Path(dir_okay=False), help="Schema for --catalog [default: the index's own].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")

@@ -126,3 +126,18 @@ def test_trie_keys_from_file_folder_and_glob(tmp_path):
     _write_parts(tmp_path / "bad", _split(pa.Table.from_pylist(bad, table.schema), [70]), hive=False)
     r = runner.invoke(cli, ["trie", "build", str(tmp_path / "bad"), "-o", str(tmp_path / "t-bad"), "-s"])
     assert r.exit_code == 1 and "part-001.parquet: column 'key': row 80" in r.output, r.output
+
+
+def test_verify_checks_an_index_against_a_folder_catalog(tmp_path):
+    from click.testing import CliRunner
+
+    from gtmkit.cli import cli
+    table = random_catalog(6, n_ads=N)
+    _write_parts(tmp_path / "cat", _split(table, [25, 60]), hive=False)
+    (tmp_path / "cat.schema.json").write_text(json.dumps(schema_dict()))
+    gtmkit.build_index(tmp_path / "cat", tmp_path / "idx").close()
+    r = CliRunner().invoke(cli, ["verify", str(tmp_path / "idx"), "--catalog", str(tmp_path / "cat"), "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["ok"], r.output
+    pq.write_table(table.slice(0, 60), tmp_path / "cat" / "part-001.parquet")  # a different catalog now
+    r = CliRunner().invoke(cli, ["verify", str(tmp_path / "idx"), "--catalog", str(tmp_path / "cat"), "--json"])
+    assert r.exit_code != 0, r.output
