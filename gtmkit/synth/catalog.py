@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from ..errors import GtmkitError
 from ..progress import Progress, report
 from ._hashing import _hash, _rng
+from .parts import check_target, write_parts
 from .sids import _ADS_PER_SID_MEAN, _SidCodec, _ads_per_sid, _generate_sids, ads_per_sid_stats
 from .targeting import TargetingRates, _targeting
 from .world import AGE_BUCKETS, GENDERS, GENERATOR, ROWS_PER_GROUP, World
@@ -215,16 +216,36 @@ _PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=
                         version="2.6", data_page_version="1.0", store_schema=True)
 
 
+_GENERATION = None  # the parent's generation while parts are written: forked workers inherit it
+
+
+def _write_part(file, lo: int, hi: int) -> int:
+    """Row groups lo..hi-1 of the generation as one Parquet part; -> row groups written."""
+    with pq.ParquetWriter(str(file), ARROW_SCHEMA, **_PARQUET_OPTIONS) as writer:
+        for b in range(lo, hi):
+            writer.write_table(_GENERATION.batch(b), row_group_size=ROWS_PER_GROUP)
+    return hi - lo
+
+
 def _write_dataset(path: Path, schema_path: Path, gen: _Generation, parts: int, workers: int, progress) -> tuple:
-    from .parts import write_parts
+    """The catalog as parts (synth/parts.py): part i holds a contiguous range of row groups, so the parts in
+    path order are the single file's rows."""
+    global _GENERATION
+    if gen.plan.rates.sid_coherence > 0.0:
+        gen._leaders()  # drawn once here, before the workers fork, not once a worker
+    nb = gen.n_batches
+    parts = max(1, min(parts, nb))
     schema_tmp = schema_path.with_name(f".{schema_path.name}.tmp{os.getpid()}")
+    _GENERATION = gen
     try:
         schema_tmp.write_text(dumps_schema(gen.schema()))
-        write_parts(path, gen, parts, workers, progress)
+        write_parts(path, _write_part, [(i * nb // parts, (i + 1) * nb // parts) for i in range(parts)], workers,
+                    progress, nb, "synth catalog")
         os.replace(schema_tmp, schema_path)
     except OSError as exc:
         raise GtmkitError(f"{schema_path}: cannot write the schema ({exc.strerror or exc})") from None
     finally:
+        _GENERATION = None
         if schema_tmp.exists():
             schema_tmp.unlink()
     return str(path), str(schema_path)
@@ -252,7 +273,6 @@ def write_catalog(path, n_ads: int, seed: int = 0, vocab: int = 512, sid_length:
     except OSError as exc:
         raise GtmkitError(f"{path.parent}: cannot create directory ({exc.strerror or exc})") from None
     if parts > 1 or workers > 1:
-        from .parts import check_target
         check_target(path)
     gen = _Generation(plan, progress)
     if parts > 1 or workers > 1:

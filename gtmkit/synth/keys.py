@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import GtmkitError
+from .parts import write_parts
 
 ZIPF_S = 1.0  # token frequency ~ rank^-s; token id = rank, so small ids are frequent as in tokenizers
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -127,6 +128,12 @@ def synth_keys(n: int, seed: int = 0, vocab: int = 2_200_000, min_len: int = 2, 
     return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(tokens))
 
 
+def _write_key_part(file, part: int, n: int, parts: int, kw: dict) -> int:
+    """Part `part` of a key set drawn as `parts` parts, n keys, as one Parquet file; -> keys written."""
+    pq.write_table(pa.table({"key": synth_keys(n, part=part, parts=parts, **kw)}), str(file))
+    return n
+
+
 def write_keys(path, n: int, seed: int = 0, vocab: int = 2_200_000, min_len: int = 2, max_len: int = 8,
                parts: int = 1, workers: int = 1, progress=None) -> dict:
     """Write synth_keys as Parquet with one list<int32> column "key"; -> summary dict. parts > 1 (or workers > 1,
@@ -134,9 +141,12 @@ def write_keys(path, n: int, seed: int = 0, vocab: int = 2_200_000, min_len: int
     by `workers` processes: a different key set from the single file's, the same for any number of workers."""
     parts, workers = _check("parts", parts, 1, vocab), _check("workers", workers, 1, 4096)
     if parts > 1 or workers > 1:
-        from .parts import write_key_parts
-        files = write_key_parts(path, n, max(parts, workers), workers, progress, seed=seed, vocab=vocab,
-                                min_len=min_len, max_len=max_len)
+        parts = max(parts, workers)
+        kw = dict(seed=seed, vocab=vocab, min_len=min_len, max_len=max_len)
+        synth_keys(1, part=0, parts=parts, **kw)  # the arguments checked here, before any process starts
+        sizes = part_sizes(n, vocab, parts)
+        files = write_parts(path, _write_key_part, [(i, int(m), parts, kw) for i, m in enumerate(sizes) if m],
+                            workers, progress, n, "synth keys")
         tokens = sum(pq.ParquetFile(f).metadata.row_group(g).column(0).num_values
                      for f in files for g in range(pq.ParquetFile(f).metadata.num_row_groups))
     else:

@@ -10,7 +10,6 @@ import pytest
 
 import gtmkit
 import gtmkit.synth.catalog as synth_catalog
-import gtmkit.synth.parts as synth_parts
 from gtmkit.errors import GtmkitError
 from gtmkit.synth import write_catalog
 
@@ -20,7 +19,6 @@ ROWS = 2000  # rows a generated chunk here, so that a small catalog has several 
 @pytest.fixture
 def small_chunks(monkeypatch):
     monkeypatch.setattr(synth_catalog, "ROWS_PER_GROUP", ROWS)
-    monkeypatch.setattr(synth_parts, "ROWS_PER_GROUP", ROWS)
 
 
 def _digests(folder):
