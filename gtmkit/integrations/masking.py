@@ -99,13 +99,13 @@ class SidMasker:
             raise GtmkitError(f"prompt_len {prompt_len} is longer than the sequences ({int(tokens.shape[1])} tokens)")
         m = self.matcher
         if m.cuda is None:
-            self._mask(m, tokens, scores, R, depth, int(prompt_len))
+            self._mask(m, tokens, scores, R, depth, prompt_len)
         else:
             with self._stream(scores):  # every launch on the caller's torch stream (CuPy's current one otherwise)
                 if depth and m.cuda.mask_scores_fits():
-                    self._mask_fused(m, tokens, scores, R, depth, int(prompt_len))
+                    self._mask_fused(m, tokens, scores, R, depth, prompt_len)
                 else:
-                    self._mask(m, tokens, scores, R, depth, int(prompt_len))
+                    self._mask(m, tokens, scores, R, depth, prompt_len)
         return scores
 
     def _stream(self, x):
@@ -121,14 +121,18 @@ class SidMasker:
             st = self._streams[ts.cuda_stream] = _stream_of(x)
         return st
 
+    def _rule(self, depth: int, L: int) -> tuple:
+        """(eos_only, the EOS column or -1, the SID range's first column) of rows `depth` tokens into a SID."""
+        eos_only = depth >= L
+        eos = self.layout.eos_token_id if (depth == L and self.layout.eos_token_id is not None) else -1
+        return eos_only, eos, 0 if eos_only else int(self.offsets[depth])
+
     def _mask_fused(self, m, tokens, scores, R, depth, prompt_len):
         """Rows past the root: one launch (node recovery, CD+GTM children, -inf written), torch tensors by pointer."""
         L = m.index.sid_length
         toks, tok_stride = _device_ints(tokens)
         bits, row_stride, width, neg_inf = _device_scores(scores)
-        eos_only = depth >= L
-        eos = self.layout.eos_token_id if (depth == L and self.layout.eos_token_id is not None) else -1
-        offset = 0 if eos_only else int(self.offsets[depth])
+        eos_only, eos, offset = self._rule(depth, L)
         m.cuda.mask_scores(toks, tok_stride, prompt_len, min(depth, L + 1), self._dev_offsets, self.batch,
                            self.rows_per_request, self.gtm, bits, row_stride, width, neg_inf, R,
                            int(scores.shape[1]), offset, eos, eos_only)
@@ -140,8 +144,7 @@ class SidMasker:
             nodes = m.prefix_nodes(tokens, offs if depth else 0, start=prompt_len)
         else:  # past the SID and its EOS: nothing is allowed
             nodes = m.xp.full(R, -1, m.xp.int64)
-        eos_only = depth >= L
-        eos = self.layout.eos_token_id if (depth == L and self.layout.eos_token_id is not None) else -1
+        eos_only, eos, offset = self._rule(depth, L)
         div = 1
         if eos_only:
             words = None
@@ -151,7 +154,6 @@ class SidMasker:
             div = self.rows_per_request
         else:
             words = m.mask(nodes, self.row_request(R), self.batch, self.gtm)
-        offset = 0 if eos_only else int(self.offsets[depth])
         (self._block_cuda if m.cuda is not None else self._block_cpu)(scores, words, div, nodes, offset, eos,
                                                                       eos_only)
 
