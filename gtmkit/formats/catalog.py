@@ -90,6 +90,23 @@ class _ListBuilder:
         return StringLists(self.offsets, codes.astype(np.int32, copy=False), self.dictionary)
 
 
+def _shared_codes(allowed: StringLists, excluded: StringLists, allowed_index: dict) -> tuple:
+    """One dictionary for an attribute's two columns: the allowed strings in order of first appearance, then
+    the strings only exclusions name, in theirs. Why: codes then do not depend on where batches or files
+    split the rows (a catalog as one file or as parts gives the same index)."""
+    merged = list(allowed.dictionary)
+    index = dict(allowed_index)
+    remap = np.empty(len(excluded.dictionary), np.int32)
+    for c, s in enumerate(excluded.dictionary):
+        code = index.get(s)
+        if code is None:
+            code = index[s] = len(merged)
+            merged.append(s)
+        remap[c] = code
+    codes = remap[excluded.codes] if len(excluded.codes) else excluded.codes
+    return StringLists(allowed.offsets, allowed.codes, merged), StringLists(excluded.offsets, codes, merged)
+
+
 def _check_utf8(enc: pa.DictionaryArray, lengths: np.ndarray, path, column, row0) -> None:
     """Parquet does not check that string columns hold UTF-8; Python cannot decode what does not."""
     try:
@@ -186,9 +203,8 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
     sids = np.empty((total, schema.sid_length), np.int32)
     allowed, excluded = [], []
     for _ in attrs:
-        index, dictionary = {}, []
-        allowed.append(_ListBuilder(index, dictionary, total))
-        excluded.append(_ListBuilder(index, dictionary, total))
+        allowed.append(_ListBuilder({}, [], total))
+        excluded.append(_ListBuilder({}, [], total))
     row0 = 0
     try:
         for batch, row0 in src.batches(schema.columns(), batch_rows):
@@ -213,8 +229,8 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
     if row0 != total:
         raise CatalogError(f"{path}: the files' metadata says {total} rows, read {row0}")
     _check_unique(ad_ids, schema.ad_id_column, src)
-    cat = Catalog(str(path), ad_ids, sids, [b.finish() for b in allowed],
-                  [b.finish() for b in excluded])
+    lists = [_shared_codes(a.finish(), e.finish(), a.index) for a, e in zip(allowed, excluded)]
+    cat = Catalog(str(path), ad_ids, sids, [a for a, _ in lists], [e for _, e in lists])
     _check_domains(cat, schema, src)
     return cat
 

@@ -15,6 +15,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..errors import GtmkitError
+from .inputs import regular_file
 
 GLOB_CHARS = "*?["
 
@@ -61,14 +62,7 @@ def input_files(path, error: type = GtmkitError, what: str = "Parquet input") ->
                 raise error(f"{path}: a directory without Parquet files")
         else:
             files = [Path(path)]
-    for f in files:
-        try:
-            mode = os.stat(f).st_mode
-        except OSError as exc:
-            raise error(f"{f}: cannot read {what} ({exc.strerror or exc})") from None
-        if not stat.S_ISREG(mode):
-            raise error(f"{f}: not a regular file (a FIFO, socket or device), expected a {what}")
-    return files
+    return [regular_file(f, error, what) for f in files]
 
 
 class ParquetInput:
