@@ -44,6 +44,7 @@ def main():
         leaves = rng.integers(index.first_leaf, index.num_nodes, R)
         sids = np.array([index.leaf_sid(int(x)) for x in leaves], np.int64)
         for depth in range(L + 1):
+            m.cuda.mask_scores_fits = fits
             ids = torch.from_numpy(np.concatenate([np.zeros((R, 1), np.int64), sids[:, :depth] + 3], axis=1)).cuda()
             base = torch.randn(R, 3 + V, device="cuda").log_softmax(-1)
             out = {}
@@ -67,6 +68,20 @@ def main():
             assert torch.equal(out["one launch"], out["three launches"]), (R, depth)
     m.cuda.mask_scores_fits = fits
     cp.cuda.Device().synchronize()
+    # where the host's time goes in the one-launch path: the largest row count, depth 2
+    import cProfile
+    import pstats
+    ids = torch.from_numpy(np.concatenate([np.zeros((R, 1), np.int64), sids[:, :2] + 3], axis=1)).cuda()
+    scores = torch.randn(R, 3 + V, device="cuda")
+    proc = GTMLogitsProcessor(m, reqs, R // B, layout, prompt_len=1)
+    proc(ids, scores)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(args.reps):
+        proc(ids, scores)
+    prof.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(18)
 
 
 if __name__ == "__main__":

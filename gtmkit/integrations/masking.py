@@ -62,6 +62,7 @@ class SidMasker:
         self._streams = {}
         self._row_request = {}
         self._kernel = None
+        self._root = None
 
     def row_request(self, R: int):
         rr = self._row_request.get(R)
@@ -139,9 +140,11 @@ class SidMasker:
 
     def _mask(self, m, tokens, scores, R, depth, prompt_len):
         L = m.index.sid_length
-        if depth <= L:
+        if depth == 0:  # every row at the root (nodes are read only by the EOS rule)
+            nodes = m.xp.zeros(R, m.xp.int64)
+        elif depth <= L:
             offs = self._dev_offsets if m.cuda is not None else self.offsets[:depth]
-            nodes = m.prefix_nodes(tokens, offs if depth else 0, start=prompt_len)
+            nodes = m.prefix_nodes(tokens, offs, start=prompt_len)
         else:  # past the SID and its EOS: nothing is allowed
             nodes = m.xp.full(R, -1, m.xp.int64)
         eos_only, eos, offset = self._rule(depth, L)
@@ -149,13 +152,20 @@ class SidMasker:
         if eos_only:
             words = None
         elif depth == 0:  # every row of a request is at the root: one mask a request (beam search's M copies)
-            B = self.batch.size
-            words = m.mask(m.xp.zeros(B, m.xp.int64), m.xp.arange(B, dtype=m.xp.int64), self.batch, self.gtm)
+            words = self._root_words(m)
             div = self.rows_per_request
         else:
             words = m.mask(nodes, self.row_request(R), self.batch, self.gtm)
         (self._block_cuda if m.cuda is not None else self._block_cpu)(scores, words, div, nodes, offset, eos,
                                                                       eos_only)
+
+    def _root_words(self, m):
+        """The root's allowed-token words of every request: they depend on the requests alone, so the first
+        call computes them and later ones reuse them (a generate() call starts each search there)."""
+        if self._root is None:
+            B = self.batch.size
+            self._root = m.mask(m.xp.zeros(B, m.xp.int64), m.xp.arange(B, dtype=m.xp.int64), self.batch, self.gtm)
+        return self._root
 
     def _block_cpu(self, scores, words, div, nodes, offset, eos, eos_only):
         bits, neg_inf = _host_bits(scores)
