@@ -44,6 +44,9 @@ class Catalog:
     sids: np.ndarray
     allowed: list
     excluded: list
+    # per attribute, the allowed and the excluded column's strings in the order they were met, before one
+    # dictionary was made of them: what a sharded build merges across files
+    met: list = None
 
     @property
     def num_ads(self) -> int:
@@ -181,18 +184,25 @@ def _sid_tokens(arr: pa.Array, schema: Schema, path, row0) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False).reshape(-1, L)
 
 
+def open_catalog(path, schema: Schema, files=None) -> ParquetInput:
+    """The catalog's files as one input whose columns the schema can read (files: a subset of them)."""
+    src = ParquetInput(path, CatalogError, "Parquet file", dictionary_columns=[
+        c for a in (*schema.bitmask, *schema.bloom) for c in (a.column, a.exclude_column) if c], files=files)
+    _check_types({f.name: f.type for f in src.stored_schema}, schema, path)
+    return src
+
+
 def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: int = BATCH_ROWS,
-                 check_rows=None) -> Catalog:
+                 check_rows=None, files=None) -> Catalog:
     """Stream the catalog's schema columns and validate every row (docs/design.md §3). path: a Parquet file,
     a directory of Parquet files (hive partitions too) or a glob (formats/dataset.py); rows in file order.
     String columns come back dictionary-encoded straight from Parquet's own dictionary pages, which saves
     materialising and re-hashing every string.
 
     check_rows: optional callable(number of rows), run once the files' metadata is read and before any
-    row is (a build refuses there a catalog too large for memory)."""
-    src = ParquetInput(path, CatalogError, "Parquet file", dictionary_columns=[
-        c for a in (*schema.bitmask, *schema.bloom) for c in (a.column, a.exclude_column) if c])
-    _check_types({f.name: f.type for f in src.stored_schema}, schema, path)
+    row is (a build refuses there a catalog too large for memory). files: read only these of the input's
+    files (rows are then numbered from the first of them)."""
+    src = open_catalog(path, schema, files)
     attrs = [*schema.bitmask, *schema.bloom]
     total = src.num_rows
     if total == 0:
@@ -229,8 +239,9 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
     if row0 != total:
         raise CatalogError(f"{path}: the files' metadata says {total} rows, read {row0}")
     _check_unique(ad_ids, schema.ad_id_column, src)
+    met = [(list(a.dictionary), list(e.dictionary)) for a, e in zip(allowed, excluded)]
     lists = [_shared_codes(a.finish(), e.finish(), a.index) for a, e in zip(allowed, excluded)]
-    cat = Catalog(str(path), ad_ids, sids, [a for a, _ in lists], [e for _, e in lists])
+    cat = Catalog(str(path), ad_ids, sids, [a for a, _ in lists], [e for _, e in lists], met)
     _check_domains(cat, schema, src)
     return cat
 

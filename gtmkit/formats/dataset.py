@@ -70,9 +70,11 @@ class ParquetInput:
     straight from Parquet's dictionary pages (no string is materialised twice). Hive partitions of a
     directory (key=value folders) are columns too."""
 
-    def __init__(self, path, error: type = GtmkitError, what: str = "Parquet input", dictionary_columns=()):
+    def __init__(self, path, error: type = GtmkitError, what: str = "Parquet input", dictionary_columns=(),
+                 files=None):
+        """files: these of the input's files (as input_files lists them) instead of all, e.g. one a task."""
         self.path, self.error = str(path), error
-        self.files = input_files(path, error, what)
+        self.files = input_files(path, error, what) if files is None else [Path(f) for f in files]
         root = str(path) if os.path.isdir(path) else None
         try:
             wanted = set(dictionary_columns)

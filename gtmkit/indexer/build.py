@@ -60,6 +60,20 @@ def _level_k(spec: PartitionSpec, depth: int) -> int:
     return spec.k_max
 
 
+def level_parts(spec: PartitionSpec, d: int, trie, rows, sid_rows, sid_ad_offsets, rl) -> tuple:
+    """(partitions a node, their union rows) of the trie's depth-d nodes: members are the SIDs' union rows
+    below a node, a leaf's own ads at depth L (where k = 1 keeps the SID's union row itself)."""
+    L, S = trie.unique_sids.shape[1], len(trie.unique_sids)
+    kd, dyn = _level_k(spec, d), spec.mode == "dynamic" and d > 0
+    if d == L and kd == 1 and not dyn:
+        return np.ones(S, np.int64), sid_rows
+    if d == L:
+        M, lo, hi = rows, sid_ad_offsets[:-1], sid_ad_offsets[1:]
+    else:
+        M, (lo, hi) = sid_rows, trie.sid_ranges(d)
+    return level_partitions(M, lo, hi, kd, dyn, spec.target_fill or 1.0, spec.k_max or 1, rl.n_bits)
+
+
 def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fill=None, k_max=None,
                 progress: Progress = None, overwrite: bool = False):
     """Build the GTM index of a Parquet catalog into directory `out_dir` and return it loaded.
@@ -112,17 +126,7 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
 
     level_counts, level_ids, level_stats = [], [], []
     for d in range(L + 1):
-        kd = _level_k(spec, d)
-        dyn = spec.mode == "dynamic" and d > 0
-        if d == L:
-            M, lo, hi = rows, lo_ads, hi_ads
-        else:
-            M, (lo, hi) = sid_rows, trie.sid_ranges(d)
-        if d == L and kd == 1 and not dyn:
-            counts, parts = np.ones(S, np.int64), sid_rows
-        else:
-            counts, parts = level_partitions(M, lo, hi, kd, dyn, spec.target_fill or 1.0, spec.k_max or 1,
-                                             rl.n_bits)
+        counts, parts = level_parts(spec, d, trie, rows, sid_rows, sid_ad_offsets, rl)
         timer.lap("partitions")
         ids = add_columns(dedupers, parts, slices)
         timer.lap("dedup")
@@ -135,7 +139,6 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     del rows, sid_rows
     timer.lap("partitions")
 
-    part_arrays, part_layout = _matcher_columns(spec, trie, level_counts, level_ids, L)
     tables = [dd.table() for dd in dedupers]
     del dedupers
     timer.lap("dedup")
@@ -149,23 +152,38 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     report(progress, 1, 1, "ad index")
     timer.lap("ad index")
 
+    ads = {"sid_ad_offsets": sid_ad_offsets, "sid_ad_ids": sid_ad_ids, "ad_bitmask_ids": ad_bitmask_ids,
+           "ad_ids_sorted": ad_ids_sorted, "ad_rows_by_id": ad_rows_by_id}
+    with ArtifactWriter(out_dir, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=overwrite) as w:
+        write_index(w, catalog, schema, spec, layout, rl, trie, level_counts, level_ids, tables, level_stats,
+                    ad_level, ads, ad_lists, timer, progress)
+    return load_index(out_dir, verify=False)
+
+
+def write_index(w, catalog, schema, spec, layout, rl, trie, level_counts, level_ids, tables, level_stats, ad_level,
+                ads: dict, ad_lists: list, timer: _Timer, progress: Progress = None, build: dict = None) -> None:
+    """The index's arrays, statistics and manifest into the open writer w, committed: shared by the
+    single-process and the sharded build, which differ only in how they reach these pieces. trie: level_offsets,
+    node_offsets, child_tokens, max_degree, num_sids, num_nodes; ads: the SID->ad map and ad-id lookup; ad_lists:
+    per Bloom attribute ((allow offsets, codes), (exclude offsets, codes), dictionary); build: how it was built."""
+    L = schema.sid_length
+    part_arrays, part_layout = _matcher_columns(spec, level_counts, level_ids, L)
     arrays = {
         "level_offsets": trie.level_offsets, "node_offsets": trie.node_offsets,
         "child_tokens": trie.child_tokens, "max_degree": trie.max_degree,
         **part_arrays,
         "bitmask_table": tables[0],
-        "sid_ad_offsets": sid_ad_offsets, "sid_ad_ids": sid_ad_ids,
-        "ad_bitmask_ids": ad_bitmask_ids,
-        "ad_ids_sorted": ad_ids_sorted, "ad_rows_by_id": ad_rows_by_id,
+        **{k: ads[k] for k in ("sid_ad_offsets", "sid_ad_ids", "ad_bitmask_ids")},
+        **{k: ads[k] for k in ("ad_ids_sorted", "ad_rows_by_id")},
     }
     for b, ((a_off, a_codes), (e_off, e_codes), _) in enumerate(ad_lists):
         arrays[fmt.bloom_table(b)] = tables[1 + b]
         arrays.update(zip(fmt.ad_allow(b), (a_off, a_codes)))
         arrays.update(zip(fmt.ad_exclude(b), (e_off, e_codes)))
 
-    counts = {"sids": S, "ads": N, "nodes": trie.num_nodes, "internal_nodes": int(trie.level_offsets[L]),
-              "sid_length": L, "vocab": V}
-    stats = summarize(trie, sid_ad_offsets, schema, layout, rl, tables, level_stats, ad_level, arrays,
+    counts = {"sids": trie.num_sids, "ads": len(ads["sid_ad_ids"]), "nodes": trie.num_nodes,
+              "internal_nodes": int(trie.level_offsets[L]), "sid_length": L, "vocab": schema.vocab}
+    stats = summarize(trie, ads["sid_ad_offsets"], schema, layout, rl, tables, level_stats, ad_level, arrays,
                       part_layout)
     manifest = {
         "schema": schema.to_dict(),
@@ -176,21 +194,21 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
         "counts": counts,
         "partition_layout": part_layout,
         "stats": stats,
+        "build": build or {"mode": "single-process"},
     }
-    with ArtifactWriter(out_dir, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=overwrite) as w:
-        for i, (name, arr) in enumerate(arrays.items()):
-            w.add_array(name, arr)
-            report(progress, i + 1, len(arrays), "write")
-        for b, (_, _, dictionary) in enumerate(ad_lists):
-            w.add_table(fmt.bloom_dict(b), pa.table({"value": pa.array(dictionary, pa.string())}))
-        timer.lap("write")
-        stats["build_seconds"] = {**{k: round(v, 4) for k, v in timer.seconds.items()},
-                                  "total": round(timer.total(), 4)}
-        w.commit(manifest)
-    return load_index(out_dir, verify=False)
+    for i, (name, arr) in enumerate(arrays.items()):
+        w.add_array(name, arr)
+        report(progress, i + 1, len(arrays), "write")
+    for b, (_, _, dictionary) in enumerate(ad_lists):
+        w.add_table(fmt.bloom_dict(b), pa.table({"value": pa.array(dictionary, pa.string())}))
+    timer.lap("write")
+    stats["build_seconds"] = {**{k: round(v, 4) for k, v in timer.seconds.items()}, "total": round(timer.total(), 4)}
+    if build:
+        stats["shards"] = build["shards"]
+    w.commit(manifest)
 
 
-def _matcher_columns(spec: PartitionSpec, trie, level_counts, level_ids, L) -> tuple:
+def _matcher_columns(spec: PartitionSpec, level_counts, level_ids, L) -> tuple:
     """Per-node partition ids: fixed width per level (none/static) or jagged CSR (dynamic).
 
     Fixed: node n of depth d owns ids [base_d + (n - level_offsets[d]) * w_d, ... + w_d), -1 padded.

@@ -11,14 +11,20 @@ FILL_BINS = 20
 
 def level_table_stats(parts: np.ndarray, counts: np.ndarray, ids: list, slices: list, rl) -> dict:
     """Per table: rows (= partitions) before dedup, distinct rows after, bytes, mean fill, histogram."""
+    return table_stats(counts, ids, [row_popcount(parts[:, s]) for s in slices], [s.stop - s.start for s in slices],
+                       rl)
+
+
+def table_stats(counts: np.ndarray, ids: list, pops: list, widths: list, rl) -> dict:
+    """level_table_stats from each table's set bits of every partition (pops[t] [partitions]) and row widths:
+    what a build that holds the ids and tables, not the partitions' rows, can compute."""
     out = {"nodes": int(len(counts)), "partitions": int(counts.sum()),
            "partitions_per_node": {"mean": float(counts.mean()) if len(counts) else 0.0,
                                    "max": int(counts.max()) if len(counts) else 0},
            "tables": []}
     bits = [rl.n_bits - sum(b * 64 for b in rl.bloom_words)] + [w * 64 for w in rl.bloom_words]
-    for t, (s, tid) in enumerate(zip(slices, ids)):
-        width = s.stop - s.start
-        fill = row_popcount(parts[:, s]) / max(bits[t], 1)
+    for t, (width, tid) in enumerate(zip(widths, ids)):
+        fill = pops[t] / max(bits[t], 1)
         seen = np.zeros(int(tid.max()) + 1 if len(tid) else 0, bool)
         seen[tid] = True  # ids are dense table indices: marking beats np.unique's hashing by far
         uniq = int(np.count_nonzero(seen))
@@ -48,7 +54,7 @@ def summarize(trie, sid_ad_offsets, schema, layout, rl, tables, level_stats, ad_
     sid_ad = arrays["sid_ad_offsets"].nbytes + arrays["sid_ad_ids"].nbytes
     L = schema.sid_length
     return {
-        "sids": int(len(trie.unique_sids)),
+        "sids": int(trie.num_sids),
         "ads": int(sid_ad_offsets[-1]),
         "nodes": trie.num_nodes,
         "sid_length": L,
@@ -67,5 +73,5 @@ def summarize(trie, sid_ad_offsets, schema, layout, rl, tables, level_stats, ad_
         "bytes": {"topology": int(topo), "matcher_ids": int(matcher_ids), "matcher_tables": int(sum(table_bytes.values())),
                   "sid_ad_map": int(sid_ad), "ad_index": int(ad_index),
                   "total": int(sum(a.nbytes for a in arrays.values()))},
-        "topology_bytes_per_million_sids": float(topo / max(len(trie.unique_sids), 1) * 1e6),
+        "topology_bytes_per_million_sids": float(topo / max(trie.num_sids, 1) * 1e6),
     }

@@ -34,6 +34,10 @@ class TrieBuild:
     max_degree: np.ndarray
 
     @property
+    def num_sids(self) -> int:
+        return len(self.unique_sids)
+
+    @property
     def num_nodes(self) -> int:
         return int(self.level_offsets[-1])
 
