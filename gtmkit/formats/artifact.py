@@ -94,6 +94,12 @@ class ArtifactWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.abort()
 
+    @property
+    def staging(self) -> pathlib.Path:
+        """The private directory the version is written in: removed with it on an abort, so a build may keep
+        its working files there (and must remove them before commit())."""
+        return self._tmp
+
     def abort(self) -> None:
         """Remove the staging directory unless commit() succeeded (idempotent; called by ``with``)."""
         if not self._committed:

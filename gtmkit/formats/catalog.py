@@ -238,7 +238,7 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
         raise CatalogError(f"{f}: cannot read rows near row {r0} ({_first_line(exc)})") from None
     if row0 != total:
         raise CatalogError(f"{path}: the files' metadata says {total} rows, read {row0}")
-    _check_unique(ad_ids, schema.ad_id_column, src)
+    check_unique(ad_ids, schema.ad_id_column, src)
     met = [(list(a.dictionary), list(e.dictionary)) for a, e in zip(allowed, excluded)]
     lists = [_shared_codes(a.finish(), e.finish(), a.index) for a, e in zip(allowed, excluded)]
     cat = Catalog(str(path), ad_ids, sids, [a for a, _ in lists], [e for _, e in lists], met)
@@ -290,7 +290,7 @@ def _fail_at(src: ParquetInput, column, row, msg) -> CatalogError:
     return _fail(f, column, r, msg)
 
 
-def _check_unique(ad_ids: np.ndarray, col, src: ParquetInput) -> None:
+def check_unique(ad_ids: np.ndarray, col, src: ParquetInput) -> None:
     s = np.sort(ad_ids)
     if not np.any(s[1:] == s[:-1]):
         return

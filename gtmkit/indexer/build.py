@@ -13,6 +13,7 @@ from ..formats import index_format as fmt
 from ..formats.artifact import ArtifactWriter
 from ..formats.catalog import read_catalog
 from ..formats.output import check_output
+from ..errors import GtmkitError
 from ..formats.schema import PartitionSpec, Schema, make_partition, resolve_schema
 from ..progress import Progress, report
 from .adindex import reorder_lists, sid_ad_map
@@ -75,14 +76,20 @@ def level_parts(spec: PartitionSpec, d: int, trie, rows, sid_rows, sid_ad_offset
 
 
 def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fill=None, k_max=None,
-                progress: Progress = None, overwrite: bool = False):
+                progress: Progress = None, overwrite: bool = False, shards: int = None, client=None,
+                workers: int = None, memory_limit: int = None):
     """Build the GTM index of a Parquet catalog into directory `out_dir` and return it loaded.
 
     schema: Schema, dict, JSON path, or None for `<stem>.schema.json` beside the catalog.
     partition: "none" | "static" (k: one int per SID level, or one int) | "dynamic" (target_fill, k_max);
     None keeps the schema's setting. Any argument given overrides the schema's.
     progress: optional callable (done, total, phase). overwrite=True replaces only a gtmkit artifact (any
-    other file or folder at out_dir is refused). On error out_dir serves what it served before."""
+    other file or folder at out_dir is refused). On error out_dir serves what it served before.
+
+    Sharded (any of these given; the arrays are the same as without): shards: how many first-token ranges are
+    built apart (default: enough that one fits memory_limit bytes, at least one a worker); client: a
+    dask.distributed Client whose workers build them; workers: a LocalCluster of that many processes instead;
+    neither: the shards are built here one after another. memory_limit: bytes a worker may hold."""
     from ..index import load_index
 
     timer = _Timer()
@@ -90,6 +97,9 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     spec = choose_partition(schema, partition, k, target_fill, k_max)
     schema = schema.with_partition(spec)
     out_dir = check_output(out_dir, overwrite)  # refused before the catalog is read, not after the build
+    if shards is not None or client is not None or workers is not None:
+        return _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memory_limit, progress,
+                              overwrite, timer)
 
     cat = read_catalog(catalog, schema, progress, check_rows=lambda n: check_fits(
         build_bytes(n, schema.sid_length, least_row_words(schema)), f"{catalog}: building an index of {n} ads"))
@@ -157,6 +167,27 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     with ArtifactWriter(out_dir, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=overwrite) as w:
         write_index(w, catalog, schema, spec, layout, rl, trie, level_counts, level_ids, tables, level_stats,
                     ad_level, ads, ad_lists, timer, progress)
+    return load_index(out_dir, verify=False)
+
+
+def _count(x, name: str, lo: int) -> int:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or x < lo:
+        raise GtmkitError(f"{name} must be an integer >= {lo}, got {x!r}")
+    return int(x)
+
+
+def _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memory_limit, progress, overwrite,
+                   timer):
+    from ..index import load_index
+    from .shards.run import build_sharded, runner
+    shards = None if shards is None else _count(shards, "shards", 1)
+    workers = None if workers is None else _count(workers, "workers", 1)
+    memory_limit = None if memory_limit is None else _count(memory_limit, "memory_limit", 1 << 20)
+    run = runner(client, workers, memory_limit)
+    try:
+        build_sharded(catalog, out_dir, schema, spec, shards, run, memory_limit, progress, overwrite, timer)
+    finally:
+        run.close()
     return load_index(out_dir, verify=False)
 
 

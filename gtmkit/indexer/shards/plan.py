@@ -1,0 +1,70 @@
+"""Between a sharded build's phases: the catalog's global dictionaries merged from the files' own (the same
+codes the single-process read gives), and the first-token ranges of the shards."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# a single-process build's peak is ~365 bytes an ad (15M ads: 5.1 GiB); a shard's is its share of that
+SHARD_BYTES_PER_AD = 400
+
+
+def merge_dictionaries(results: list, n_attrs: int) -> tuple:
+    """(per attribute the global dictionary, per attribute and file the remap of the file's codes to it).
+
+    The single-process read numbers an attribute's allowed strings in the order the batches met them, then
+    the strings only exclusions name in theirs; files are read in order, so the same order is the files'
+    own lists concatenated, each string kept where first met."""
+    dictionaries, remaps = [], []
+    for j in range(n_attrs):
+        index = {}
+        for r in results:
+            for s in r["met"][j][0]:
+                index.setdefault(s, len(index))
+        for r in results:
+            for s in r["met"][j][1]:
+                index.setdefault(s, len(index))
+        dictionaries.append(list(index))
+        remaps.append([np.fromiter((index[s] for s in r["dictionaries"][j]), np.int32, len(r["dictionaries"][j]))
+                       for r in results])
+    return dictionaries, remaps
+
+
+def shard_count(rows: int, workers: int, memory_limit: int | None) -> int:
+    """Enough shards that one fits a worker's memory, and at least one a worker."""
+    need = math.ceil(rows * SHARD_BYTES_PER_AD / memory_limit) if memory_limit else 1
+    return max(1, workers, need)
+
+
+def shard_bounds(token_rows: np.ndarray, shards: int) -> list:
+    """First-token bounds b_0 = 0 < b_1 < ... < b_n = V of at most `shards` ranges with about equal rows,
+    none empty: a range ends where the running row count passes the next equal share (a token's rows stay in
+    one shard, so a token holding more than a share makes its shard larger and fewer shards)."""
+    V = len(token_rows)
+    cum = np.cumsum(token_rows)
+    total = int(cum[-1])
+    bounds = [0]
+    for s in range(1, shards):
+        b = int(np.searchsorted(cum, total * s / shards, side="left")) + 1
+        if b > bounds[-1] and b < V and cum[b - 1] > (cum[bounds[-1] - 1] if bounds[-1] else 0):
+            bounds.append(b)
+    bounds.append(V)
+    # a last range without rows joins the one before it
+    if len(bounds) > 2 and cum[-1] == cum[bounds[-2] - 1]:
+        bounds.pop(-2)
+    return bounds
+
+
+def save_dictionaries(stage, dictionaries: list, remaps: list) -> None:
+    for j, d in enumerate(dictionaries):
+        pq.write_table(pa.table({"value": pa.array(d, pa.string())}), stage / f"dictionary{j}.parquet")
+        for i, r in enumerate(remaps[j]):
+            np.save(stage / f"remap{j}_{i:05d}.npy", r)
+
+
+def load_dictionary(stage, j: int) -> list:
+    return pq.read_table(stage / f"dictionary{j}.parquet").column("value").to_pylist()

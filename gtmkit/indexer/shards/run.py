@@ -1,0 +1,130 @@
+"""The sharded build's driver: the three phases as tasks, in this process one after another or on a Dask
+cluster (docs/design.md §3). Working files live in the artifact's staging directory, so a failed or
+interrupted build leaves nothing behind."""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+
+import numpy as np
+
+from ...errors import GtmkitError
+from ...formats import index_format as fmt
+from ...formats.artifact import ArtifactWriter
+from ...formats.catalog import Catalog, StringLists, open_catalog
+from ...progress import Progress, report
+from ..rows import resolve_layout
+from .assemble import assemble
+from .plan import merge_dictionaries, save_dictionaries, shard_bounds, shard_count
+from .shard import build_shard
+from .split import split_file
+
+RETRIES = 2  # a task whose worker died runs again this many times before the build fails
+
+
+class InProcess:
+    """Tasks run here, one after another: a shard at a time in memory."""
+    workers = 1
+    address = None
+
+    def map(self, fn, args: list, progress, phase: str) -> list:
+        out = []
+        for i, a in enumerate(args):
+            out.append(fn(*a))
+            report(progress, i + 1, len(args), phase)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class OnDask:
+    """Tasks on a dask.distributed cluster: a Client given, or a LocalCluster of `workers` processes."""
+
+    def __init__(self, client=None, workers: int | None = None, memory_limit: int | None = None):
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise GtmkitError("a build on Dask workers needs dask and distributed: pip install 'gtmkit[dist]'") from None
+        self._own = None
+        if client is None:
+            import logging
+            self._own = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                     memory_limit=memory_limit or "auto", dashboard_address=None,
+                                     silence_logs=logging.ERROR)
+            client = Client(self._own)
+        self.client = client
+        self.workers = max(1, len(client.scheduler_info().get("workers", {})))
+        # a LocalCluster of this build is named by its size alone: its address is gone with it
+        self.address = None if self._own is not None else client.scheduler.address
+
+    def map(self, fn, args: list, progress, phase: str) -> list:
+        from distributed import KilledWorker, as_completed
+        tag = uuid.uuid4().hex[:8]
+        futures = [self.client.submit(fn, *a, key=f"gtmkit-{phase}-{tag}-{i}", retries=RETRIES, pure=False)
+                   for i, a in enumerate(args)]
+        try:
+            for done, f in enumerate(as_completed(futures), 1):
+                if f.status == "error":
+                    f.result()  # raises the task's own error
+                report(progress, done, len(args), phase)
+            return self.client.gather(futures)
+        except KilledWorker as exc:
+            raise GtmkitError(f"{phase}: a Dask worker died running a task, and again on retry ({exc})") from None
+        finally:
+            self.client.cancel(futures)
+
+    def close(self) -> None:
+        if self._own is not None:
+            self.client.close()
+            self._own.close()
+
+
+def runner(client=None, workers: int | None = None, memory_limit: int | None = None):
+    if client is None and not workers:
+        return InProcess()
+    return OnDask(client, workers, memory_limit)
+
+
+def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memory_limit: int | None,
+                  progress: Progress, overwrite: bool, timer):
+    """The index of `catalog` built in shards by `run` (InProcess or OnDask) into out_dir."""
+    from ..build import write_index
+
+    source = open_catalog(catalog, schema)
+    total = source.num_rows
+    if total == 0:
+        from ...errors import CatalogError
+        raise CatalogError(f"{catalog}: the catalog has no rows")
+    files = [str(f) for f in source.files]
+    timer.lap("plan")
+    with ArtifactWriter(out_dir, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=overwrite) as w:
+        stage = w.staging / "shards"
+        stage.mkdir()
+        split = run.map(split_file, [(str(catalog), files, i, schema, str(stage)) for i in range(len(files))],
+                        progress, "split")
+        timer.lap("split")
+        n_attrs = len(schema.bitmask) + len(schema.bloom)
+        dictionaries, remaps = merge_dictionaries(split, n_attrs)
+        save_dictionaries(stage, dictionaries, remaps)
+        tokens = np.sum([r["tokens"] for r in split], axis=0)
+        n = shards or shard_count(total, run.workers, memory_limit)
+        bounds = shard_bounds(tokens, n)
+        starts = source.starts
+        metas = run.map(build_shard, [(str(stage), s, bounds[s], bounds[s + 1], starts, schema)
+                                      for s in range(len(bounds) - 1)], progress, "shards")
+        timer.lap("shards")
+        probe = Catalog(str(catalog), np.zeros(0, np.int64), np.zeros((0, schema.sid_length), np.int32),
+                        [StringLists(np.zeros(1, np.int64), np.zeros(0, np.int32), d) for d in dictionaries], [])
+        layout, _, rl = resolve_layout(probe, schema)
+        parts = assemble(stage, metas, schema, rl, dictionaries, source)
+        shutil.rmtree(stage)
+        timer.lap("assemble")
+        build = {"mode": "sharded", "shards": len(metas), "workers": run.workers, "scheduler": run.address,
+                 "first_token_bounds": [int(b) for b in bounds], "files": len(files)}
+        write_index(w, catalog, schema, spec, layout, rl, parts["trie"], parts["level_counts"], parts["level_ids"],
+                    parts["tables"], parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer,
+                    progress, build)
+    return time.perf_counter()

@@ -1,0 +1,109 @@
+"""A sharded build's second phase: one task a range of first tokens gathers its rows from every file's piece,
+builds that part of the trie, its ads' rows, the matchers of its nodes at depths 1..L (deduplicated within
+the shard) and its ads' lists, and keeps them in the staging area for the assembler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ...formats.catalog import Catalog, StringLists
+from ..adindex import reorder_lists, sid_ad_map
+from ..build import level_parts
+from ..dedup import RowDeduper, add_columns
+from ..partition import level_partitions
+from ..rows import ad_rows, resolve_layout
+from ..trie import build_trie
+from .plan import load_dictionary
+from .split import ARRAYS, piece_dir
+
+
+def shard_dir(stage, s: int) -> Path:
+    return Path(stage) / f"shard-{s:05d}"
+
+
+def _lists(d: Path, kind: str, j: int, a: int, b: int, remap: np.ndarray) -> tuple:
+    off = np.load(d / f"{kind}{j}_offsets.npy", mmap_mode="r")[a:b + 1]
+    codes = np.load(d / f"{kind}{j}_codes.npy", mmap_mode="r")[off[0]:off[-1]]
+    return off - off[0], remap[codes] if len(codes) else np.zeros(0, np.int32)
+
+
+def gather(stage, lo: int, hi: int, starts: list, schema) -> tuple:
+    """(the shard's rows as a Catalog with the global dictionaries, their rows in the whole input)."""
+    stage = Path(stage)
+    n_attrs = len(schema.bitmask) + len(schema.bloom)
+    dictionaries = [load_dictionary(stage, j) for j in range(n_attrs)]
+    cols = {name: [] for name in ARRAYS}
+    lists = {(kind, j): [] for kind in ("allowed", "excluded") for j in range(n_attrs)}
+    for i in range(len(starts) - 1):
+        d = piece_dir(stage, i)
+        to = np.load(d / "token_offsets.npy")
+        a, b = int(to[lo]), int(to[hi])
+        if a == b:
+            continue
+        for name in ARRAYS:
+            cols[name].append(np.load(d / f"{name}.npy", mmap_mode="r")[a:b])
+        cols["rows"][-1] = cols["rows"][-1] + starts[i]
+        for (kind, j), acc in lists.items():
+            acc.append(_lists(d, kind, j, a, b, np.load(stage / f"remap{j}_{i:05d}.npy")))
+    ad_ids, sids, rows = (np.concatenate(cols[name]) for name in ARRAYS)
+    out = {}
+    for (kind, j), acc in lists.items():
+        off = np.zeros(len(ad_ids) + 1, np.int64)
+        pos = 0
+        for o, _ in acc:
+            off[pos + 1:pos + len(o)] = o[1:] + off[pos]
+            pos += len(o) - 1
+        codes = np.concatenate([c for _, c in acc]).astype(np.int32, copy=False)
+        out[kind, j] = StringLists(off, codes, dictionaries[j])
+    cat = Catalog(str(stage), ad_ids, np.ascontiguousarray(sids), [out["allowed", j] for j in range(n_attrs)],
+                  [out["excluded", j] for j in range(n_attrs)])
+    return cat, rows
+
+
+def build_shard(stage, s: int, lo: int, hi: int, starts: list, schema) -> dict:
+    """Builds shard s (first tokens lo..hi-1) into shard_dir(stage, s); returns its sizes and its SIDs' union."""
+    cat, input_rows = gather(stage, lo, hi, starts, schema)
+    spec, L = schema.partition, schema.sid_length
+    trie = build_trie(cat.sids, schema.vocab)
+    S, N = trie.num_sids, cat.num_ads
+    order, sid_ad_offsets, sid_ad_ids, _, _ = sid_ad_map(trie.ad_sid, cat.ad_ids, S)
+    del trie.ad_sid
+    layout, code_bits, rl = resolve_layout(cat, schema)
+    rows = ad_rows(cat, schema, layout, code_bits, rl, order)
+    slices = rl.slices()
+    out = shard_dir(stage, s)
+    out.mkdir()
+    save = lambda name, arr: np.save(out / f"{name}.npy", arr)  # noqa: E731
+    save("sid_ad_offsets", sid_ad_offsets)
+    save("sid_ad_ids", sid_ad_ids)
+    save("input_rows", input_rows[order])
+    nbm = len(schema.bitmask)
+    for b in range(len(schema.bloom)):
+        for kind, lists in (("allowed", cat.allowed[nbm + b]), ("excluded", cat.excluded[nbm + b])):
+            off, codes = reorder_lists(lists.offsets, lists.codes, order)
+            save(f"ad_{kind}{b}_offsets", off)
+            save(f"ad_{kind}{b}_codes", codes)
+    del cat
+    dedupers = [RowDeduper(x.stop - x.start) for x in slices]
+    save("ad_ids0", dedupers[0].add(rows[:, slices[0]]))
+    _, sid_rows = level_partitions(rows, sid_ad_offsets[:-1], sid_ad_offsets[1:])
+    union = np.bitwise_or.reduce(sid_rows, axis=0)
+    levels, max_degree = [], [0] * L
+    degrees = np.diff(trie.node_offsets.astype(np.int64))
+    for d in range(1, L + 1):
+        a, b = int(trie.level_offsets[d]), int(trie.level_offsets[d + 1])
+        levels.append(b - a)
+        save(f"tokens{d}", trie.child_tokens[a - 1:b - 1])
+        if d < L:
+            save(f"degrees{d}", degrees[a:b])
+            max_degree[d] = int(degrees[a:b].max())
+        counts, parts = level_parts(spec, d, trie, rows, sid_rows, sid_ad_offsets, rl)
+        save(f"counts{d}", counts)
+        for t, ids in enumerate(add_columns(dedupers, parts, slices)):
+            save(f"ids{d}_{t}", ids)
+        del parts
+    for t, dd in enumerate(dedupers):
+        save(f"table{t}", dd.table())
+    return {"sids": S, "ads": N, "levels": levels, "max_degree": max_degree, "union": union}

@@ -1,0 +1,58 @@
+"""A sharded build's first phase: one task a catalog file reads and checks its rows, orders them by first SID
+token and keeps them in the staging area, so that a shard reads only its tokens' rows of every file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from ..._arrays import offsets_from_lengths
+from ...formats.catalog import read_catalog
+
+ARRAYS = ("ad_ids", "sids", "rows")
+
+
+def piece_dir(stage, i: int) -> Path:
+    return Path(stage) / f"file-{i:05d}"
+
+
+@njit(cache=True, nogil=True)
+def _gather(off, codes, order, new_off, out):
+    """Lists order[0], order[1], ... of a CSR list column, each list's codes in their order."""
+    for i in range(order.shape[0]):
+        a, b = off[order[i]], off[order[i] + 1]
+        new_off[i + 1] = new_off[i] + (b - a)
+        out[new_off[i]:new_off[i + 1]] = codes[a:b]
+
+
+def gather_lists(off: np.ndarray, codes: np.ndarray, order: np.ndarray) -> tuple:
+    """(offsets int64 [n+1], codes int32) of lists order[i] of (off, codes)."""
+    lengths = off[1:] - off[:-1]
+    new_off = np.zeros(len(order) + 1, np.int64)
+    out = np.empty(int(lengths[order].sum()), np.int32)
+    _gather(off, codes, order, new_off, out)
+    return new_off, out
+
+
+def split_file(source: str, files: list, i: int, schema, stage: str) -> dict:
+    """Reads file i of the input (errors name it and its row), writes its rows ordered by first token (stable)
+    to piece_dir(stage, i). Returns the rows, the rows a first token [V], and per attribute the file's
+    dictionary and the strings each column met, in order (what the global dictionaries are merged from)."""
+    cat = read_catalog(source, schema, files=[files[i]])
+    first = cat.sids[:, 0]
+    counts = np.bincount(first, minlength=schema.vocab).astype(np.int64)
+    order = np.argsort(first, kind="stable")
+    out = piece_dir(stage, i)
+    out.mkdir()
+    np.save(out / "token_offsets.npy", offsets_from_lengths(counts))
+    for name, arr in zip(ARRAYS, (cat.ad_ids[order], cat.sids[order], order.astype(np.int64))):
+        np.save(out / f"{name}.npy", arr)
+    for j, (al, ex) in enumerate(zip(cat.allowed, cat.excluded)):
+        for kind, lists in (("allowed", al), ("excluded", ex)):
+            off, codes = gather_lists(lists.offsets, lists.codes, order)
+            np.save(out / f"{kind}{j}_offsets.npy", off)
+            np.save(out / f"{kind}{j}_codes.npy", codes)
+    return {"rows": len(order), "tokens": counts, "dictionaries": [a.dictionary for a in cat.allowed],
+            "met": cat.met}
