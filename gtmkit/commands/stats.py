@@ -46,6 +46,8 @@ def print_summary(s: dict) -> None:
     if "build_seconds" in s:
         bs = s["build_seconds"]
         e(f"{'build s':<14}" + "  ".join(f"{k} {v:.2f}" for k, v in bs.items()))
+    if "shards" in s:
+        e(f"{'built in':<14}{s['shards']} shards")
 
 
 def plot(s: dict, path: str) -> None:

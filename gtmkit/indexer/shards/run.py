@@ -5,7 +5,6 @@ interrupted build leaves nothing behind."""
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 
 import numpy as np
@@ -21,7 +20,6 @@ from .plan import merge_dictionaries, save_dictionaries, shard_bounds, shard_cou
 from .shard import build_shard
 from .split import split_file
 
-RETRIES = 2  # a task whose worker died runs again this many times before the build fails
 
 
 class InProcess:
@@ -53,7 +51,7 @@ class OnDask:
             import logging
             self._own = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                      memory_limit=memory_limit or "auto", dashboard_address=None,
-                                     silence_logs=logging.ERROR)
+                                     silence_logs=logging.CRITICAL)  # a task's error is the build's one line
             client = Client(self._own)
         self.client = client
         self.workers = max(1, len(client.scheduler_info().get("workers", {})))
@@ -63,7 +61,7 @@ class OnDask:
     def map(self, fn, args: list, progress, phase: str) -> list:
         from distributed import KilledWorker, as_completed
         tag = uuid.uuid4().hex[:8]
-        futures = [self.client.submit(fn, *a, key=f"gtmkit-{phase}-{tag}-{i}", retries=RETRIES, pure=False)
+        futures = [self.client.submit(fn, *a, key=f"gtmkit-{phase}-{tag}-{i}", pure=False)
                    for i, a in enumerate(args)]
         try:
             for done, f in enumerate(as_completed(futures), 1):
@@ -72,14 +70,16 @@ class OnDask:
                 report(progress, done, len(args), phase)
             return self.client.gather(futures)
         except KilledWorker as exc:
-            raise GtmkitError(f"{phase}: a Dask worker died running a task, and again on retry ({exc})") from None
+            # the scheduler ran the task again on other workers (distributed.scheduler.allowed-failures times)
+            raise GtmkitError(f"{phase}: Dask workers died running one task, every time it ran ({exc})") from None
         finally:
             self.client.cancel(futures)
 
     def close(self) -> None:
         if self._own is not None:
+            own, self._own = self._own, None
             self.client.close()
-            self._own.close()
+            own.close()
 
 
 def runner(client=None, workers: int | None = None, memory_limit: int | None = None):
@@ -103,28 +103,32 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
     with ArtifactWriter(out_dir, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=overwrite) as w:
         stage = w.staging / "shards"
         stage.mkdir()
-        split = run.map(split_file, [(str(catalog), files, i, schema, str(stage)) for i in range(len(files))],
-                        progress, "split")
-        timer.lap("split")
-        n_attrs = len(schema.bitmask) + len(schema.bloom)
-        dictionaries, remaps = merge_dictionaries(split, n_attrs)
-        save_dictionaries(stage, dictionaries, remaps)
-        tokens = np.sum([r["tokens"] for r in split], axis=0)
-        n = shards or shard_count(total, run.workers, memory_limit)
-        bounds = shard_bounds(tokens, n)
-        starts = source.starts
-        metas = run.map(build_shard, [(str(stage), s, bounds[s], bounds[s + 1], starts, schema)
-                                      for s in range(len(bounds) - 1)], progress, "shards")
-        timer.lap("shards")
-        probe = Catalog(str(catalog), np.zeros(0, np.int64), np.zeros((0, schema.sid_length), np.int32),
-                        [StringLists(np.zeros(1, np.int64), np.zeros(0, np.int32), d) for d in dictionaries], [])
-        layout, _, rl = resolve_layout(probe, schema)
-        parts = assemble(stage, metas, schema, rl, dictionaries, source)
-        shutil.rmtree(stage)
-        timer.lap("assemble")
-        build = {"mode": "sharded", "shards": len(metas), "workers": run.workers, "scheduler": run.address,
-                 "first_token_bounds": [int(b) for b in bounds], "files": len(files)}
-        write_index(w, catalog, schema, spec, layout, rl, parts["trie"], parts["level_counts"], parts["level_ids"],
-                    parts["tables"], parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer,
-                    progress, build)
-    return time.perf_counter()
+        try:
+            split = run.map(split_file, [(str(catalog), files, i, schema, str(stage)) for i in range(len(files))],
+                            progress, "split")
+            timer.lap("split")
+            n_attrs = len(schema.bitmask) + len(schema.bloom)
+            dictionaries, remaps = merge_dictionaries(split, n_attrs)
+            save_dictionaries(stage, dictionaries, remaps)
+            tokens = np.sum([r["tokens"] for r in split], axis=0)
+            n = shards or shard_count(total, run.workers, memory_limit)
+            bounds = shard_bounds(tokens, n)
+            starts = source.starts
+            metas = run.map(build_shard, [(str(stage), s, bounds[s], bounds[s + 1], starts, schema)
+                                          for s in range(len(bounds) - 1)], progress, "shards")
+            timer.lap("shards")
+            probe = Catalog(str(catalog), np.zeros(0, np.int64), np.zeros((0, schema.sid_length), np.int32),
+                            [StringLists(np.zeros(1, np.int64), np.zeros(0, np.int32), d) for d in dictionaries], [])
+            layout, _, rl = resolve_layout(probe, schema)
+            parts = assemble(stage, metas, schema, rl, dictionaries, source)
+            shutil.rmtree(stage)
+            timer.lap("assemble")
+            build = {"mode": "sharded", "shards": len(metas), "workers": run.workers, "scheduler": run.address,
+                     "first_token_bounds": [int(b) for b in bounds], "files": len(files)}
+            write_index(w, catalog, schema, spec, layout, rl, parts["trie"], parts["level_counts"], parts["level_ids"],
+                        parts["tables"], parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer,
+                        progress, build)
+        except BaseException:
+            run.close()  # this build's own workers stop before the files they write are removed
+            shutil.rmtree(stage, ignore_errors=True)
+            raise

@@ -16,7 +16,7 @@ from ..partition import level_partitions
 from ..rows import ad_rows, resolve_layout
 from ..trie import build_trie
 from .plan import load_dictionary
-from .split import ARRAYS, piece_dir
+from .split import ARRAYS, piece_dir, publish, task_dir
 
 
 def shard_dir(stage, s: int) -> Path:
@@ -73,8 +73,7 @@ def build_shard(stage, s: int, lo: int, hi: int, starts: list, schema) -> dict:
     layout, code_bits, rl = resolve_layout(cat, schema)
     rows = ad_rows(cat, schema, layout, code_bits, rl, order)
     slices = rl.slices()
-    out = shard_dir(stage, s)
-    out.mkdir()
+    out = task_dir(shard_dir(stage, s))
     save = lambda name, arr: np.save(out / f"{name}.npy", arr)  # noqa: E731
     save("sid_ad_offsets", sid_ad_offsets)
     save("sid_ad_ids", sid_ad_ids)
@@ -106,4 +105,5 @@ def build_shard(stage, s: int, lo: int, hi: int, starts: list, schema) -> dict:
         del parts
     for t, dd in enumerate(dedupers):
         save(f"table{t}", dd.table())
+    publish(out, shard_dir(stage, s))
     return {"sids": S, "ads": N, "levels": levels, "max_degree": max_degree, "union": union}

@@ -3,6 +3,9 @@ token and keeps them in the staging area, so that a shard reads only its tokens'
 
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +19,20 @@ ARRAYS = ("ad_ids", "sids", "rows")
 
 def piece_dir(stage, i: int) -> Path:
     return Path(stage) / f"file-{i:05d}"
+
+
+def task_dir(final: Path) -> Path:
+    """A fresh directory for a task's files, made final by publish(): a task that runs again after its
+    worker died (perhaps midway through writing) starts clean and replaces what the first run left."""
+    tmp = final.with_name(f"{final.name}.{uuid.uuid4().hex[:12]}")
+    tmp.mkdir()
+    return tmp
+
+
+def publish(tmp: Path, final: Path) -> None:
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
 
 
 @njit(cache=True, nogil=True)
@@ -44,8 +61,7 @@ def split_file(source: str, files: list, i: int, schema, stage: str) -> dict:
     first = cat.sids[:, 0]
     counts = np.bincount(first, minlength=schema.vocab).astype(np.int64)
     order = np.argsort(first, kind="stable")
-    out = piece_dir(stage, i)
-    out.mkdir()
+    out = task_dir(piece_dir(stage, i))
     np.save(out / "token_offsets.npy", offsets_from_lengths(counts))
     for name, arr in zip(ARRAYS, (cat.ad_ids[order], cat.sids[order], order.astype(np.int64))):
         np.save(out / f"{name}.npy", arr)
@@ -54,5 +70,6 @@ def split_file(source: str, files: list, i: int, schema, stage: str) -> dict:
             off, codes = gather_lists(lists.offsets, lists.codes, order)
             np.save(out / f"{kind}{j}_offsets.npy", off)
             np.save(out / f"{kind}{j}_codes.npy", codes)
+    publish(out, piece_dir(stage, i))
     return {"rows": len(order), "tokens": counts, "dictionaries": [a.dictionary for a in cat.allowed],
             "met": cat.met}

@@ -1,0 +1,207 @@
+"""Sharded GTM builds (indexer/shards): for any shard count, in this process or on a real Dask LocalCluster,
+the artifact's arrays are the single-process build's, byte for byte; bad inputs and dying workers end in one
+error with nothing left at the output path."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import gtmkit
+from gtmkit.errors import CatalogError, GtmkitError
+from gtmkit.indexer.shards.plan import shard_bounds
+
+from support.catalogs import random_catalog, schema_dict
+
+MODES = [("none", {}), ("static", {"k": [2, 3, 2]}), ("dynamic", {"target_fill": 0.3, "k_max": 4})]
+
+
+def _checksums(index) -> dict:
+    return {name: f["sha256"] for name, f in index.manifest["files"].items()}
+
+
+def _stats(index) -> dict:
+    s = dict(index.manifest["stats"])
+    s.pop("build_seconds"), s.pop("shards", None)
+    return s
+
+
+def _catalog(tmp, seed, n_ads, hot, domain, cuts, V=6):
+    """A catalog as files part-000... cut at `cuts`; hot: most SIDs start with token 0."""
+    table = random_catalog(seed, n_ads=n_ads, V=V)
+    if hot:
+        rng = np.random.default_rng(seed)
+        sids = [[0 if rng.random() < 0.8 else s[0], *s[1:]] for s in table.column("sid").to_pylist()]
+        table = table.set_column(1, "sid", pa.array(sids, pa.list_(pa.int32())))
+    root = tmp / "cat"
+    root.mkdir()
+    bounds = [0, *sorted(set(cuts)), n_ads]
+    for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        pq.write_table(table.slice(a, b - a), root / f"part-{i:03d}.parquet", row_group_size=17)
+    (tmp / "cat.schema.json").write_text(json.dumps(schema_dict(V=V, domain=domain)))
+    return root
+
+
+def _dirs(path) -> list:
+    """What lies at an output path: its entries (a version's name as 'v-') and each version's files."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    for name in sorted(os.listdir(path)):
+        if name.startswith("v-"):
+            out.append(("v-", sorted(os.listdir(os.path.join(path, name)))))
+        else:
+            out.append((name, None))
+    return out
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), n_ads=st.integers(1, 150), shards=st.integers(1, 9), hot=st.booleans(),
+       domain=st.booleans(), cuts=st.lists(st.integers(1, 149), max_size=3), mode=st.sampled_from(MODES))
+def test_sharded_arrays_equal_single_process(tmp_path_factory, seed, n_ads, shards, hot, domain, cuts, mode):
+    tmp = tmp_path_factory.mktemp("sh")
+    cat = _catalog(tmp, seed, n_ads, hot, domain, [c for c in cuts if c < n_ads])
+    partition, kw = mode
+    single = gtmkit.build_index(cat, tmp / "single", partition=partition, **kw)
+    sharded = gtmkit.build_index(cat, tmp / "sharded", partition=partition, shards=shards, **kw)
+    assert _checksums(sharded) == _checksums(single)
+    assert _stats(sharded) == _stats(single)
+    b = sharded.manifest["build"]
+    assert b["mode"] == "sharded" and 1 <= b["shards"] <= shards and single.manifest["build"]["mode"] == "single-process"
+    assert b["first_token_bounds"][0] == 0 and b["first_token_bounds"][-1] == 6
+    assert _dirs(tmp / "sharded") == _dirs(tmp / "single")  # no working files left beside the version
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.integers(0, 50), min_size=1, max_size=40).filter(lambda r: sum(r) > 0),
+       shards=st.integers(1, 50))
+def test_shard_bounds_cover_every_token_once_with_rows_in_each(rows, shards):
+    rows = np.array(rows, np.int64)
+    b = shard_bounds(rows, shards)
+    assert b[0] == 0 and b[-1] == len(rows) and all(x < y for x, y in zip(b, b[1:]))
+    assert len(b) - 1 <= shards
+    assert all(rows[x:y].sum() > 0 for x, y in zip(b, b[1:]))
+    if shards >= 2 and np.count_nonzero(rows) >= 2:
+        assert len(b) - 1 >= 2  # rows in two tokens split when two shards are asked for
+    # no shard holds more than an equal share plus the one token that crossed it
+    share = rows.sum() / shards
+    assert all(rows[x:y].sum() <= share + rows[x:y].max() for x, y in zip(b, b[1:]))
+
+
+def test_bad_row_in_one_file_names_it_and_leaves_nothing(tmp_path):
+    cat = _catalog(tmp_path, 3, 120, False, True, [40, 80])
+    t = pq.read_table(cat / "part-001.parquet")
+    sids = t.column("sid").to_pylist()
+    sids[7] = sids[7][:2]
+    pq.write_table(t.set_column(1, "sid", pa.array(sids, pa.list_(pa.int32()))), cat / "part-001.parquet")
+    with pytest.raises(CatalogError, match=r"part-001.parquet: column 'sid', row 7: SID has 2 tokens"):
+        gtmkit.build_index(cat, tmp_path / "idx", shards=3)
+    assert not (tmp_path / "idx").exists()
+
+
+def test_repeated_ad_id_across_shards_is_named_like_the_single_process_build(tmp_path):
+    cat = _catalog(tmp_path, 4, 100, False, True, [50])
+    a, b = pq.read_table(cat / "part-000.parquet"), pq.read_table(cat / "part-001.parquet")
+    ids = b.column("ad_id").to_pylist()
+    ids[9] = a.column("ad_id")[3].as_py()
+    pq.write_table(b.set_column(0, "ad_id", pa.array(ids, pa.int64())), cat / "part-001.parquet")
+    with pytest.raises(CatalogError) as single:
+        gtmkit.build_index(cat, tmp_path / "idx")
+    with pytest.raises(CatalogError) as sharded:
+        gtmkit.build_index(cat, tmp_path / "idx", shards=4)
+    assert str(sharded.value) == str(single.value) and "part-001.parquet: column 'ad_id', row 9" in str(single.value)
+    assert not (tmp_path / "idx").exists()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_shard_and_worker_counts_are_checked(tmp_path, bad):
+    cat = _catalog(tmp_path, 5, 30, False, True, [])
+    for name in ("shards", "workers"):
+        with pytest.raises(GtmkitError, match=name):
+            gtmkit.build_index(cat, tmp_path / "idx", **{name: bad})
+    assert not (tmp_path / "idx").exists()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("distributed")
+    import logging
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.CRITICAL) as lc, distributed.Client(lc) as client:
+        yield client
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[m[0] for m in MODES])
+def test_dask_cluster_builds_the_same_arrays(tmp_path, cluster, mode):
+    cat = _catalog(tmp_path, 6, 400, True, False, [100, 250], V=12)
+    partition, kw = mode
+    single = gtmkit.build_index(cat, tmp_path / "single", partition=partition, **kw)
+    sharded = gtmkit.build_index(cat, tmp_path / "dask", partition=partition, client=cluster, shards=5, **kw)
+    assert _checksums(sharded) == _checksums(single)
+    assert sharded.manifest["build"]["workers"] == 2
+    assert sharded.manifest["build"]["scheduler"] == cluster.scheduler.address
+
+
+def test_dask_task_error_is_one_error_and_nothing_is_left(tmp_path, cluster):
+    cat = _catalog(tmp_path, 7, 90, False, True, [30, 60])
+    t = pq.read_table(cat / "part-002.parquet")
+    pq.write_table(t.set_column(0, "ad_id", pa.array([None] * t.num_rows, pa.int64())), cat / "part-002.parquet")
+    with pytest.raises(CatalogError, match=r"part-002.parquet: column 'ad_id', row 0: null ad_id"):
+        gtmkit.build_index(cat, tmp_path / "idx", client=cluster, shards=2)
+    assert not (tmp_path / "idx").exists()
+
+
+@pytest.mark.slow
+def test_killed_worker_is_survived_or_reported_with_nothing_left(tmp_path):
+    """A worker process killed while its shard builds: the scheduler runs the task again on a worker that
+    lives (the same arrays come out) or the build fails with one GtmkitError; either way the output path then
+    holds a whole index or nothing."""
+    distributed = pytest.importorskip("distributed")
+    import logging
+    import signal
+
+    from gtmkit.synth.catalog import catalog_schema, synth_catalog
+
+    n = 400_000
+    table = synth_catalog(n, seed=2)
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    for i in range(8):
+        pq.write_table(table.slice(i * n // 8, n // 8), cat / f"part-{i}.parquet")
+    schema = catalog_schema(n, seed=2)
+    single = gtmkit.build_index(cat, tmp_path / "single", schema=schema)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.CRITICAL) as lc, distributed.Client(lc) as client:
+        pids = list(client.run(os.getpid).values())
+        killed = []
+
+        def kill_when_shards_build(stage_root=tmp_path / "idx"):
+            end = time.monotonic() + 60
+            while time.monotonic() < end and not killed:
+                if any((d / "shards").is_dir() and any(x.name.startswith("shard-") for x in (d / "shards").iterdir())
+                       for d in stage_root.glob(".staging-*")):
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed.append(pids[0])
+                time.sleep(0.005)
+
+        killer = threading.Thread(target=kill_when_shards_build)
+        killer.start()
+        try:
+            index = gtmkit.build_index(cat, tmp_path / "idx", schema=schema, client=client, shards=8)
+        except GtmkitError:
+            index = None
+        killer.join()
+    assert killed, "the build finished before a worker could be killed"
+    if index is None:
+        assert not (tmp_path / "idx").exists()
+    else:
+        assert _checksums(index) == _checksums(single)
+        assert _dirs(tmp_path / "idx") == _dirs(tmp_path / "single")
