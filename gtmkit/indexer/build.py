@@ -65,13 +65,16 @@ def level_parts(spec: PartitionSpec, d: int, trie, rows, sid_rows, sid_ad_offset
     """(partitions a node, their union rows) of the trie's depth-d nodes: members are the SIDs' union rows
     below a node, a leaf's own ads at depth L (where k = 1 keeps the SID's union row itself)."""
     L, S = trie.unique_sids.shape[1], len(trie.unique_sids)
-    kd, dyn = _level_k(spec, d), spec.mode == "dynamic" and d > 0
-    if d == L and kd == 1 and not dyn:
+    if d == L and _level_k(spec, d) == 1 and spec.mode != "dynamic":
         return np.ones(S, np.int64), sid_rows
     if d == L:
-        M, lo, hi = rows, sid_ad_offsets[:-1], sid_ad_offsets[1:]
-    else:
-        M, (lo, hi) = sid_rows, trie.sid_ranges(d)
+        return node_partitions(spec, d, rows, sid_ad_offsets[:-1], sid_ad_offsets[1:], rl)
+    return node_partitions(spec, d, sid_rows, *trie.sid_ranges(d), rl)
+
+
+def node_partitions(spec: PartitionSpec, d: int, M, lo, hi, rl) -> tuple:
+    """level_partitions of depth-d nodes whose members are M[lo[i]:hi[i]], with the spec's k of that depth."""
+    kd, dyn = _level_k(spec, d), spec.mode == "dynamic" and d > 0
     return level_partitions(M, lo, hi, kd, dyn, spec.target_fill or 1.0, spec.k_max or 1, rl.n_bits)
 
 

@@ -76,8 +76,22 @@ def test_sharded_arrays_equal_single_process(tmp_path_factory, seed, n_ads, shar
     assert _stats(sharded) == _stats(single)
     b = sharded.manifest["build"]
     assert b["mode"] == "sharded" and 1 <= b["shards"] <= shards and single.manifest["build"]["mode"] == "single-process"
-    assert b["first_token_bounds"][0] == 0 and b["first_token_bounds"][-1] == 6
+    assert b["prefix_bounds"][0] == [0, 0] and b["prefix_bounds"][-1] == [6, 0]
     assert _dirs(tmp / "sharded") == _dirs(tmp / "single")  # no working files left beside the version
+
+
+@pytest.mark.parametrize("shards", [2, 3, 9])
+def test_hot_first_token_splits_on_the_second(tmp_path, shards):
+    """80% of the SIDs start with token 0: it is split between shards by second token (a shard may hold only
+    part of its node), and the arrays stay the single-process build's."""
+    cat = _catalog(tmp_path, 8, 300, True, True, [100])
+    for partition, kw in MODES:
+        single = gtmkit.build_index(cat, tmp_path / f"single-{partition}", partition=partition, **kw)
+        sharded = gtmkit.build_index(cat, tmp_path / f"sharded-{partition}", partition=partition, shards=shards, **kw)
+        assert _checksums(sharded) == _checksums(single), partition
+        assert _stats(sharded) == _stats(single)
+        bounds = sharded.manifest["build"]["prefix_bounds"]
+        assert any(first == 0 and second > 0 for first, second in bounds)
 
 
 @settings(max_examples=200, deadline=None)

@@ -86,20 +86,76 @@ def _csr(offsets: list, values: list, dtype) -> tuple:
     return off, _concat(values, dtype)
 
 
+def _joined(pieces: list, first: list, add: bool = False) -> np.ndarray:
+    """Depth-1 pieces one after another, a shard's first entry joined to the previous shard's last where that
+    node is split between them (add: summed, as degrees are; else the shard's own dropped)."""
+    out = []
+    for piece, shared in zip(pieces, first):
+        if shared:
+            if add:
+                last = max(i for i, x in enumerate(out) if len(x))  # the node's first piece
+                out[last] = np.array(out[last])
+                out[last][-1] += piece[0]
+            piece = piece[1:]
+        out.append(piece)
+    return _concat(out, pieces[0].dtype)
+
+
+def _level(d: int, g: GlobalTables, load, metas: list, first: list, spec, rl) -> tuple:
+    """(counts pieces, per table ids pieces) of depth 1, in node order. A node split between shards is
+    partitioned here over all its SIDs' rows (as the single-process build does), its partitions' rows
+    deduplicated where the node stands; the shards' partial partitions of it are passed over."""
+    from ..build import node_partitions
+
+    P, T = len(metas), len(g.slices)
+    last = first[1:] + [False]
+    counts, ids = [], [[] for _ in range(T)]
+    s = 0
+    while s < P:
+        c = np.asarray(load(s, f"counts{d}"))
+        off = np.concatenate([[0], np.cumsum(c)])
+        a, b = int(first[s]), len(c) - int(last[s])
+        if a < b:
+            counts.append(c[a:b])
+            for t in range(T):
+                ids[t].append(g.merge(s, t, np.asarray(load(s, f"ids{d}_{t}"))[off[a]:off[b]]))
+        if not last[s]:
+            s += 1
+            continue
+        members, s = [load(s, "split_last_rows")], s + 1
+        while last[s] and metas[s]["levels"][0] == 1:  # the node fills this shard
+            members.append(load(s, "split_last_rows"))
+            s += 1
+        members.append(load(s, "split_first_rows"))
+        M = np.concatenate(members)
+        n, parts = node_partitions(spec, d, M, np.zeros(1, np.int64), np.full(1, len(M), np.int64), rl)
+        counts.append(n)
+        for t, x in enumerate(add_columns(g.dedupers, parts, g.slices)):
+            ids[t].append(x)
+    return counts, ids
+
+
 def assemble(stage, metas: list, schema, rl, dictionaries: list, source) -> dict:
     """Every array and statistic write_index takes, from the shards' pieces. source: the catalog's
     ParquetInput (a repeated ad id is named by its file and row there); dictionaries: the global ones."""
     L, V, spec = schema.sid_length, schema.vocab, schema.partition
     P = len(metas)
     load = lambda s, name: np.load(shard_dir(stage, s) / f"{name}.npy", mmap_mode="r")  # noqa: E731
-    sizes = [1] + [sum(m["levels"][d - 1] for m in metas) for d in range(1, L + 1)]
+    # shards whose first depth-1 node is the previous shard's last (a hot first token split between them)
+    first = [s > 0 and m["first_token"] == metas[s - 1]["last_token"] for s, m in enumerate(metas)]
+    sizes = [1] + [sum(m["levels"][d - 1] for m in metas) - (sum(first) if d == 1 else 0) for d in range(1, L + 1)]
     level_offsets = np.zeros(L + 2, np.int64)
     np.cumsum(sizes, out=level_offsets[1:])
-    degrees = [np.array([sizes[1]], np.int64)] + [load(s, f"degrees{d}") for d in range(1, L) for s in range(P)]
+    degrees = [np.array([sizes[1]], np.int64)]
+    if L > 1:
+        degrees.append(_joined([np.array(load(s, "degrees1")) for s in range(P)], first, add=True))
+    degrees += [load(s, f"degrees{d}") for d in range(2, L) for s in range(P)]
     node_offsets = np.zeros(int(level_offsets[L]) + 1, np.int32)
     np.cumsum(_concat(degrees, np.int64), out=node_offsets[1:])
-    child_tokens = _concat([load(s, f"tokens{d}") for d in range(1, L + 1) for s in range(P)], token_dtype(V))
-    max_degree = np.array([sizes[1]] + [max(m["max_degree"][d] for m in metas) for d in range(1, L)], np.int64)
+    child_tokens = _concat([_joined([load(s, "tokens1") for s in range(P)], first)]
+                           + [load(s, f"tokens{d}") for d in range(2, L + 1) for s in range(P)], token_dtype(V))
+    max_degree = np.array([sizes[1]] + [int(degrees[1].max()) if d == 1 else max(m["max_degree"][d] for m in metas)
+                                        for d in range(1, L)], np.int64)
     trie = Topology(level_offsets, node_offsets, child_tokens, max_degree, sum(m["sids"] for m in metas))
 
     sid_ad_offsets, sid_ad_ids = _csr([load(s, "sid_ad_offsets") for s in range(P)],
@@ -121,9 +177,11 @@ def assemble(stage, metas: list, schema, rl, dictionaries: list, source) -> dict
     level_counts = [np.ones(1, np.int64)]
     level_ids = [add_columns(g.dedupers, root, slices)]
     for d in range(1, L + 1):
-        level_counts.append(_concat([load(s, f"counts{d}") for s in range(P)], np.int64))
-        level_ids.append([_concat([g.merge(s, t, load(s, f"ids{d}_{t}")) for s in range(P)], np.int32)
-                          for t in range(len(slices))])
+        counts, ids = _level(d, g, load, metas, first, spec, rl) if d == 1 else (
+            [load(s, f"counts{d}") for s in range(P)],
+            [[g.merge(s, t, load(s, f"ids{d}_{t}")) for s in range(P)] for t in range(len(slices))])
+        level_counts.append(_concat(counts, np.int64))
+        level_ids.append([_concat(x, np.int32) for x in ids])
     tables = g.tables()
     pops = [row_popcount(tab) for tab in tables]
     level_stats = [table_stats(level_counts[d], level_ids[d], [p[i] for p, i in zip(pops, level_ids[d])], widths, rl)

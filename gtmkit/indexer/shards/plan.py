@@ -1,5 +1,9 @@
 """Between a sharded build's phases: the catalog's global dictionaries merged from the files' own (the same
-codes the single-process read gives), and the first-token ranges of the shards."""
+codes the single-process read gives), and the shards' ranges of SID prefixes.
+
+A shard is a range [lo, hi) of keys first * V + second over the SIDs' first two tokens. A range starts at a
+first token's beginning (key f * V) unless that token holds more rows than a shard should: such a hot token is
+split between second tokens, so that its shards stay balanced (docs/design.md §3)."""
 
 from __future__ import annotations
 
@@ -68,3 +72,26 @@ def save_dictionaries(stage, dictionaries: list, remaps: list) -> None:
 
 def load_dictionary(stage, j: int) -> list:
     return pq.read_table(stage / f"dictionary{j}.parquet").column("value").to_pylist()
+
+
+def hot_tokens(token_rows: np.ndarray, shards: int, sid_length: int) -> list:
+    """First tokens with more rows than an equal share of `shards` (none when SIDs have one token)."""
+    if sid_length < 2 or shards < 2:
+        return []
+    return [int(f) for f in np.flatnonzero(token_rows > token_rows.sum() / shards)]
+
+
+def shard_keys(token_rows: np.ndarray, second_rows: dict, shards: int) -> list:
+    """Key bounds 0 = k_0 < ... < k_n = V * V of at most `shards` ranges with about equal rows, none empty.
+    second_rows: {hot first token: rows by second token [V]}, whose tokens split between second tokens."""
+    V = len(token_rows)
+    keys, rows = [], []
+    for f in range(V):
+        if f in second_rows:
+            keys.extend(f * V + np.arange(V))
+            rows.extend(second_rows[f])
+        else:
+            keys.append(f * V)
+            rows.append(token_rows[f])
+    cells = shard_bounds(np.asarray(rows, np.int64), shards)
+    return [int(keys[c]) for c in cells[:-1]] + [V * V]

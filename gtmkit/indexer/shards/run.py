@@ -16,9 +16,9 @@ from ...formats.catalog import Catalog, StringLists, open_catalog
 from ...progress import Progress, report
 from ..rows import resolve_layout
 from .assemble import assemble
-from .plan import merge_dictionaries, save_dictionaries, shard_bounds, shard_count
+from .plan import hot_tokens, merge_dictionaries, save_dictionaries, shard_count, shard_keys
 from .shard import build_shard
-from .split import split_file
+from .split import second_token_rows, split_file
 
 
 
@@ -112,7 +112,8 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
             save_dictionaries(stage, dictionaries, remaps)
             tokens = np.sum([r["tokens"] for r in split], axis=0)
             n = shards or shard_count(total, run.workers, memory_limit)
-            bounds = shard_bounds(tokens, n)
+            hot = hot_tokens(tokens, n, schema.sid_length)
+            bounds = shard_keys(tokens, second_token_rows(stage, len(files), hot, schema.vocab), n)
             starts = source.starts
             metas = run.map(build_shard, [(str(stage), s, bounds[s], bounds[s + 1], starts, schema)
                                           for s in range(len(bounds) - 1)], progress, "shards")
@@ -124,7 +125,8 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
             shutil.rmtree(stage)
             timer.lap("assemble")
             build = {"mode": "sharded", "shards": len(metas), "workers": run.workers, "scheduler": run.address,
-                     "first_token_bounds": [int(b) for b in bounds], "files": len(files)}
+                     "prefix_bounds": [[int(b) // schema.vocab, int(b) % schema.vocab] for b in bounds],
+                     "files": len(files)}
             write_index(w, catalog, schema, spec, layout, rl, parts["trie"], parts["level_counts"], parts["level_ids"],
                         parts["tables"], parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer,
                         progress, build)

@@ -16,7 +16,7 @@ from ..partition import level_partitions
 from ..rows import ad_rows, resolve_layout
 from ..trie import build_trie
 from .plan import load_dictionary
-from .split import ARRAYS, piece_dir, publish, task_dir
+from .split import ARRAYS, piece_dir, position, publish, task_dir
 
 
 def shard_dir(stage, s: int) -> Path:
@@ -30,7 +30,7 @@ def _lists(d: Path, kind: str, j: int, a: int, b: int, remap: np.ndarray) -> tup
 
 
 def gather(stage, lo: int, hi: int, starts: list, schema) -> tuple:
-    """(the shard's rows as a Catalog with the global dictionaries, their rows in the whole input)."""
+    """(the rows of keys lo..hi-1 as a Catalog with the global dictionaries, their rows in the whole input)."""
     stage = Path(stage)
     n_attrs = len(schema.bitmask) + len(schema.bloom)
     dictionaries = [load_dictionary(stage, j) for j in range(n_attrs)]
@@ -39,7 +39,7 @@ def gather(stage, lo: int, hi: int, starts: list, schema) -> tuple:
     for i in range(len(starts) - 1):
         d = piece_dir(stage, i)
         to = np.load(d / "token_offsets.npy")
-        a, b = int(to[lo]), int(to[hi])
+        a, b = (position(d, to, key, schema.vocab) for key in (lo, hi))
         if a == b:
             continue
         for name in ARRAYS:
@@ -63,8 +63,14 @@ def gather(stage, lo: int, hi: int, starts: list, schema) -> tuple:
 
 
 def build_shard(stage, s: int, lo: int, hi: int, starts: list, schema) -> dict:
-    """Builds shard s (first tokens lo..hi-1) into shard_dir(stage, s); returns its sizes and its SIDs' union."""
+    """Builds shard s (keys lo..hi-1, plan.py) into shard_dir(stage, s); returns its sizes and its SIDs' union.
+
+    A shard that begins or ends inside a first token may hold part of that depth-1 node only: its matchers
+    need all of the node's SIDs, so the shard keeps the union rows of its part of the node (split_first_rows,
+    split_last_rows) for the assembler, which partitions the whole node when another shard holds the rest."""
     cat, input_rows = gather(stage, lo, hi, starts, schema)
+    V = schema.vocab
+    split_first, split_last = lo % V != 0, hi % V != 0 and hi < V * V
     spec, L = schema.partition, schema.sid_length
     trie = build_trie(cat.sids, schema.vocab)
     S, N = trie.num_sids, cat.num_ads
@@ -89,6 +95,11 @@ def build_shard(stage, s: int, lo: int, hi: int, starts: list, schema) -> dict:
     save("ad_ids0", dedupers[0].add(rows[:, slices[0]]))
     _, sid_rows = level_partitions(rows, sid_ad_offsets[:-1], sid_ad_offsets[1:])
     union = np.bitwise_or.reduce(sid_rows, axis=0)
+    starts1, ends1 = trie.sid_ranges(1)
+    if split_first:
+        save("split_first_rows", sid_rows[starts1[0]:ends1[0]])
+    if split_last:
+        save("split_last_rows", sid_rows[starts1[-1]:ends1[-1]])
     levels, max_degree = [], [0] * L
     degrees = np.diff(trie.node_offsets.astype(np.int64))
     for d in range(1, L + 1):
@@ -106,4 +117,5 @@ def build_shard(stage, s: int, lo: int, hi: int, starts: list, schema) -> dict:
     for t, dd in enumerate(dedupers):
         save(f"table{t}", dd.table())
     publish(out, shard_dir(stage, s))
-    return {"sids": S, "ads": N, "levels": levels, "max_degree": max_degree, "union": union}
+    return {"sids": S, "ads": N, "levels": levels, "max_degree": max_degree, "union": union,
+            "first_token": int(trie.child_tokens[0]), "last_token": int(trie.child_tokens[levels[0] - 1])}

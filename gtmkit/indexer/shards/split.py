@@ -1,5 +1,5 @@
-"""A sharded build's first phase: one task a catalog file reads and checks its rows, orders them by first SID
-token and keeps them in the staging area, so that a shard reads only its tokens' rows of every file."""
+"""A sharded build's first phase: one task a catalog file reads and checks its rows, orders them by their first
+two SID tokens and keeps them in the staging area, so that a shard reads one run of rows of every file."""
 
 from __future__ import annotations
 
@@ -54,13 +54,14 @@ def gather_lists(off: np.ndarray, codes: np.ndarray, order: np.ndarray) -> tuple
 
 
 def split_file(source: str, files: list, i: int, schema, stage: str) -> dict:
-    """Reads file i of the input (errors name it and its row), writes its rows ordered by first token (stable)
-    to piece_dir(stage, i). Returns the rows, the rows a first token [V], and per attribute the file's
+    """Reads file i of the input (errors name it and its row), writes its rows ordered by first, then second
+    token (stable) to piece_dir(stage, i). Returns the rows, the rows a first token [V], and per attribute the file's
     dictionary and the strings each column met, in order (what the global dictionaries are merged from)."""
     cat = read_catalog(source, schema, files=[files[i]])
     first = cat.sids[:, 0]
     counts = np.bincount(first, minlength=schema.vocab).astype(np.int64)
-    order = np.argsort(first, kind="stable")
+    # by first, then second token: a shard that splits a hot first token reads one run of rows too
+    order = np.lexsort((cat.sids[:, 1], first)) if cat.sids.shape[1] > 1 else np.argsort(first, kind="stable")
     out = task_dir(piece_dir(stage, i))
     np.save(out / "token_offsets.npy", offsets_from_lengths(counts))
     for name, arr in zip(ARRAYS, (cat.ad_ids[order], cat.sids[order], order.astype(np.int64))):
@@ -73,3 +74,27 @@ def split_file(source: str, files: list, i: int, schema, stage: str) -> dict:
     publish(out, piece_dir(stage, i))
     return {"rows": len(order), "tokens": counts, "dictionaries": [a.dictionary for a in cat.allowed],
             "met": cat.met}
+
+
+def position(piece: Path, token_offsets: np.ndarray, key: int, vocab: int) -> int:
+    """The piece's first row whose (first, second) tokens, as first * vocab + second, are >= key."""
+    f, sec = divmod(int(key), vocab)
+    if f >= vocab:
+        return int(token_offsets[vocab])
+    base = int(token_offsets[f])
+    if sec == 0:
+        return base
+    seconds = np.load(piece / "sids.npy", mmap_mode="r")[base:int(token_offsets[f + 1]), 1]
+    return base + int(np.searchsorted(seconds, sec))
+
+
+def second_token_rows(stage, n_files: int, tokens: list, vocab: int) -> dict:
+    """{first token: rows by second token [V]} of these first tokens, over every file's piece."""
+    out = {f: np.zeros(vocab, np.int64) for f in tokens}
+    for i in range(n_files):
+        d = piece_dir(stage, i)
+        to = np.load(d / "token_offsets.npy")
+        sids = np.load(d / "sids.npy", mmap_mode="r")
+        for f in tokens:
+            out[f] += np.bincount(sids[int(to[f]):int(to[f + 1]), 1], minlength=vocab)
+    return out
