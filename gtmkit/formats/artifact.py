@@ -86,6 +86,7 @@ class ArtifactWriter:
         self._stage = Staging(out_dir, overwrite)
         self.out_dir, self._tmp = self._stage.root, self._stage.dir
         self._files: dict[str, dict] = {}
+        self._empty: dict[str, np.ndarray] = {}
         self._committed = False
 
     def __enter__(self) -> "ArtifactWriter":
@@ -134,6 +135,38 @@ class ArtifactWriter:
         self._files[name] = {"file": path.name, "kind": "array", "dtype": array.dtype.str,
                              "shape": list(array.shape), "bytes": path.stat().st_size, "sha256": h.hexdigest()}
 
+    def new_array(self, name: str, dtype, shape) -> np.ndarray:
+        """A writable memory map of a new `<name>.npy` of this dtype and shape (zeros), for an array built in
+        pieces without holding it; finish_array(name) stores it. (Empty arrays come back in memory.)"""
+        path = self._claim(name, ".npy")
+        dtype, shape = np.dtype(dtype), tuple(int(x) for x in np.atleast_1d(shape))
+        if dtype.hasobject or dtype.fields is not None:
+            raise ArtifactError(f"{self.out_dir}: array {name!r} has unsupported dtype {dtype}")
+        self._files[name] = None  # claimed until finish_array
+        if 0 in shape:
+            arr = np.zeros(shape, dtype)
+            self._empty[name] = arr
+            return arr
+        return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+
+    def finish_array(self, name: str, array: np.ndarray) -> None:
+        """Store what new_array(name) returned (flushed, fsync'ed and hashed from the file)."""
+        if self._files.get(name, 0) is not None:
+            raise ArtifactError(f"{self.out_dir}: array {name!r} was not begun with new_array")
+        if name in self._empty:
+            del self._files[name]
+            self.add_array(name, self._empty.pop(name))
+            return
+        array.flush()
+        path = self._tmp / f"{name}.npy"
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())
+        self._files[name] = {"file": path.name, "kind": "array", "dtype": array.dtype.str,
+                             "shape": list(array.shape), "bytes": path.stat().st_size, "sha256": file_sha256(path)}
+
+    def has(self, name: str) -> bool:
+        return name in self._files
+
     def add_table(self, name: str, table: pa.Table) -> None:
         """Store a pyarrow Table as ``<name>.parquet`` (tables are small, so hashing re-reads the file)."""
         if not isinstance(table, pa.Table):
@@ -153,6 +186,9 @@ class ArtifactWriter:
             raise ArtifactError(f"{self.out_dir}: manifest must not set reserved keys {clash}")
         if self._committed or not self._tmp.is_dir():
             raise ArtifactError(f"{self.out_dir}: writer already committed or aborted")
+        unfinished = sorted(k for k, v in self._files.items() if v is None)
+        if unfinished:
+            raise ArtifactError(f"{self.out_dir}: arrays begun but not finished: {unfinished}")
         full = dict(manifest, format=self.format_name, format_version=self.format_version,
                     gtmkit_version=__version__, files=self._files,
                     created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))

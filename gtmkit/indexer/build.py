@@ -168,8 +168,8 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     ads = {"sid_ad_offsets": sid_ad_offsets, "sid_ad_ids": sid_ad_ids, "ad_bitmask_ids": ad_bitmask_ids,
            "ad_ids_sorted": ad_ids_sorted, "ad_rows_by_id": ad_rows_by_id}
     with ArtifactWriter(out_dir, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=overwrite) as w:
-        write_index(w, catalog, schema, spec, layout, rl, trie, level_counts, level_ids, tables, level_stats,
-                    ad_level, ads, ad_lists, timer, progress)
+        write_index(w, catalog, schema, layout, rl, trie, _matcher_columns(spec, level_counts, level_ids, L), tables,
+                    level_stats, ad_level, ads, ad_lists, timer, progress)
     return load_index(out_dir, verify=False)
 
 
@@ -194,14 +194,16 @@ def _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memo
     return load_index(out_dir, verify=False)
 
 
-def write_index(w, catalog, schema, spec, layout, rl, trie, level_counts, level_ids, tables, level_stats, ad_level,
-                ads: dict, ad_lists: list, timer: _Timer, progress: Progress = None, build: dict = None) -> None:
+def write_index(w, catalog, schema, layout, rl, trie, matchers: tuple, tables, level_stats, ad_level, ads: dict,
+                ad_lists: list, timer: _Timer, progress: Progress = None, build: dict = None) -> None:
     """The index's arrays, statistics and manifest into the open writer w, committed: shared by the
     single-process and the sharded build, which differ only in how they reach these pieces. trie: level_offsets,
-    node_offsets, child_tokens, max_degree, num_sids, num_nodes; ads: the SID->ad map and ad-id lookup; ad_lists:
-    per Bloom attribute ((allow offsets, codes), (exclude offsets, codes), dictionary); build: how it was built."""
+    node_offsets, child_tokens, max_degree, num_sids, num_nodes; matchers: (the nodes' partition id arrays, their
+    layout); ads: the SID->ad map and ad-id lookup; ad_lists: per Bloom attribute ((allow offsets, codes),
+    (exclude offsets, codes), dictionary); build: how it was built. Arrays the writer already holds (streamed
+    into it) are not written again."""
     L = schema.sid_length
-    part_arrays, part_layout = _matcher_columns(spec, level_counts, level_ids, L)
+    part_arrays, part_layout = matchers
     arrays = {
         "level_offsets": trie.level_offsets, "node_offsets": trie.node_offsets,
         "child_tokens": trie.child_tokens, "max_degree": trie.max_degree,
@@ -231,7 +233,8 @@ def write_index(w, catalog, schema, spec, layout, rl, trie, level_counts, level_
         "build": build or {"mode": "single-process"},
     }
     for i, (name, arr) in enumerate(arrays.items()):
-        w.add_array(name, arr)
+        if not w.has(name):
+            w.add_array(name, arr)
         report(progress, i + 1, len(arrays), "write")
     for b, (_, _, dictionary) in enumerate(ad_lists):
         w.add_table(fmt.bloom_dict(b), pa.table({"value": pa.array(dictionary, pa.string())}))

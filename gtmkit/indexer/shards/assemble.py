@@ -19,6 +19,7 @@ from ..adindex import _argsort_ids
 from ..dedup import RowDeduper, add_columns
 from ..stats import table_stats
 from ..trie import token_dtype
+from ...formats import index_format as fmt
 from .shard import shard_dir
 
 
@@ -135,65 +136,193 @@ def _level(d: int, g: GlobalTables, load, metas: list, first: list, spec, rl) ->
     return counts, ids
 
 
-def assemble(stage, metas: list, schema, rl, dictionaries: list, source) -> dict:
-    """Every array and statistic write_index takes, from the shards' pieces. source: the catalog's
-    ParquetInput (a repeated ad id is named by its file and row there); dictionaries: the global ones."""
+CHUNK = 1 << 24  # entries a step when a streamed array is derived from another (bounds the temporaries)
+
+
+class Streamer:
+    """Arrays written into the artifact piece by piece (memory maps of their files), then read back mapped."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def pieces(self, name: str, dtype, pieces: list, shift: bool = False, first=None):
+        """The pieces one after another (shift: each offsets piece continues from the last value written, its
+        leading 0 dropped; first: a leading value, for an offsets array)."""
+        dtype = np.dtype(dtype)
+        n = sum(len(x) - (1 if shift else 0) for x in pieces) + (first is not None or shift)
+        out = self.w.new_array(name, dtype, n)
+        pos, carry = 0, 0
+        if first is not None or shift:
+            out[0] = first or 0
+            pos = 1
+        for x in pieces:
+            x = np.asarray(x)
+            if shift:
+                x = x[1:] - x[0] + carry
+                carry = int(x[-1]) if len(x) else carry
+            out[pos:pos + len(x)] = x
+            pos += len(x)
+        return self.finish(name, out)
+
+    def cumsum(self, name: str, dtype, pieces: list):
+        """0, then the running sum of the pieces' values."""
+        out = self.w.new_array(name, dtype, sum(len(x) for x in pieces) + 1)
+        out[0], pos, carry = 0, 1, 0
+        for x in pieces:
+            c = np.cumsum(np.asarray(x), dtype=np.int64) + carry
+            out[pos:pos + len(c)] = c
+            pos += len(c)
+            carry = int(c[-1]) if len(c) else carry
+        return self.finish(name, out)
+
+    def mapped(self, name: str, dtype, n: int, fn):
+        """out[a:b] = fn(a, b) over chunks of [0, n)."""
+        out = self.w.new_array(name, dtype, n)
+        for a in range(0, n, CHUNK):
+            out[a:min(n, a + CHUNK)] = fn(a, min(n, a + CHUNK))
+        return self.finish(name, out)
+
+    def finish(self, name: str, out):
+        self.w.finish_array(name, out)
+        path = self.w.staging / f"{name}.npy"
+        return np.load(path, mmap_mode="r") if path.exists() else out
+
+
+def assemble(stage, metas: list, schema, rl, dictionaries: list, source, w) -> dict:
+    """Every array and statistic write_index takes, from the shards' pieces; the large arrays are streamed
+    into the writer w as they are made (mapped views come back). source: the catalog's ParquetInput (a repeated
+    ad id is named by its file and row there); dictionaries: the global ones."""
     L, V, spec = schema.sid_length, schema.vocab, schema.partition
     P = len(metas)
     load = lambda s, name: np.load(shard_dir(stage, s) / f"{name}.npy", mmap_mode="r")  # noqa: E731
-    # shards whose first depth-1 node is the previous shard's last (a hot first token split between them)
-    first = [s > 0 and m["first_token"] == metas[s - 1]["last_token"] for s, m in enumerate(metas)]
+    out = Streamer(w)
+    trie = _topology(out, load, metas, L, V)
+    ads = _ads(out, load, P, schema, source)
+    slices = rl.slices()
+    widths = [x.stop - x.start for x in slices]
+    g = GlobalTables(stage, P, slices)
+    ads["ad_bitmask_ids"] = out.pieces("ad_bitmask_ids", np.int32, [g.merge(s, 0, load(s, "ad_ids0")) for s in range(P)])
+    root = np.bitwise_or.reduce(np.stack([m["union"] for m in metas]), axis=0)[None, :]
+    first = _shared_first(metas)
+    levels = [(np.ones(1, np.int64), add_columns(g.dedupers, root, slices))]
+    for d in range(1, L + 1):
+        counts, ids = _level(d, g, load, metas, first, spec, rl) if d == 1 else (
+            [load(s, f"counts{d}") for s in range(P)],
+            [[g.merge(s, t, load(s, f"ids{d}_{t}")) for s in range(P)] for t in range(len(slices))])
+        levels.append((_concat(counts, np.int64), [_concat(x, np.int32) for x in ids]))
+        np.save(stage / f"level{d}_counts.npy", levels[-1][0])
+        for t, x in enumerate(levels[-1][1]):
+            np.save(stage / f"level{d}_ids{t}.npy", x)
+        levels[-1] = None  # the level's ids live on in the staging area; statistics read them there
+    tables = g.tables()
+    del g
+    pops = [row_popcount(tab) for tab in tables]
+    level_stats = []
+    for d in range(1, L + 1):
+        ids = [np.load(stage / f"level{d}_ids{t}.npy") for t in range(len(slices))]
+        level_stats.append(table_stats(np.load(stage / f"level{d}_counts.npy"), ids,
+                                       [p[i] for p, i in zip(pops, ids)], widths, rl))
+    ad_level = table_stats(np.ones(len(ads["sid_ad_ids"]), np.int64), [ads["ad_bitmask_ids"]],
+                           [pops[0][ads["ad_bitmask_ids"]]], widths[:1], rl)
+    matchers = _matcher_columns(out, stage, spec, levels[0], trie.level_offsets, L, len(slices))
+
+    nbm = len(schema.bitmask)
+    ad_lists = []
+    for b in range(len(schema.bloom)):
+        pair = []
+        for kind, names in (("allowed", fmt.ad_allow(b)), ("excluded", fmt.ad_exclude(b))):
+            off = out.pieces(names[0], np.int64, [load(s, f"ad_{kind}{b}_offsets") for s in range(P)], shift=True)
+            codes = out.pieces(names[1], np.int32, [load(s, f"ad_{kind}{b}_codes") for s in range(P)])
+            pair.append((off, codes))
+        ad_lists.append((pair[0], pair[1], dictionaries[nbm + b]))
+    return {"trie": trie, "tables": tables, "level_stats": level_stats, "ad_level": ad_level, "ads": ads,
+            "ad_lists": ad_lists, "matchers": matchers}
+
+
+def _shared_first(metas: list) -> list:
+    """Shards whose first depth-1 node is the previous shard's last (a hot first token split between them)."""
+    return [s > 0 and m["first_token"] == metas[s - 1]["last_token"] for s, m in enumerate(metas)]
+
+
+def _topology(out: Streamer, load, metas: list, L: int, V: int) -> Topology:
+    P = len(metas)
+    first = _shared_first(metas)
     sizes = [1] + [sum(m["levels"][d - 1] for m in metas) - (sum(first) if d == 1 else 0) for d in range(1, L + 1)]
     level_offsets = np.zeros(L + 2, np.int64)
     np.cumsum(sizes, out=level_offsets[1:])
     degrees = [np.array([sizes[1]], np.int64)]
     if L > 1:
         degrees.append(_joined([np.array(load(s, "degrees1")) for s in range(P)], first, add=True))
+    max_degree = np.array([sizes[1]] + ([int(degrees[1].max())] if L > 1 else [])
+                          + [max(m["max_degree"][d] for m in metas) for d in range(2, L)], np.int64)
     degrees += [load(s, f"degrees{d}") for d in range(2, L) for s in range(P)]
-    node_offsets = np.zeros(int(level_offsets[L]) + 1, np.int32)
-    np.cumsum(_concat(degrees, np.int64), out=node_offsets[1:])
-    child_tokens = _concat([_joined([load(s, "tokens1") for s in range(P)], first)]
-                           + [load(s, f"tokens{d}") for d in range(2, L + 1) for s in range(P)], token_dtype(V))
-    max_degree = np.array([sizes[1]] + [int(degrees[1].max()) if d == 1 else max(m["max_degree"][d] for m in metas)
-                                        for d in range(1, L)], np.int64)
-    trie = Topology(level_offsets, node_offsets, child_tokens, max_degree, sum(m["sids"] for m in metas))
+    node_offsets = out.cumsum("node_offsets", np.int32, degrees)
+    child_tokens = out.pieces("child_tokens", token_dtype(V), [_joined([load(s, "tokens1") for s in range(P)], first)]
+                              + [load(s, f"tokens{d}") for d in range(2, L + 1) for s in range(P)])
+    return Topology(level_offsets, node_offsets, child_tokens, max_degree, sum(m["sids"] for m in metas))
 
-    sid_ad_offsets, sid_ad_ids = _csr([load(s, "sid_ad_offsets") for s in range(P)],
-                                      [load(s, "sid_ad_ids") for s in range(P)], np.int64)
-    by_id = _argsort_ids(sid_ad_ids)
-    ad_ids_sorted = sid_ad_ids[by_id]
-    if len(ad_ids_sorted) > 1 and np.any(ad_ids_sorted[1:] == ad_ids_sorted[:-1]):
-        in_file_order = np.empty_like(sid_ad_ids)
-        in_file_order[_concat([load(s, "input_rows") for s in range(P)], np.int64)] = sid_ad_ids
+
+def _ads(out: Streamer, load, P: int, schema, source) -> dict:
+    """The SID->ad map and the ad-id lookup; a repeated ad id refused as the single-process read does."""
+    offsets = out.pieces("sid_ad_offsets", np.int64, [load(s, "sid_ad_offsets") for s in range(P)], shift=True)
+    ids = out.pieces("sid_ad_ids", np.int64, [load(s, "sid_ad_ids") for s in range(P)])
+    by_id = _argsort_ids(np.asarray(ids))
+    dup = any(np.any(ids[by_id[a + 1:b]] == ids[by_id[a:b - 1]]) for a, b in _chunks(len(by_id)))
+    if dup:
+        in_file_order = np.empty(len(ids), np.int64)
+        in_file_order[_concat([load(s, "input_rows") for s in range(P)], np.int64)] = ids
         check_unique(in_file_order, schema.ad_id_column, source)
-    ads = {"sid_ad_offsets": sid_ad_offsets, "sid_ad_ids": sid_ad_ids, "ad_ids_sorted": ad_ids_sorted,
-           "ad_rows_by_id": by_id.astype(np.int32)}
+    sorted_ids = out.mapped("ad_ids_sorted", np.int64, len(by_id), lambda a, b: ids[by_id[a:b]])
+    rows = out.mapped("ad_rows_by_id", np.int32, len(by_id), lambda a, b: by_id[a:b])
+    return {"sid_ad_offsets": offsets, "sid_ad_ids": ids, "ad_ids_sorted": sorted_ids, "ad_rows_by_id": rows}
 
-    slices = rl.slices()
-    widths = [x.stop - x.start for x in slices]
-    g = GlobalTables(stage, P, slices)
-    ads["ad_bitmask_ids"] = _concat([g.merge(s, 0, load(s, "ad_ids0")) for s in range(P)], np.int32)
-    root = np.bitwise_or.reduce(np.stack([m["union"] for m in metas]), axis=0)[None, :]
-    level_counts = [np.ones(1, np.int64)]
-    level_ids = [add_columns(g.dedupers, root, slices)]
-    for d in range(1, L + 1):
-        counts, ids = _level(d, g, load, metas, first, spec, rl) if d == 1 else (
-            [load(s, f"counts{d}") for s in range(P)],
-            [[g.merge(s, t, load(s, f"ids{d}_{t}")) for s in range(P)] for t in range(len(slices))])
-        level_counts.append(_concat(counts, np.int64))
-        level_ids.append([_concat(x, np.int32) for x in ids])
-    tables = g.tables()
-    pops = [row_popcount(tab) for tab in tables]
-    level_stats = [table_stats(level_counts[d], level_ids[d], [p[i] for p, i in zip(pops, level_ids[d])], widths, rl)
-                   for d in range(1, L + 1)]
-    ad_level = table_stats(np.ones(len(sid_ad_ids), np.int64), [ads["ad_bitmask_ids"]],
-                           [pops[0][ads["ad_bitmask_ids"]]], widths[:1], rl)
 
-    nbm = len(schema.bitmask)
-    ad_lists = []
-    for b in range(len(schema.bloom)):
-        pair = [_csr([load(s, f"ad_{kind}{b}_offsets") for s in range(P)],
-                     [load(s, f"ad_{kind}{b}_codes") for s in range(P)], np.int32) for kind in ("allowed", "excluded")]
-        ad_lists.append((pair[0], pair[1], dictionaries[nbm + b]))
-    return {"trie": trie, "level_counts": level_counts, "level_ids": level_ids, "tables": tables,
-            "level_stats": level_stats, "ad_level": ad_level, "ads": ads, "ad_lists": ad_lists, "spec": spec}
+def _chunks(n: int):
+    """[a, b) steps over [0, n) that overlap by one, so adjacent pairs are all seen."""
+    for a in range(0, max(n - 1, 0), CHUNK):
+        yield a, min(n, a + CHUNK + 1)
+
+
+def _matcher_columns(out: Streamer, stage, spec, root, level_offsets, L: int, n_tables: int) -> tuple:
+    """build._matcher_columns, level by level from the staging area into the writer."""
+    from ..build import _level_k
+
+    counts = [root[0]] + [np.load(stage / f"level{d}_counts.npy", mmap_mode="r") for d in range(1, L + 1)]
+    ids = [root[1]] + [[np.load(stage / f"level{d}_ids{t}.npy", mmap_mode="r") for t in range(n_tables)]
+                       for d in range(1, L + 1)]
+    arrays = {}
+    if spec.mode == "dynamic":
+        arrays["part_offsets"] = out.cumsum("part_offsets", np.int64, counts)
+        arrays["part_bitmask_ids"] = out.pieces("part_bitmask_ids", np.int32, [lv[0] for lv in ids])
+        if n_tables > 1:
+            bloom = out.w.new_array("part_bloom_ids", np.int32, (sum(len(lv[0]) for lv in ids), n_tables - 1))
+            pos = 0
+            for lv in ids:
+                for t in range(1, n_tables):
+                    bloom[pos:pos + len(lv[t]), t - 1] = lv[t]
+                pos += len(lv[0])
+            arrays["part_bloom_ids"] = out.finish("part_bloom_ids", bloom)
+        return arrays, {"kind": "jagged"}
+    widths = [_level_k(spec, d) for d in range(L + 1)]
+    bases = np.zeros(L + 2, np.int64)
+    np.cumsum([len(counts[d]) * widths[d] for d in range(L + 1)], out=bases[1:])
+    slots = int(bases[-1])
+    cols = [out.w.new_array("part_bitmask_ids", np.int32, slots)]
+    if n_tables > 1:
+        cols.append(out.w.new_array("part_bloom_ids", np.int32, (slots, n_tables - 1)))
+    for c in cols:
+        c[...] = -1
+    for d in range(L + 1):
+        c = np.asarray(counts[d])
+        off = np.concatenate([[0], np.cumsum(c)])
+        for a in range(0, len(c), CHUNK):
+            b = min(len(c), a + CHUNK)
+            node = np.repeat(np.arange(a, b), c[a:b])
+            pos = bases[d] + node * widths[d] + (np.arange(off[a], off[b]) - off[:-1][node])
+            cols[0][pos] = ids[d][0][off[a]:off[b]]
+            for t in range(1, n_tables):
+                cols[1][pos, t - 1] = ids[d][t][off[a]:off[b]]
+    arrays["part_bitmask_ids"] = out.finish("part_bitmask_ids", cols[0])
+    if n_tables > 1:
+        arrays["part_bloom_ids"] = out.finish("part_bloom_ids", cols[1])
+    return arrays, {"kind": "fixed", "level_width": widths, "level_base": bases.tolist()}

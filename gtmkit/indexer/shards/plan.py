@@ -45,17 +45,22 @@ def shard_count(rows: int, workers: int, memory_limit: int | None) -> int:
 
 
 def shard_bounds(token_rows: np.ndarray, shards: int) -> list:
-    """First-token bounds b_0 = 0 < b_1 < ... < b_n = V of at most `shards` ranges with about equal rows,
-    none empty: a range ends where the running row count passes the next equal share (a token's rows stay in
-    one shard, so a token holding more than a share makes its shard larger and fewer shards)."""
+    """Token bounds b_0 = 0 < b_1 < ... < b_n = V of at most `shards` ranges with about equal rows, none
+    empty: the i-th cut lies before or after the token whose rows reach i equal shares, whichever is nearer (a
+    token's rows stay in one range, so a token holding more than a share makes its range larger)."""
     V = len(token_rows)
     cum = np.cumsum(token_rows)
     total = int(cum[-1])
     bounds = [0]
+    below = lambda b: int(cum[b - 1]) if b else 0  # noqa: E731  rows of tokens < b
     for s in range(1, shards):
-        b = int(np.searchsorted(cum, total * s / shards, side="left")) + 1
-        if b > bounds[-1] and b < V and cum[b - 1] > (cum[bounds[-1] - 1] if bounds[-1] else 0):
-            bounds.append(b)
+        target = total * s / shards
+        cross = int(np.searchsorted(cum, target, side="left"))  # the token whose rows reach the target
+        # the cut before or after it, the nearer to the target first; a range may not be empty
+        for b in sorted((cross, cross + 1), key=lambda b: abs(below(b) - target)):
+            if bounds[-1] < b < V and below(b) > below(bounds[-1]):
+                bounds.append(b)
+                break
     bounds.append(V)
     # a last range without rows joins the one before it
     if len(bounds) > 2 and cum[-1] == cum[bounds[-2] - 1]:

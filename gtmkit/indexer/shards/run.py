@@ -121,15 +121,15 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
             probe = Catalog(str(catalog), np.zeros(0, np.int64), np.zeros((0, schema.sid_length), np.int32),
                             [StringLists(np.zeros(1, np.int64), np.zeros(0, np.int32), d) for d in dictionaries], [])
             layout, _, rl = resolve_layout(probe, schema)
-            parts = assemble(stage, metas, schema, rl, dictionaries, source)
+            parts = assemble(stage, metas, schema, rl, dictionaries, source, w)
             shutil.rmtree(stage)
             timer.lap("assemble")
             build = {"mode": "sharded", "shards": len(metas), "workers": run.workers, "scheduler": run.address,
                      "prefix_bounds": [[int(b) // schema.vocab, int(b) % schema.vocab] for b in bounds],
                      "files": len(files)}
-            write_index(w, catalog, schema, spec, layout, rl, parts["trie"], parts["level_counts"], parts["level_ids"],
-                        parts["tables"], parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer,
-                        progress, build)
+            write_index(w, catalog, schema, layout, rl, parts["trie"], parts["matchers"], parts["tables"],
+                        parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer, progress,
+                        build)
         except BaseException:
             run.close()  # this build's own workers stop before the files they write are removed
             shutil.rmtree(stage, ignore_errors=True)
