@@ -48,7 +48,7 @@ def dask_client(address):
     except ImportError:
         raise GtmkitError("--scheduler needs dask and distributed: pip install 'gtmkit[dist]'") from None
     try:
-        client = Client(address, timeout=30)
+        client = Client(address, timeout=10)
     except (OSError, TimeoutError) as exc:
         raise GtmkitError(f"--scheduler {address}: cannot reach a Dask scheduler there ({exc})") from None
     try:

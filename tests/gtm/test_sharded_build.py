@@ -219,3 +219,42 @@ def test_killed_worker_is_survived_or_reported_with_nothing_left(tmp_path):
     else:
         assert _checksums(index) == _checksums(single)
         assert _dirs(tmp_path / "idx") == _dirs(tmp_path / "single")
+
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from gtmkit.cli import cli
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_cli_sharded_build_prints_shards_and_matches_the_single_build(tmp_path):
+    cat = _catalog(tmp_path, 9, 200, True, False, [70])
+    assert _cli("build", cat, "-o", tmp_path / "a", "-s").exit_code == 0
+    r = _cli("build", cat, "-o", tmp_path / "b", "--shards", 3, "--memory-limit", "2GiB", "-s")
+    assert r.exit_code == 0, r.output
+    assert "3 shards" in r.output or "2 shards" in r.output
+    r = _cli("stats", tmp_path / "b", "--json")
+    assert json.loads(r.output)["shards"] >= 2
+    assert _checksums(gtmkit.load_index(tmp_path / "a")) == _checksums(gtmkit.load_index(tmp_path / "b"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--memory-limit", "lots"], "expected a size"),
+    (["--memory-limit", "0"], "expected a size"),
+    (["--shards", "0"], "--shards"),
+    (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "give one of them"),
+])
+def test_cli_sharding_options_are_checked(tmp_path, args, message):
+    cat = _catalog(tmp_path, 10, 20, False, True, [])
+    r = _cli("build", cat, "-o", tmp_path / "idx", "-s", *args)
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "idx").exists()
+
+
+def test_cli_unreachable_scheduler_is_one_error(tmp_path):
+    pytest.importorskip("distributed")
+    cat = _catalog(tmp_path, 11, 20, False, True, [])
+    r = _cli("build", cat, "-o", tmp_path / "idx", "-s", "--scheduler", "tcp://127.0.0.1:1")
+    assert r.exit_code == 1 and "cannot reach a Dask scheduler" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "idx").exists()

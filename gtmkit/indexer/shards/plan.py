@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..budget import physical_memory
+
 # a single-process build's peak is ~365 bytes an ad (15M ads: 5.1 GiB); a shard's is its share of that
 SHARD_BYTES_PER_AD = 400
 
@@ -39,7 +41,11 @@ def merge_dictionaries(results: list, n_attrs: int) -> tuple:
 
 
 def shard_count(rows: int, workers: int, memory_limit: int | None) -> int:
-    """Enough shards that one fits a worker's memory, and at least one a worker."""
+    """Enough shards that one fits a worker's memory, and at least one a worker. memory_limit: a worker's
+    bytes; None shares this machine's memory between the workers and the process that assembles."""
+    if memory_limit is None:
+        mem = physical_memory()
+        memory_limit = mem // (workers + 1) if mem else None
     need = math.ceil(rows * SHARD_BYTES_PER_AD / memory_limit) if memory_limit else 1
     return max(1, workers, need)
 
