@@ -148,7 +148,7 @@ def test_shard_and_worker_counts_are_checked(tmp_path, bad):
 def cluster():
     distributed = pytest.importorskip("distributed")
     import logging
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=logging.CRITICAL) as lc, distributed.Client(lc) as client:
         yield client
 
@@ -192,7 +192,7 @@ def test_killed_worker_is_survived_or_reported_with_nothing_left(tmp_path):
         pq.write_table(table.slice(i * n // 8, n // 8), cat / f"part-{i}.parquet")
     schema = catalog_schema(n, seed=2)
     single = gtmkit.build_index(cat, tmp_path / "single", schema=schema)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=logging.CRITICAL) as lc, distributed.Client(lc) as client:
         pids = list(client.run(os.getpid).values())
         killed = []

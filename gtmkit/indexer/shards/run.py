@@ -4,6 +4,7 @@ interrupted build leaves nothing behind."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 
@@ -49,9 +50,13 @@ class OnDask:
         self._own = None
         if client is None:
             import logging
+            # the workers share this machine's cores: parallel kernels with more threads than their share spin
+            # against each other (OpenMP's waiting threads keep their cores)
+            share = str(max(1, (os.cpu_count() or 1) // workers))
             self._own = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                     memory_limit=memory_limit or "auto", dashboard_address=None,
-                                     silence_logs=logging.CRITICAL)  # a task's error is the build's one line
+                                     memory_limit=memory_limit or "auto", dashboard_address=":0",
+                                     silence_logs=logging.CRITICAL,  # a task's error is the build's one line
+                                     env={"NUMBA_NUM_THREADS": share, "OMP_NUM_THREADS": share})
             client = Client(self._own)
         self.client = client
         self.workers = max(1, len(client.scheduler_info().get("workers", {})))
