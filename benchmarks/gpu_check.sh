@@ -9,10 +9,12 @@
 #             tests): one parametrization of every test function a round, as many rounds as fit in RC_BUDGET
 #             seconds (default 500), a test past RC_TEST_LIMIT seconds (default 75) failing as a timeout
 #                                                                                  -> racecheck_each.log
+#   racecheck-kernels  racecheck over benchmarks/tools/racecheck_kernels.py: every kernel path once on small
+#             inputs, in one process                                              -> racecheck_kernels.log
 #   bench     benchmarks/trie.py (10M keys) while the 15M-ad index builds, then benchmarks/step_gpu.py on it
 #             (without torch.compile)          -> step_gpu_<host>.{json,md}, bench.log, trie.tgz (trie_<host>.*)
 # <host> is the GPU's short name (h200; HOST_KIND overrides it); copy the files to benchmarks/results/ to publish them.
-# usage: bash benchmarks/gpu_check.sh [tests|sanitize|racecheck-each|bench|all] (default all, without racecheck-each:
+# usage: bash benchmarks/gpu_check.sh [tests|sanitize|racecheck-each|racecheck-kernels|bench|all] (default all, without racecheck-each:
 # ~20 minutes)
 set -o pipefail
 # the test files: GPU_TESTS are gpu-marked (and sanitized), NVCC_TESTS need nvcc only
@@ -124,6 +126,15 @@ print(f"{len(ran_f)} of {len(funcs)} test functions run; not run: " + (", ".join
 PY
 }
 
+racecheck_kernels() {
+  local log="$OUT/racecheck_kernels.log"
+  echo "# $(date -u +%F), $GPU: compute-sanitizer --tool racecheck python3 benchmarks/tools/racecheck_kernels.py" > "$log"
+  timeout --signal=INT --kill-after=20 ${RC_BUDGET:-500} compute-sanitizer --tool racecheck --target-processes all \
+    --print-limit 50 python3 benchmarks/tools/racecheck_kernels.py >> "$log" 2>&1
+  echo "## exit status $? (124 or 130: stopped at the time budget)" >> "$log"
+  tail -4 "$log"
+}
+
 bench() {
   local tmp=/tmp/gpu_check_bench
   mkdir -p $tmp/trie
@@ -144,7 +155,8 @@ case $PART in
   tests) tests ;;
   sanitize) sanitize ;;
   racecheck-each) racecheck_each ;;
+  racecheck-kernels) racecheck_kernels ;;
   bench) bench ;;
   all) tests; sanitize; bench ;;
-  *) echo "usage: bash benchmarks/gpu_check.sh [tests|sanitize|racecheck-each|bench|all]"; exit 2 ;;
+  *) echo "usage: bash benchmarks/gpu_check.sh [tests|sanitize|racecheck-each|racecheck-kernels|bench|all]"; exit 2 ;;
 esac
