@@ -86,7 +86,6 @@ class ArtifactWriter:
         self._stage = Staging(out_dir, overwrite)
         self.out_dir, self._tmp = self._stage.root, self._stage.dir
         self._files: dict[str, dict] = {}
-        self._empty: dict[str, np.ndarray] = {}
         self._committed = False
 
     def __enter__(self) -> "ArtifactWriter":
@@ -135,37 +134,22 @@ class ArtifactWriter:
         self._files[name] = {"file": path.name, "kind": "array", "dtype": array.dtype.str,
                              "shape": list(array.shape), "bytes": path.stat().st_size, "sha256": h.hexdigest()}
 
-    def new_array(self, name: str, dtype, shape) -> np.ndarray:
-        """A writable memory map of a new `<name>.npy` of this dtype and shape (zeros), for an array built in
-        pieces without holding it; finish_array(name) stores it. (Empty arrays come back in memory.)"""
+    def stream_array(self, name: str, dtype, shape) -> "ArrayStream":
+        """A new `<name>.npy` of this dtype and shape written front to back by .write(values) calls and stored
+        by .close(): an array made in pieces without holding it or mapping it."""
         path = self._claim(name, ".npy")
-        dtype, shape = np.dtype(dtype), tuple(int(x) for x in np.atleast_1d(shape))
+        dtype = np.dtype(dtype)
         if dtype.hasobject or dtype.fields is not None:
             raise ArtifactError(f"{self.out_dir}: array {name!r} has unsupported dtype {dtype}")
-        self._files[name] = None  # claimed until finish_array
-        if 0 in shape:
-            arr = np.zeros(shape, dtype)
-            self._empty[name] = arr
-            return arr
-        return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
-
-    def finish_array(self, name: str, array: np.ndarray) -> None:
-        """Store what new_array(name) returned (flushed, fsync'ed and hashed from the file)."""
-        if self._files.get(name, 0) is not None:
-            raise ArtifactError(f"{self.out_dir}: array {name!r} was not begun with new_array")
-        if name in self._empty:
-            del self._files[name]
-            self.add_array(name, self._empty.pop(name))
-            return
-        array.flush()
-        path = self._tmp / f"{name}.npy"
-        with open(path, "rb+") as f:
-            os.fsync(f.fileno())
-        self._files[name] = {"file": path.name, "kind": "array", "dtype": array.dtype.str,
-                             "shape": list(array.shape), "bytes": path.stat().st_size, "sha256": file_sha256(path)}
+        self._files[name] = None  # claimed until closed
+        return ArrayStream(self, name, path, dtype, tuple(int(x) for x in np.atleast_1d(shape)))
 
     def has(self, name: str) -> bool:
         return name in self._files
+
+    def entry(self, name: str) -> dict:
+        """The manifest entry of a member already stored (dtype, shape, bytes, sha256)."""
+        return dict(self._files[name])
 
     def add_table(self, name: str, table: pa.Table) -> None:
         """Store a pyarrow Table as ``<name>.parquet`` (tables are small, so hashing re-reads the file)."""
@@ -204,6 +188,43 @@ class ArtifactWriter:
         self._stage.publish()
         self._committed = True
         return self.out_dir
+
+
+class ArrayStream:
+    """ArtifactWriter.stream_array's writer: values in C order, hashed as they are written."""
+
+    def __init__(self, writer: ArtifactWriter, name: str, path: pathlib.Path, dtype: np.dtype, shape: tuple):
+        self.writer, self.name, self.path, self.dtype, self.shape = writer, name, path, dtype, shape
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, dict(descr=np.lib.format.dtype_to_descr(dtype),
+                                                          fortran_order=False, shape=shape))
+        self.left = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        self._hash = hashlib.sha256()
+        self._file = open(path, "wb")
+        self._put(header.getvalue())
+
+    def _put(self, block) -> None:
+        self._hash.update(block)
+        self._file.write(block)
+
+    def write(self, values) -> None:
+        values = np.ascontiguousarray(values, self.dtype)
+        if values.nbytes > self.left:
+            raise ArtifactError(f"{self.writer.out_dir}: array {self.name!r}: more values written than its shape "
+                                f"{list(self.shape)} holds")
+        self.left -= values.nbytes
+        for block in _c_order_blocks(values):
+            self._put(block)
+
+    def close(self) -> None:
+        if self.left:
+            raise ArtifactError(f"{self.writer.out_dir}: array {self.name!r}: {self.left} bytes short of its shape")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self.writer._files[self.name] = {"file": self.path.name, "kind": "array", "dtype": self.dtype.str,
+                                         "shape": list(self.shape), "bytes": self.path.stat().st_size,
+                                         "sha256": self._hash.hexdigest()}
 
 
 def _c_order_blocks(array: np.ndarray) -> Iterator[memoryview]:

@@ -261,3 +261,32 @@ def test_round_trip_property(arr, fortran, mmap):
         got = open_artifact(out, FMT, [1], mmap=mmap).array("x")
         assert got.dtype == arr.dtype and got.shape == arr.shape
         np.testing.assert_array_equal(got, arr)
+
+
+def test_streamed_array_equals_added_array_and_checks_its_length(tmp_path):
+    """stream_array writes the bytes add_array writes (same checksum); writing more or fewer values than the
+    shape holds is refused, and nothing is published."""
+    from gtmkit.errors import ArtifactError
+    from gtmkit.formats.artifact import ArtifactWriter
+
+    a = (np.arange(5000, dtype=np.int64) * 31) % 977
+    sums = []
+    for how in ("add", "stream"):
+        with ArtifactWriter(tmp_path / how, "x", 1) as w:
+            if how == "add":
+                w.add_array("a", a.reshape(1000, 5))
+            else:
+                s = w.stream_array("a", np.int64, (1000, 5))
+                for i in range(0, 5000, 1234):
+                    s.write(a[i:i + 1234])
+                s.close()
+            w.commit({})
+            sums.append(w.entry("a")["sha256"])
+    assert sums[0] == sums[1]
+    for extra in (1, -1):
+        with pytest.raises(ArtifactError, match="more values|short"):
+            with ArtifactWriter(tmp_path / f"bad{extra}", "x", 1) as w:
+                s = w.stream_array("a", np.int64, 10)
+                s.write(np.zeros(10 + extra, np.int64))
+                s.close()
+        assert not (tmp_path / f"bad{extra}").exists()

@@ -140,52 +140,47 @@ CHUNK = 1 << 24  # entries a step when a streamed array is derived from another 
 
 
 class Streamer:
-    """Arrays written into the artifact piece by piece (memory maps of their files), then read back mapped."""
+    """Arrays written into the artifact front to back, piece by piece (never held whole, never mapped while
+    written), then read back mapped where the statistics need them."""
 
     def __init__(self, w):
         self.w = w
 
-    def pieces(self, name: str, dtype, pieces: list, shift: bool = False, first=None):
-        """The pieces one after another (shift: each offsets piece continues from the last value written, its
-        leading 0 dropped; first: a leading value, for an offsets array)."""
-        dtype = np.dtype(dtype)
-        n = sum(len(x) - (1 if shift else 0) for x in pieces) + (first is not None or shift)
-        out = self.w.new_array(name, dtype, n)
-        pos, carry = 0, 0
-        if first is not None or shift:
-            out[0] = first or 0
-            pos = 1
+    def pieces(self, name: str, dtype, pieces: list, shift: bool = False, read: bool = True):
+        """The pieces one after another (shift: offsets pieces, each continuing from the last value written,
+        its leading 0 dropped, after one leading 0)."""
+        n = sum(len(x) - (1 if shift else 0) for x in pieces) + int(shift)
+        out, carry = self.w.stream_array(name, dtype, n), 0
+        if shift:
+            out.write(np.zeros(1, dtype))
         for x in pieces:
             x = np.asarray(x)
             if shift:
                 x = x[1:] - x[0] + carry
                 carry = int(x[-1]) if len(x) else carry
-            out[pos:pos + len(x)] = x
-            pos += len(x)
-        return self.finish(name, out)
+            out.write(x)
+        return self.finish(out, read)
 
-    def cumsum(self, name: str, dtype, pieces: list):
+    def cumsum(self, name: str, dtype, pieces: list, read: bool = True):
         """0, then the running sum of the pieces' values."""
-        out = self.w.new_array(name, dtype, sum(len(x) for x in pieces) + 1)
-        out[0], pos, carry = 0, 1, 0
+        out, carry = self.w.stream_array(name, dtype, sum(len(x) for x in pieces) + 1), 0
+        out.write(np.zeros(1, dtype))
         for x in pieces:
             c = np.cumsum(np.asarray(x), dtype=np.int64) + carry
-            out[pos:pos + len(c)] = c
-            pos += len(c)
+            out.write(c)
             carry = int(c[-1]) if len(c) else carry
-        return self.finish(name, out)
+        return self.finish(out, read)
 
-    def mapped(self, name: str, dtype, n: int, fn):
-        """out[a:b] = fn(a, b) over chunks of [0, n)."""
-        out = self.w.new_array(name, dtype, n)
+    def mapped(self, name: str, dtype, n: int, fn, read: bool = True):
+        """fn(a, b) for the chunks [a, b) of [0, n), one after another."""
+        out = self.w.stream_array(name, dtype, n)
         for a in range(0, n, CHUNK):
-            out[a:min(n, a + CHUNK)] = fn(a, min(n, a + CHUNK))
-        return self.finish(name, out)
+            out.write(fn(a, min(n, a + CHUNK)))
+        return self.finish(out, read)
 
-    def finish(self, name: str, out):
-        self.w.finish_array(name, out)
-        path = self.w.staging / f"{name}.npy"
-        return np.load(path, mmap_mode="r") if path.exists() else out
+    def finish(self, out, read: bool = True):
+        out.close()
+        return np.load(out.path, mmap_mode="r") if read else None
 
 
 def assemble(stage, metas: list, schema, rl, dictionaries: list, source, w) -> dict:
@@ -201,7 +196,8 @@ def assemble(stage, metas: list, schema, rl, dictionaries: list, source, w) -> d
     slices = rl.slices()
     widths = [x.stop - x.start for x in slices]
     g = GlobalTables(stage, P, slices)
-    ads["ad_bitmask_ids"] = out.pieces("ad_bitmask_ids", np.int32, [g.merge(s, 0, load(s, "ad_ids0")) for s in range(P)])
+    ads["ad_bitmask_ids"] = out.pieces("ad_bitmask_ids", np.int32,
+                                       [g.merge(s, 0, load(s, "ad_ids0")) for s in range(P)])
     root = np.bitwise_or.reduce(np.stack([m["union"] for m in metas]), axis=0)[None, :]
     first = _shared_first(metas)
     levels = [(np.ones(1, np.int64), add_columns(g.dedupers, root, slices))]
@@ -265,16 +261,38 @@ def _topology(out: Streamer, load, metas: list, L: int, V: int) -> Topology:
 def _ads(out: Streamer, load, P: int, schema, source) -> dict:
     """The SID->ad map and the ad-id lookup; a repeated ad id refused as the single-process read does."""
     offsets = out.pieces("sid_ad_offsets", np.int64, [load(s, "sid_ad_offsets") for s in range(P)], shift=True)
-    ids = out.pieces("sid_ad_ids", np.int64, [load(s, "sid_ad_ids") for s in range(P)])
-    by_id = _argsort_ids(np.asarray(ids))
+    ids = _concat([load(s, "sid_ad_ids") for s in range(P)], np.int64)
+    by_id = _argsort_distinct(ids)
     dup = any(np.any(ids[by_id[a + 1:b]] == ids[by_id[a:b - 1]]) for a, b in _chunks(len(by_id)))
     if dup:
         in_file_order = np.empty(len(ids), np.int64)
         in_file_order[_concat([load(s, "input_rows") for s in range(P)], np.int64)] = ids
         check_unique(in_file_order, schema.ad_id_column, source)
-    sorted_ids = out.mapped("ad_ids_sorted", np.int64, len(by_id), lambda a, b: ids[by_id[a:b]])
-    rows = out.mapped("ad_rows_by_id", np.int32, len(by_id), lambda a, b: by_id[a:b])
-    return {"sid_ad_offsets": offsets, "sid_ad_ids": ids, "ad_ids_sorted": sorted_ids, "ad_rows_by_id": rows}
+    out.mapped("ad_ids_sorted", np.int64, len(by_id), lambda a, b: ids[by_id[a:b]], read=False)
+    out.mapped("ad_rows_by_id", np.int32, len(by_id), lambda a, b: by_id[a:b], read=False)
+    del by_id
+    ids = out.mapped("sid_ad_ids", np.int64, len(ids), lambda a, b: ids[a:b])
+    return {"sid_ad_offsets": offsets, "sid_ad_ids": ids, "ad_ids_sorted": _Sized(out.w, "ad_ids_sorted"),
+            "ad_rows_by_id": _Sized(out.w, "ad_rows_by_id")}
+
+
+def _argsort_distinct(ids: np.ndarray) -> np.ndarray:
+    """adindex._argsort_ids (the same order) with one array beside the ids: (id - min) << bits | row sorted in
+    place, then the rows kept in place."""
+    n = len(ids)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    lo, hi = int(ids.min()), int(ids.max())
+    bits = max(1, (n - 1).bit_length())
+    if (hi - lo).bit_length() + bits > 64:
+        return _argsort_ids(ids)
+    packed = np.subtract(ids, lo).view(np.uint64)
+    packed <<= np.uint64(bits)
+    for a in range(0, n, CHUNK):
+        packed[a:a + CHUNK] |= np.arange(a, min(n, a + CHUNK), dtype=np.uint64)
+    packed.sort()
+    packed &= np.uint64((1 << bits) - 1)
+    return packed.view(np.int64)
 
 
 def _chunks(n: int):
@@ -284,45 +302,55 @@ def _chunks(n: int):
 
 
 def _matcher_columns(out: Streamer, stage, spec, root, level_offsets, L: int, n_tables: int) -> tuple:
-    """build._matcher_columns, level by level from the staging area into the writer."""
+    """build._matcher_columns, level by level from the staging area into the writer, front to back."""
     from ..build import _level_k
 
     counts = [root[0]] + [np.load(stage / f"level{d}_counts.npy", mmap_mode="r") for d in range(1, L + 1)]
     ids = [root[1]] + [[np.load(stage / f"level{d}_ids{t}.npy", mmap_mode="r") for t in range(n_tables)]
                        for d in range(1, L + 1)]
-    arrays = {}
+    nb = n_tables - 1
     if spec.mode == "dynamic":
-        arrays["part_offsets"] = out.cumsum("part_offsets", np.int64, counts)
-        arrays["part_bitmask_ids"] = out.pieces("part_bitmask_ids", np.int32, [lv[0] for lv in ids])
-        if n_tables > 1:
-            bloom = out.w.new_array("part_bloom_ids", np.int32, (sum(len(lv[0]) for lv in ids), n_tables - 1))
-            pos = 0
+        out.cumsum("part_offsets", np.int64, counts, read=False)
+        out.pieces("part_bitmask_ids", np.int32, [lv[0] for lv in ids], read=False)
+        if nb:
+            bloom = out.w.stream_array("part_bloom_ids", np.int32, (sum(len(lv[0]) for lv in ids), nb))
             for lv in ids:
-                for t in range(1, n_tables):
-                    bloom[pos:pos + len(lv[t]), t - 1] = lv[t]
-                pos += len(lv[0])
-            arrays["part_bloom_ids"] = out.finish("part_bloom_ids", bloom)
-        return arrays, {"kind": "jagged"}
+                for a in range(0, len(lv[0]), CHUNK):
+                    bloom.write(np.stack([np.asarray(lv[t][a:a + CHUNK]) for t in range(1, n_tables)], axis=1))
+            out.finish(bloom, read=False)
+        return _sizes(out.w), {"kind": "jagged"}
     widths = [_level_k(spec, d) for d in range(L + 1)]
     bases = np.zeros(L + 2, np.int64)
     np.cumsum([len(counts[d]) * widths[d] for d in range(L + 1)], out=bases[1:])
-    slots = int(bases[-1])
-    cols = [out.w.new_array("part_bitmask_ids", np.int32, slots)]
-    if n_tables > 1:
-        cols.append(out.w.new_array("part_bloom_ids", np.int32, (slots, n_tables - 1)))
-    for c in cols:
-        c[...] = -1
+    cols = [out.w.stream_array("part_bitmask_ids", np.int32, int(bases[-1]))]
+    if nb:
+        cols.append(out.w.stream_array("part_bloom_ids", np.int32, (int(bases[-1]), nb)))
     for d in range(L + 1):
-        c = np.asarray(counts[d])
+        c, w = np.asarray(counts[d]), widths[d]
         off = np.concatenate([[0], np.cumsum(c)])
-        for a in range(0, len(c), CHUNK):
-            b = min(len(c), a + CHUNK)
-            node = np.repeat(np.arange(a, b), c[a:b])
-            pos = bases[d] + node * widths[d] + (np.arange(off[a], off[b]) - off[:-1][node])
-            cols[0][pos] = ids[d][0][off[a]:off[b]]
-            for t in range(1, n_tables):
-                cols[1][pos, t - 1] = ids[d][t][off[a]:off[b]]
-    arrays["part_bitmask_ids"] = out.finish("part_bitmask_ids", cols[0])
-    if n_tables > 1:
-        arrays["part_bloom_ids"] = out.finish("part_bloom_ids", cols[1])
-    return arrays, {"kind": "fixed", "level_width": widths, "level_base": bases.tolist()}
+        for a in range(0, len(c), max(1, CHUNK // w)):
+            b = min(len(c), a + max(1, CHUNK // w))
+            node = np.repeat(np.arange(b - a), c[a:b])
+            pos = node * w + (np.arange(off[a], off[b]) - off[a:b][node])
+            for t, col in enumerate(cols):
+                block = np.full(((b - a) * w, nb) if t else (b - a) * w, -1, np.int32)
+                if t:
+                    block[pos] = np.stack([np.asarray(ids[d][x][off[a]:off[b]]) for x in range(1, n_tables)], axis=1)
+                else:
+                    block[pos] = ids[d][0][off[a]:off[b]]
+                col.write(block)
+    for name, col in zip(("part_bitmask_ids", "part_bloom_ids"), cols):
+        out.finish(col, read=False)
+    return _sizes(out.w), {"kind": "fixed", "level_width": widths, "level_base": bases.tolist()}
+
+
+class _Sized:
+    """An array already in the writer, as write_index sees it: only its size is read."""
+
+    def __init__(self, w, name: str):
+        e = w.entry(name)
+        self.nbytes = int(np.prod(e["shape"], dtype=np.int64)) * np.dtype(e["dtype"]).itemsize
+
+
+def _sizes(w) -> dict:
+    return {n: _Sized(w, n) for n in ("part_offsets", "part_bitmask_ids", "part_bloom_ids") if w.has(n)}
