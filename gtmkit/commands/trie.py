@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 import time
 
 import click
@@ -11,6 +10,7 @@ import numpy as np
 
 from ..errors import GtmkitError
 from ..formats.inputs import regular_file
+from ._cluster import dask_client, parse_bytes
 from ._common import StderrProgress, echo_json, handle_errors
 
 
@@ -18,31 +18,6 @@ def _why(exc: BaseException) -> str:
     """First line of a library exception, so an error stays one line."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def _where(exc: GtmkitError, src, column: str) -> str:
-    """A key error of SuccinctTrie.build ("keys: key 7 is empty") as the input's: "F: column 'key': row 7 is
-    empty", F the file that row is in and 7 its row there."""
-    m = re.match(r"^keys: key (\d+)(.*)$", str(exc))
-    if not m:
-        msg = str(exc)
-        return f"{src.path}: column {column!r}: {msg[len('keys: '):] if msg.startswith('keys: ') else msg}"
-    f, row = src.where(int(m.group(1)))
-    return f"{f}: column {column!r}: row {row}{m.group(2)}"
-
-
-def _read_keys(path, column: str):
-    """(the key column of a Parquet file, folder or glob, read whole; its ParquetInput)."""
-    from ..formats.dataset import ParquetInput
-
-    src = ParquetInput(path, GtmkitError, "Parquet file")  # a FIFO would block the open for ever: refused
-    names = src.schema.names
-    if column not in names:
-        raise GtmkitError(f"{path}: no column {column!r} (columns: {', '.join(names)})")
-    try:
-        return src.dataset.to_table(columns=[column], use_threads=True).column(column), src
-    except Exception as exc:  # pyarrow raises several types for unreadable files
-        raise GtmkitError(f"{path}: cannot read column {column!r} ({_why(exc)})") from None
 
 
 def _summary(trie, seconds=None) -> str:
@@ -70,11 +45,18 @@ def command():
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(),
               help="Trie directory to write.")
 @click.option("--column", default="key", show_default=True, help="Parquet column of list<int> keys.")
+@click.option("--shards", type=click.IntRange(min=1), help="Build in this many shards of key prefixes (the same "
+              "trie; default with --workers or --scheduler: enough that one fits --memory-limit).")
+@click.option("--workers", type=click.IntRange(min=1), help="Build the shards on a local Dask cluster of this many "
+              "worker processes (extra dist).")
+@click.option("--scheduler", help="Build the shards on the Dask cluster at this address (its workers must see KEYS "
+              "and the output path).")
+@click.option("--memory-limit", callback=parse_bytes, help="Memory a worker may hold, e.g. 4GiB.")
 @click.option("-f", "--force", is_flag=True, help="Replace an existing trie directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
-def build(keys, out_dir, column, force, as_json, silent):
+def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force, as_json, silent):
     """Build a succinct trie from a Parquet column of integer lists: a file, a directory of Parquet files
     (hive partitions too) or a quoted glob.
 
@@ -85,21 +67,35 @@ def build(keys, out_dir, column, force, as_json, silent):
         gtmkit trie build keys.parquet -o trie/
         gtmkit trie build 'keys/part-*.parquet' -o trie/
         gtmkit trie build queries.parquet --column tokens -o trie/ -f --json
+        gtmkit trie build keys/ -o trie/ --workers 2
     """
+    from ..formats.output import check_output
+    from ..indexer.succinct.inputs import key_error_at, read_key_column
     from ..indexer.succinct.trie import SuccinctTrie
 
-    from ..formats.output import check_output
-
     check_output(out_dir, overwrite=force)  # before the keys are read: a refusal costs nothing
-    col, src = _read_keys(keys, column)
+    if workers and scheduler:
+        raise click.UsageError("--workers starts a local cluster, --scheduler uses one: give one of them")
+    if shards or workers or scheduler:
+        t0 = time.perf_counter()
+        with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client:
+            trie = SuccinctTrie.build_dataset(keys, out_dir, column, shards=shards, client=client, workers=workers,
+                                              memory_limit=memory_limit, progress=bar, overwrite=force)
+        _report(trie, out_dir, time.perf_counter() - t0, as_json)
+        return
+    col, src = read_key_column(keys, column)
     t0 = time.perf_counter()
     with StderrProgress(silent or as_json) as bar:
         try:
             trie = SuccinctTrie.build(col, progress=bar)
         except GtmkitError as exc:  # the library names key i: here that is row i of the file's column
-            raise GtmkitError(_where(exc, src, column)) from None
+            raise key_error_at(exc, src, column) from None
     seconds = time.perf_counter() - t0
     trie.save(out_dir, overwrite=force)
+    _report(trie, out_dir, seconds, as_json)
+
+
+def _report(trie, out_dir, seconds: float, as_json: bool) -> None:
     if as_json:
         echo_json(dict(trie.stats(), path=str(out_dir), build_seconds=round(seconds, 3)))
     else:

@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from ..._arrays import offsets_from_lengths
-from ...formats.catalog import read_catalog
+from ...formats.catalog import open_catalog, read_catalog
 
 ARRAYS = ("ad_ids", "sids", "rows")
 
@@ -57,6 +57,8 @@ def split_file(source: str, files: list, i: int, schema, stage: str) -> dict:
     """Reads file i of the input (errors name it and its row), writes its rows ordered by first, then second
     token (stable) to piece_dir(stage, i). Returns the rows, the rows a first token [V], and per attribute the file's
     dictionary and the strings each column met, in order (what the global dictionaries are merged from)."""
+    if not open_catalog(source, schema, files=[files[i]]).num_rows:  # an empty part adds nothing
+        return _empty_piece(stage, i, schema)
     cat = read_catalog(source, schema, files=[files[i]])
     first = cat.sids[:, 0]
     counts = np.bincount(first, minlength=schema.vocab).astype(np.int64)
@@ -98,3 +100,19 @@ def second_token_rows(stage, n_files: int, tokens: list, vocab: int) -> dict:
         for f in tokens:
             out[f] += np.bincount(sids[int(to[f]):int(to[f + 1]), 1], minlength=vocab)
     return out
+
+
+def _empty_piece(stage, i: int, schema) -> dict:
+    out = task_dir(piece_dir(stage, i))
+    np.save(out / "token_offsets.npy", np.zeros(schema.vocab + 1, np.int64))
+    np.save(out / "ad_ids.npy", np.zeros(0, np.int64))
+    np.save(out / "sids.npy", np.zeros((0, schema.sid_length), np.int32))
+    np.save(out / "rows.npy", np.zeros(0, np.int64))
+    n_attrs = len(schema.bitmask) + len(schema.bloom)
+    for j in range(n_attrs):
+        for kind in ("allowed", "excluded"):
+            np.save(out / f"{kind}{j}_offsets.npy", np.zeros(1, np.int64))
+            np.save(out / f"{kind}{j}_codes.npy", np.zeros(0, np.int32))
+    publish(out, piece_dir(stage, i))
+    return {"rows": 0, "tokens": np.zeros(schema.vocab, np.int64), "dictionaries": [[] for _ in range(n_attrs)],
+            "met": [([], []) for _ in range(n_attrs)]}

@@ -107,11 +107,6 @@ def _levels(records, tokens, capacity):
     return labels, terminal, degree, base, count
 
 
-def _concat_levels(buf: np.ndarray, base: np.ndarray, count: np.ndarray, skip_root: bool) -> np.ndarray:
-    parts = [buf[b:b + c] for b, c in zip(base[int(skip_root):], count[int(skip_root):])]
-    return np.concatenate(parts)
-
-
 @njit(cache=True, nogil=True)
 def _louds_words(degree):
     """LOUDS: '10' for a super-root, then per node in BFS order degree ones and a zero -> 2n+1 bits."""
@@ -129,26 +124,37 @@ def _louds_words(degree):
     return words
 
 
-def build_arrays(tokens: np.ndarray, offsets: np.ndarray, progress: Progress = None) -> dict:
-    """Checked flat keys (see inputs.key_arrays) -> dict(arrays=name -> array, num_nodes,
-    num_keys, high_bits); the layout is documented on SuccinctTrie."""
-    report(progress, 0, 3, "trie")
+def key_levels(tokens: np.ndarray, offsets: np.ndarray) -> tuple:
+    """The trie's nodes depth by depth: (labels, terminal, degree) lists indexed by depth (depth 0 the root,
+    whose label list is empty), each in BFS order."""
     records = sorted_records(tokens, offsets)
-    report(progress, 1, 3, "trie")
     lengths = np.diff(offsets)
     capacity = np.bincount(lengths, minlength=int(lengths.max()) + 1)[::-1].cumsum()[::-1]
     capacity[0] = 1
     buf_labels, buf_terminal, buf_degree, base, count = _levels(records, tokens, capacity)
     del records
+    cut = lambda buf: [buf[b:b + c] for b, c in zip(base, count)]  # noqa: E731
+    return cut(buf_labels), cut(buf_terminal), cut(buf_degree)
+
+
+def build_arrays(tokens: np.ndarray, offsets: np.ndarray, progress: Progress = None) -> dict:
+    """Checked flat keys (see inputs.key_arrays) -> dict(arrays=name -> array, num_nodes,
+    num_keys, high_bits); the layout is documented on SuccinctTrie."""
+    report(progress, 0, 3, "trie")
+    labels, terminal, degree = key_levels(tokens, offsets)
+    report(progress, 1, 3, "trie")
+    return levels_arrays(labels, terminal, degree, progress)
+
+
+def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress = None) -> dict:
+    """build_arrays from the nodes depth by depth (key_levels' lists, or a sharded build's joined ones)."""
+    count = np.array([len(x) for x in degree], np.int64)
     level_offsets = np.zeros(len(count) + 1, np.int64)
     np.cumsum(count, out=level_offsets[1:])
     n = int(level_offsets[-1])
     if n >= 2**31:
         raise GtmkitError(f"keys: the trie would have {n} nodes, more than 2^31-1")
-    labels = _concat_levels(buf_labels, base, count, True)
-    del buf_labels
-    louds = _louds_words(_concat_levels(buf_degree, base, count, False))
-    del buf_degree
+    louds = _louds_words(np.concatenate(degree).astype(np.int32, copy=False))
     louds_rank = rank_directory(louds)
     zeros = n + 1  # of the 2n+1 LOUDS bits, one zero per node plus the super-root's
     arrays = {
@@ -158,12 +164,13 @@ def build_arrays(tokens: np.ndarray, offsets: np.ndarray, progress: Progress = N
         "louds_select1": select_samples(louds_rank, len(louds), n, False),
     }
     report(progress, 2, 3, "trie")
+    labels = np.concatenate(labels[1:]).astype(np.int32, copy=False)
     high = labels >> 16
     high_bits = int(high.max()).bit_length() if len(high) else 0
     arrays["label_low"] = (labels & 0xFFFF).astype(np.uint16)
     arrays["label_high"] = pack_fields(high, high_bits)
     del labels, high
-    term = pack_bits(_concat_levels(buf_terminal, base, count, False))
+    term = pack_bits(np.concatenate(terminal).astype(np.bool_, copy=False))
     term_rank = rank_directory(term)
     num_keys = int(term_rank[-1, 0])
     arrays.update(terminal=term, terminal_rank=term_rank,

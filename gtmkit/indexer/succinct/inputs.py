@@ -4,6 +4,7 @@ arrays, with every check that makes a bad key a one-line GtmkitError naming the 
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -139,3 +140,30 @@ def _checked(tokens: np.ndarray, offsets: np.ndarray) -> tuple:
             what = "negative token" if lo < 0 else "token above 2^31-1"
             raise GtmkitError(f"keys: key {i} has {what} {int(tokens[j])} at position {j - int(offsets[i])}")
     return np.ascontiguousarray(tokens, dtype=np.int32), np.ascontiguousarray(offsets, dtype=np.int64)
+
+
+def key_error_at(exc: GtmkitError, src, column: str) -> GtmkitError:
+    """A key error of key_arrays ("keys: key 7 is empty") as the input's: "F: column 'key': row 7 is empty", F the
+    file that row is in and 7 its row there (src: the keys' ParquetInput)."""
+    m = re.match(r"^keys: key (\d+)(.*)$", str(exc))
+    if not m:
+        msg = str(exc)
+        return GtmkitError(f"{src.path}: column {column!r}: {msg[len('keys: '):] if msg.startswith('keys: ') else msg}")
+    f, row = src.where(int(m.group(1)))
+    return GtmkitError(f"{f}: column {column!r}: row {row}{m.group(2)}")
+
+
+def read_key_column(path, column: str, files=None):
+    """(the key column of a Parquet file, folder or glob, read whole; its ParquetInput). files: only these."""
+    from ...formats.dataset import ParquetInput
+
+    src = ParquetInput(path, GtmkitError, "Parquet file", files=files)  # a FIFO would block the open: refused
+    names = src.schema.names
+    if column not in names:
+        raise GtmkitError(f"{path}: no column {column!r} (columns: {', '.join(names)})")
+    try:
+        return src.dataset.to_table(columns=[column], use_threads=True).column(column), src
+    except Exception as exc:  # pyarrow raises several types for unreadable files
+        text = str(exc).strip().splitlines()
+        why = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        raise GtmkitError(f"{path}: cannot read column {column!r} ({why})") from None

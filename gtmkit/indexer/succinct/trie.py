@@ -12,6 +12,7 @@ import numpy as np
 
 from ...errors import ArtifactError, GtmkitError
 from ...formats.artifact import ArtifactWriter, open_artifact
+from ...formats.output import check_output
 from .checks import trie_problems
 from ...progress import Progress
 from . import nav as nav
@@ -70,17 +71,50 @@ class SuccinctTrie:
         a = built["arrays"]
         return cls(nav.LoudsArrays(high_bits=built["high_bits"], **a), built["num_keys"])
 
+    @classmethod
+    def from_built(cls, built: dict) -> "SuccinctTrie":
+        """A trie of build_arrays' (or levels_arrays') output."""
+        return cls(nav.LoudsArrays(high_bits=built["high_bits"], **built["arrays"]), built["num_keys"])
+
+    @classmethod
+    def build_dataset(cls, keys, out_dir, column: str = "key", shards: int = None, client=None,
+                      workers: int = None, memory_limit: int = None, progress: Progress = None,
+                      overwrite: bool = False) -> "SuccinctTrie":
+        """Build the trie of a Parquet key column (a file, a folder of files or a glob) in shards and save it
+        at out_dir; the arrays are build()'s over all the keys. shards / client / workers / memory_limit as
+        gtmkit.build_index takes them: tasks here one after another, on a dask.distributed Client, or on a
+        LocalCluster of `workers` processes. Returns the saved trie, loaded."""
+        from ..build import _count
+        from ..shards.run import runner
+        from .shards import build_sharded_trie
+        shards = None if shards is None else _count(shards, "shards", 1)
+        workers = None if workers is None else _count(workers, "workers", 1)
+        memory_limit = None if memory_limit is None else _count(memory_limit, "memory_limit", 1 << 20)
+        check_output(out_dir, overwrite)
+        run = runner(client, workers, memory_limit)
+        try:
+            build_sharded_trie(keys, out_dir, column, shards, run, memory_limit, progress, overwrite)
+        finally:
+            run.close()
+        return cls.load(out_dir, verify=False)
+
     def save(self, path, overwrite: bool = False) -> None:
         """Write the "gtmkit-trie" v1 artifact (a new version of path, docs/format.md): one .npy per array
         + manifest.json with checksums. overwrite=True replaces only a gtmkit artifact."""
         with ArtifactWriter(path, FORMAT_NAME, FORMAT_VERSION, overwrite=overwrite) as w:
-            for name in ARRAY_NAMES:
-                w.add_array(name, getattr(self.arrays, name))
-            w.commit({"num_nodes": self.num_nodes, "num_keys": self.num_keys,
-                      "high_bits": int(self.arrays.high_bits), "max_depth": self.max_depth,
-                      "layout": "LOUDS 2n+1 bits LSB-first uint64, rank9 (512-bit superblocks), select "
-                                f"samples every {SAMPLE}; label = label_low | label_high << 16"})
+            self.write(w)
         self.path = path
+
+    def write(self, w: ArtifactWriter, build: dict = None) -> None:
+        """The arrays and manifest into an open writer, committed (build: how the trie was built)."""
+        for name in ARRAY_NAMES:
+            w.add_array(name, getattr(self.arrays, name))
+        w.commit({"num_nodes": self.num_nodes, "num_keys": self.num_keys,
+                  "high_bits": int(self.arrays.high_bits), "max_depth": self.max_depth,
+                  "layout": "LOUDS 2n+1 bits LSB-first uint64, rank9 (512-bit superblocks), select "
+                            f"samples every {SAMPLE}; label = label_low | label_high << 16",
+                  "build": build or {"mode": "single-process"}})
+        self.path = w.out_dir
 
     @classmethod
     def load(cls, path, verify: bool = True, mmap: bool = True) -> "SuccinctTrie":

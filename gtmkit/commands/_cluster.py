@@ -1,0 +1,43 @@
+"""Options the sharded builds share: sizes such as 8GiB, and a Dask cluster named by its scheduler's address."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import click
+
+from ..errors import GtmkitError
+
+UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+         "tib": 2**40}
+
+
+def parse_bytes(ctx, param, value):
+    """'8GiB', '500MB', '1e9' -> bytes."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", value)
+    if not m or m.group(2).lower() not in UNITS or float(m.group(1)) * UNITS[m.group(2).lower()] < 1:
+        raise click.BadParameter(f"{value!r}: expected a size such as 4GiB, 500MB or 1000000000")
+    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+
+
+@contextlib.contextmanager
+def dask_client(address):
+    """A Client of the Dask cluster at address (None: no cluster)."""
+    if not address:
+        yield None
+        return
+    try:
+        from distributed import Client
+    except ImportError:
+        raise GtmkitError("--scheduler needs dask and distributed: pip install 'gtmkit[dist]'") from None
+    try:
+        client = Client(address, timeout=10)
+    except (OSError, TimeoutError) as exc:
+        raise GtmkitError(f"--scheduler {address}: cannot reach a Dask scheduler there ({exc})") from None
+    try:
+        yield client
+    finally:
+        client.close()
