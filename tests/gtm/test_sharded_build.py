@@ -258,3 +258,35 @@ def test_cli_unreachable_scheduler_is_one_error(tmp_path):
     r = _cli("build", cat, "-o", tmp_path / "idx", "-s", "--scheduler", "tcp://127.0.0.1:1")
     assert r.exit_code == 1 and "cannot reach a Dask scheduler" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "idx").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_sharded_build_leaves_nothing(tmp_path):
+    """SIGINT to a real `gtmkit build --shards` process once its shards' working files exist: it exits with an
+    error and the output path is gone again (it did not exist before)."""
+    import signal
+    import subprocess
+    import sys
+
+    from gtmkit.synth.catalog import catalog_schema, synth_catalog
+
+    n = 300_000
+    table = synth_catalog(n, seed=4)
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    for i in range(6):
+        pq.write_table(table.slice(i * n // 6, n // 6), cat / f"part-{i}.parquet")
+    (tmp_path / "cat.schema.json").write_text(json.dumps(catalog_schema(n, seed=4)))
+    out = tmp_path / "idx"
+    proc = subprocess.Popen([sys.executable, "-m", "gtmkit", "build", str(cat), "-o", str(out), "--shards", "6", "-s"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 120
+    while time.monotonic() < end and proc.poll() is None:
+        if any((d / "shards").is_dir() for d in out.glob(".staging-*")):
+            proc.send_signal(signal.SIGINT)
+            break
+        time.sleep(0.01)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode not in (0, None), "the build ended before it could be interrupted"
+    assert "Traceback" not in err
+    assert not out.exists(), sorted(p.name for p in out.rglob("*"))
