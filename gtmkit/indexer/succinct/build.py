@@ -8,7 +8,7 @@ from numba import njit
 
 from ...errors import GtmkitError
 from ...progress import Progress, report
-from .bits import pack_bits, pack_fields, rank_directory, select_samples
+from .bits import rank_directory, select_samples
 
 LEN_BITS = 24  # a sort record is start << 24 | length: keys up to 2^24-1 tokens, 2^40 tokens in all
 _LEN_MASK = np.uint64((1 << LEN_BITS) - 1)
@@ -107,23 +107,6 @@ def _levels(records, tokens, capacity):
     return labels, terminal, degree, base, count
 
 
-@njit(cache=True, nogil=True)
-def _louds_words(degree):
-    """LOUDS: '10' for a super-root, then per node in BFS order degree ones and a zero -> 2n+1 bits."""
-    n = degree.shape[0]
-    nbits = 2 * n + 1
-    words = np.zeros((nbits >> 6) + 1, np.uint64)
-    words[0] = np.uint64(1)
-    pos = 2
-    one = np.uint64(1)
-    for v in range(n):
-        for _ in range(degree[v]):
-            words[pos >> 6] |= one << np.uint64(pos & 63)
-            pos += 1
-        pos += 1
-    return words
-
-
 def key_levels(tokens: np.ndarray, offsets: np.ndarray) -> tuple:
     """The trie's nodes depth by depth: (labels, terminal, degree) lists indexed by depth (depth 0 the root,
     whose label list is empty), each in BFS order."""
@@ -143,34 +126,88 @@ def build_arrays(tokens: np.ndarray, offsets: np.ndarray, progress: Progress = N
     report(progress, 0, 3, "trie")
     labels, terminal, degree = key_levels(tokens, offsets)
     report(progress, 1, 3, "trie")
-    return levels_arrays(labels, terminal, degree, progress)
+    return levels_arrays([[x] for x in labels], [[x] for x in terminal], [[x] for x in degree], progress)
 
 
-def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress = None) -> dict:
-    """build_arrays from the nodes depth by depth (key_levels' lists, or a sharded build's joined ones)."""
-    count = np.array([len(x) for x in degree], np.int64)
+@njit(cache=True, nogil=True)
+def _put_louds(degree, words, pos):
+    """Each node's degree ones, then a zero, from bit pos on; returns the next position."""
+    one = np.uint64(1)
+    for v in range(degree.shape[0]):
+        for _ in range(degree[v]):
+            words[pos >> 6] |= one << np.uint64(pos & 63)
+            pos += 1
+        pos += 1
+    return pos
+
+
+@njit(cache=True, nogil=True)
+def _put_bits(flags, words, start):
+    one = np.uint64(1)
+    for i in range(flags.shape[0]):
+        if flags[i]:
+            p = start + i
+            words[p >> 6] |= one << np.uint64(p & 63)
+
+
+@njit(cache=True, nogil=True)
+def _put_fields(values, width, words, start):
+    """pack_fields' layout, values[i] as field start + i."""
+    for i in range(values.shape[0]):
+        v = np.uint64(values[i])
+        p = (start + i) * width
+        off = np.uint64(p & 63)
+        words[p >> 6] |= v << off
+        if (p & 63) + width > 64:
+            words[(p >> 6) + 1] |= v >> (np.uint64(64) - off)
+
+
+def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress = None, label_low=None) -> dict:
+    """build_arrays from the nodes depth by depth, each depth a list of pieces in BFS order (key_levels' arrays
+    one a depth, or a sharded build's shard files). Pieces are read one at a time: label_low (2 bytes a node) is
+    written to the label_low stream when one is given (an ArtifactWriter.stream_array), else kept; the bit
+    arrays and their directories are built in memory."""
+    count = np.array([sum(len(x) for x in pieces) for pieces in degree], np.int64)
     level_offsets = np.zeros(len(count) + 1, np.int64)
     np.cumsum(count, out=level_offsets[1:])
     n = int(level_offsets[-1])
     if n >= 2**31:
         raise GtmkitError(f"keys: the trie would have {n} nodes, more than 2^31-1")
-    louds = _louds_words(np.concatenate(degree).astype(np.int32, copy=False))
+    louds = np.zeros(((2 * n + 1) >> 6) + 1, np.uint64)
+    louds[0] = np.uint64(1)  # the super-root's '10'
+    pos = 2
+    term = np.zeros((n >> 6) + 1, np.uint64)
+    at = 0
+    for d in range(len(degree)):
+        for g, t in zip(degree[d], terminal[d]):
+            pos = _put_louds(np.asarray(g, np.int32), louds, pos)
+            _put_bits(np.asarray(t, np.bool_), term, at)
+            at += len(g)
     louds_rank = rank_directory(louds)
-    zeros = n + 1  # of the 2n+1 LOUDS bits, one zero per node plus the super-root's
     arrays = {
         "louds": louds,
         "louds_rank": louds_rank,
-        "louds_select0": select_samples(louds_rank, len(louds), zeros, True),
+        "louds_select0": select_samples(louds_rank, len(louds), n + 1, True),  # a zero a node + the super-root's
         "louds_select1": select_samples(louds_rank, len(louds), n, False),
     }
     report(progress, 2, 3, "trie")
-    labels = np.concatenate(labels[1:]).astype(np.int32, copy=False)
-    high = labels >> 16
-    high_bits = int(high.max()).bit_length() if len(high) else 0
-    arrays["label_low"] = (labels & 0xFFFF).astype(np.uint16)
-    arrays["label_high"] = pack_fields(high, high_bits)
-    del labels, high
-    term = pack_bits(np.concatenate(terminal).astype(np.bool_, copy=False))
+    high_bits = max((int(np.max(x)) >> 16 for pieces in labels[1:] for x in pieces if len(x)), default=0).bit_length()
+    high = np.zeros((((n - 1) * high_bits) >> 6) + 1, np.uint64)
+    low = None if label_low is not None else np.empty(n - 1, np.uint16)
+    at = 0
+    for pieces in labels[1:]:
+        for x in pieces:
+            x = np.asarray(x, np.int32)
+            if low is None:
+                label_low.write((x & 0xFFFF).astype(np.uint16))
+            else:
+                low[at:at + len(x)] = x & 0xFFFF
+            if high_bits:
+                _put_fields(x >> 16, high_bits, high, at)
+            at += len(x)
+    if low is not None:
+        arrays["label_low"] = low
+    arrays["label_high"] = high
     term_rank = rank_directory(term)
     num_keys = int(term_rank[-1, 0])
     arrays.update(terminal=term, terminal_rank=term_rank,

@@ -111,30 +111,31 @@ def build_key_shard(stage: str, s: int, lo: int, hi: int, n_files: int) -> dict:
 
 
 def join_levels(stage, metas: list) -> tuple:
-    """The shards' depths joined: (labels, terminal, degree) lists by depth. A depth-1 node two shards share
-    (a first token split between them) is one node: its degrees added, its terminal flags or'ed."""
+    """The shards' depths joined, as levels_arrays takes them: (labels, terminal, degree), each a list by depth
+    of pieces in BFS order (depth 1 joined here, deeper depths the shards' files, mapped). A depth-1 node two
+    shards share (a first token split between them) is one node: its degrees added, its terminal flags or'ed."""
     D = max(m["depths"] for m in metas)
-    load = lambda s, name: np.load(Path(stage) / f"shard-{s:05d}" / f"{name}.npy")  # noqa: E731
+    load = lambda s, name: np.load(Path(stage) / f"shard-{s:05d}" / f"{name}.npy", mmap_mode="r")  # noqa: E731
     shared = [s > 0 and m["first"] == metas[s - 1]["last"] for s, m in enumerate(metas)]
-    labels, terminal, degree = [np.zeros(0, np.int32)], [np.zeros(1, np.bool_)], [None]
-    for d in range(1, D):
-        ls, ts, gs = [], [], []
-        for s, m in enumerate(metas):
-            if d >= m["depths"]:
-                continue
-            lab, ter, deg = load(s, f"labels{d}"), load(s, f"terminal{d}"), load(s, f"degree{d}")
-            if d == 1 and shared[s]:  # the node's first piece: the last shard before with depth-1 nodes left
-                k = max(i for i, x in enumerate(ts) if len(x))
-                ts[k][-1] |= ter[0]
-                gs[k][-1] += deg[0]
-                lab, ter, deg = lab[1:], ter[1:], deg[1:]
-            ls.append(lab)
-            ts.append(ter.copy())
-            gs.append(deg.copy())
-        labels.append(np.concatenate(ls))
-        terminal.append(np.concatenate(ts))
-        degree.append(np.concatenate(gs))
-    degree[0] = np.array([len(labels[1])], np.int32)
+    ls, ts, gs = [], [], []
+    for s in range(len(metas)):
+        lab, ter, deg = (np.array(load(s, f"{name}1")) for name in ("labels", "terminal", "degree"))
+        if shared[s]:  # the node's first piece: the last shard before with depth-1 nodes left
+            k = max(i for i, x in enumerate(ts) if len(x))
+            ts[k][-1] |= ter[0]
+            gs[k][-1] += deg[0]
+            lab, ter, deg = lab[1:], ter[1:], deg[1:]
+        ls.append(lab)
+        ts.append(ter)
+        gs.append(deg)
+    labels = [[np.zeros(0, np.int32)], [np.concatenate(ls)]]
+    terminal = [[np.zeros(1, np.bool_)], [np.concatenate(ts)]]
+    degree = [[np.array([len(labels[1][0])], np.int32)], [np.concatenate(gs)]]
+    for d in range(2, D):
+        have = [s for s, m in enumerate(metas) if d < m["depths"]]
+        labels.append([load(s, f"labels{d}") for s in have])
+        terminal.append([load(s, f"terminal{d}") for s in have])
+        degree.append([load(s, f"degree{d}") for s in have])
     return labels, terminal, degree
 
 
@@ -143,7 +144,7 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
     """SuccinctTrie artifact of the keys at `source`, built in shards by `run` (shards.run's runners)."""
     from ...formats.dataset import ParquetInput
     from ..shards.plan import shard_count
-    from .trie import FORMAT_NAME, FORMAT_VERSION, SuccinctTrie
+    from .trie import FORMAT_NAME, FORMAT_VERSION, write_trie
 
     src = ParquetInput(source, GtmkitError, "Parquet file")
     if column not in src.schema.names:
@@ -162,13 +163,15 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
             bounds = plan_bounds(stage, split, n)
             metas = run.map(build_key_shard, [(str(stage), s, bounds[s], bounds[s + 1], len(files))
                                               for s in range(len(bounds) - 1)], progress, "shards")
-            built = levels_arrays(*join_levels(stage, metas), progress)
+            labels, terminal, degree = join_levels(stage, metas)
+            low = w.stream_array("label_low", np.uint16, sum(len(x) for pieces in labels for x in pieces))
+            built = levels_arrays(labels, terminal, degree, progress, label_low=low)
+            low.close()
+            del labels, terminal, degree
             shutil.rmtree(stage)
-            trie = SuccinctTrie.from_built(built)
-            trie.write(w, {"mode": "sharded", "shards": len(metas), "workers": run.workers,
-                           "scheduler": run.address, "files": len(files)})
+            write_trie(w, built, {"mode": "sharded", "shards": len(metas), "workers": run.workers,
+                                  "scheduler": run.address, "files": len(files)})
         except BaseException:
             run.close()
             shutil.rmtree(stage, ignore_errors=True)
             raise
-    return trie

@@ -67,9 +67,7 @@ class SuccinctTrie:
         deduplicated here. GtmkitError for no keys, an empty key, a null, a non-integer or negative
         token, or a token above 2^31-1 (the message names the key)."""
         tokens, offsets = key_arrays(keys)
-        built = build_arrays(tokens, offsets, progress)
-        a = built["arrays"]
-        return cls(nav.LoudsArrays(high_bits=built["high_bits"], **a), built["num_keys"])
+        return cls.from_built(build_arrays(tokens, offsets, progress))
 
     @classmethod
     def from_built(cls, built: dict) -> "SuccinctTrie":
@@ -105,15 +103,10 @@ class SuccinctTrie:
             self.write(w)
         self.path = path
 
-    def write(self, w: ArtifactWriter, build: dict = None) -> None:
-        """The arrays and manifest into an open writer, committed (build: how the trie was built)."""
-        for name in ARRAY_NAMES:
-            w.add_array(name, getattr(self.arrays, name))
-        w.commit({"num_nodes": self.num_nodes, "num_keys": self.num_keys,
-                  "high_bits": int(self.arrays.high_bits), "max_depth": self.max_depth,
-                  "layout": "LOUDS 2n+1 bits LSB-first uint64, rank9 (512-bit superblocks), select "
-                            f"samples every {SAMPLE}; label = label_low | label_high << 16",
-                  "build": build or {"mode": "single-process"}})
+    def write(self, w: ArtifactWriter) -> None:
+        """The arrays and manifest into an open writer, committed."""
+        write_trie(w, {"arrays": self.arrays._asdict(), "num_nodes": self.num_nodes, "num_keys": self.num_keys,
+                       "high_bits": self.arrays.high_bits})
         self.path = w.out_dir
 
     @classmethod
@@ -244,6 +237,19 @@ class SuccinctTrie:
 
     def __repr__(self) -> str:
         return f"SuccinctTrie(keys={self.num_keys}, nodes={self.num_nodes}, bytes={self.nbytes})"
+
+
+def write_trie(w: ArtifactWriter, built: dict, build: dict = None) -> None:
+    """A trie's arrays (build_arrays' output; those already in w were streamed there) and manifest into an open
+    writer, committed. build: how the trie was built."""
+    for name in ARRAY_NAMES:
+        if not w.has(name):
+            w.add_array(name, built["arrays"][name])
+    w.commit({"num_nodes": int(built["num_nodes"]), "num_keys": int(built["num_keys"]),
+              "high_bits": int(built["high_bits"]), "max_depth": len(built["arrays"]["level_offsets"]) - 2,
+              "layout": "LOUDS 2n+1 bits LSB-first uint64, rank9 (512-bit superblocks), select "
+                        f"samples every {SAMPLE}; label = label_low | label_high << 16",
+              "build": build or {"mode": "single-process"}})
 
 
 def _array(art, name: str, mmap: bool) -> np.ndarray:
