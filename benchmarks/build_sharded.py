@@ -1,7 +1,9 @@
-"""Sharded build benchmark: `gtmkit build --workers N` of a partitioned synthetic catalog, next to the
-single-process build of the same catalog where it fits this machine, in one run.
+"""Sharded build benchmark: `gtmkit build --workers N` of a partitioned synthetic catalog and `gtmkit trie build
+--workers N` of partitioned synthetic keys, next to the single-process builds of the same inputs where they fit
+this machine, in one run.
 
     python benchmarks/build_sharded.py --ads 15000000,45000000,150000000 --single 15000000,45000000 --workers 2
+    python benchmarks/build_sharded.py --ads "" --keys 10000000,100000000 --single-keys 10000000
 
 Each build runs as the CLI in a fresh process; a sampler reads the resident memory of that process and of every
 process below it (the Dask workers) every 0.2 s and keeps each one's peak: "summed peak" adds those peaks (an
@@ -63,6 +65,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ads", default="15000000,45000000,150000000", help="catalog sizes (ads; ~1.5 ads a SID)")
     ap.add_argument("--single", default="15000000,45000000", help="sizes also built by the single process")
+    ap.add_argument("--keys", default="", help="trie key counts (gtmkit synth keys --parts)")
+    ap.add_argument("--single-keys", default="", help="key counts also built by the single process")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory-limit", default=None, help="--memory-limit of the sharded builds")
     ap.add_argument("--partition", default="static")
@@ -77,7 +81,7 @@ def main():
     single = {int(x) for x in args.single.split(",") if x}
     rows = []
     gtmkit = [sys.executable, "-m", "gtmkit"]
-    for n in [int(x) for x in args.ads.split(",")]:
+    for n in [int(x) for x in args.ads.split(",") if x]:
         cat = work / f"catalog_{n}"
         if not cat.exists():
             subprocess.run(gtmkit + ["synth", "catalog", "--ads", str(n), "--seed", "1", "--parts",
@@ -93,6 +97,23 @@ def main():
                          "build_bytes_per_sid": round(r["summed_peak_gib"] * 2**30 / s["sids"], 1)})
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "phases_s"}), file=sys.stderr)
         subprocess.run(["rm", "-rf", str(work / "index_single"), str(work / "index_sharded")])
+
+    single_keys = {int(x) for x in args.single_keys.split(",") if x}
+    for n in [int(x) for x in args.keys.split(",") if x]:
+        keys = work / f"keys_{n}"
+        if not keys.exists():
+            subprocess.run(gtmkit + ["synth", "keys", "-n", str(n), "--seed", "1", "--parts",
+                                     str(max(2, n // 5_000_000)), "--workers", "2", "-o", str(keys)], check=True)
+        for how in (["single"] if n in single_keys else []) + ["sharded"]:
+            extra = [] if how == "single" else ["--workers", str(args.workers)] + (
+                ["--memory-limit", args.memory_limit] if args.memory_limit else [])
+            r = run_sampled(gtmkit + ["trie", "build", str(keys), "-o", str(work / f"trie_{how}"), "--force",
+                                      "--json", "-s"] + extra)
+            s = json.loads(r.pop("stdout"))
+            rows.append({"keys": s["keys"], "nodes": s["nodes"], "how": how, **r, "trie_bytes": s["bytes"],
+                         "build_bytes_per_key": round(r["summed_peak_gib"] * 2**30 / s["keys"], 1)})
+            print(json.dumps(rows[-1]), file=sys.stderr)
+        subprocess.run(["rm", "-rf", str(work / "trie_single"), str(work / "trie_sharded")])
 
     result = {"benchmark": "build_sharded", "date": datetime.date.today().isoformat(), "machine": machine(),
               "command": "python " + " ".join(sys.argv), "workers": args.workers, "rows": rows}
@@ -110,11 +131,18 @@ def markdown(r: dict) -> str:
              "| SIDs | ads | build | shards | wall s | summed peak GiB | largest process GiB | processes "
              "| build bytes / SID | phases s | artifact MB |",
              "|" + "---|" * 11]
-    for x in r["rows"]:
+    for x in (x for x in r["rows"] if "ads" in x):
         phases = ", ".join(f"{k} {v:.0f}" for k, v in x["phases_s"].items() if k != "total")
         lines.append(f"| {x['sids']:,} | {x['ads']:,} | {x['how']} | {x['shards']} | {x['wall_s']:.0f} | "
                      f"{x['summed_peak_gib']:.2f} | {x['largest_peak_gib']:.2f} | {x['processes']} | "
                      f"{x['build_bytes_per_sid']:.0f} | {phases} | {x['artifact_bytes'] / 1e6:,.0f} |")
+    tries = [x for x in r["rows"] if "keys" in x]
+    if tries:
+        lines += ["", "| keys | nodes | build | wall s | summed peak GiB | largest process GiB | processes "
+                  "| build bytes / key | trie MB |", "|" + "---|" * 9]
+        lines += [f"| {x['keys']:,} | {x['nodes']:,} | {x['how']} | {x['wall_s']:.0f} | {x['summed_peak_gib']:.2f} | "
+                  f"{x['largest_peak_gib']:.2f} | {x['processes']} | {x['build_bytes_per_key']:.0f} | "
+                  f"{x['trie_bytes'] / 1e6:,.0f} |" for x in tries]
     lines += ["", "summed peak: each process's peak resident memory (the CLI, the Dask scheduler's and workers' "
               "processes), added: an upper bound of what the build held at once. sharded: --workers "
               f"{r['workers']} (a LocalCluster), shards chosen from the memory limit."]

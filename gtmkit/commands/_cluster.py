@@ -41,3 +41,26 @@ def dask_client(address):
         yield client
     finally:
         client.close()
+
+
+def sharding_options(what: str, unit: str):
+    """The options of a build that may run in shards: what, the input's argument name; unit, what a shard is."""
+    def add(f):
+        for option in reversed([
+            click.option("--shards", type=click.IntRange(min=1), help=f"Build in this many shards of {unit} (the "
+                         "same result; default with --workers or --scheduler: enough that one fits --memory-limit)."),
+            click.option("--workers", type=click.IntRange(min=1), help="Build the shards on a local Dask cluster "
+                         "of this many worker processes (extra dist)."),
+            click.option("--scheduler", help=f"Build the shards on the Dask cluster at this address, e.g. "
+                         f"tcp://host:8786 (its workers must see {what} and the output path)."),
+            click.option("--memory-limit", callback=parse_bytes, help="Memory a worker may hold, e.g. 4GiB "
+                         "[default: this machine's memory over the workers and the assembling process]."),
+        ]):
+            f = option(f)
+        return f
+    return add
+
+
+def check_cluster(workers, scheduler) -> None:
+    if workers and scheduler:
+        raise click.UsageError("--workers starts a local cluster, --scheduler uses one: give one of them")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._cluster import dask_client, parse_bytes
+from ._cluster import check_cluster, dask_client, sharding_options
 from ._common import StderrProgress, echo_json, handle_errors
 from .stats import print_summary
 
@@ -28,14 +28,7 @@ def parse_k(ctx, param, value):
 @click.option("--k", "k", callback=parse_k, help="Static: partitions per SID level, e.g. 1,4,4,2 (or one value).")
 @click.option("--target-fill", type=float, help="Dynamic: grow k until the mean fill rate is <= this.")
 @click.option("--k-max", type=int, help="Dynamic: most partitions per node.")
-@click.option("--shards", type=click.IntRange(min=1), help="Build in this many first-token shards (the same index; "
-              "default with --workers or --scheduler: enough that one fits --memory-limit).")
-@click.option("--workers", type=click.IntRange(min=1), help="Build the shards on a local Dask cluster of this many "
-              "worker processes (extra dist).")
-@click.option("--scheduler", help="Build the shards on the Dask cluster at this address, e.g. tcp://host:8786 "
-              "(its workers must see CATALOG and the output path).")
-@click.option("--memory-limit", callback=parse_bytes, help="Memory a worker may hold, e.g. 4GiB "
-              "[default: this machine's memory over the workers].")
+@sharding_options("CATALOG", "first SID tokens")
 @click.option("-f", "--force", is_flag=True, help="Replace an existing index directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
@@ -56,8 +49,7 @@ def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, 
     """
     from ..indexer.build import build_index
 
-    if workers and scheduler:
-        raise click.UsageError("--workers starts a local cluster, --scheduler uses one: give one of them")
+    check_cluster(workers, scheduler)
     with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client:
         index = build_index(catalog, out_dir, schema=schema, partition=partition, k=k,
                             target_fill=target_fill, k_max=k_max, progress=bar, overwrite=force, shards=shards,

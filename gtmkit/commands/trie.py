@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import GtmkitError
 from ..formats.inputs import regular_file
-from ._cluster import dask_client, parse_bytes
+from ._cluster import check_cluster, dask_client, sharding_options
 from ._common import StderrProgress, echo_json, handle_errors
 
 
@@ -45,13 +45,7 @@ def command():
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(),
               help="Trie directory to write.")
 @click.option("--column", default="key", show_default=True, help="Parquet column of list<int> keys.")
-@click.option("--shards", type=click.IntRange(min=1), help="Build in this many shards of key prefixes (the same "
-              "trie; default with --workers or --scheduler: enough that one fits --memory-limit).")
-@click.option("--workers", type=click.IntRange(min=1), help="Build the shards on a local Dask cluster of this many "
-              "worker processes (extra dist).")
-@click.option("--scheduler", help="Build the shards on the Dask cluster at this address (its workers must see KEYS "
-              "and the output path).")
-@click.option("--memory-limit", callback=parse_bytes, help="Memory a worker may hold, e.g. 4GiB.")
+@sharding_options("KEYS", "key prefixes")
 @click.option("-f", "--force", is_flag=True, help="Replace an existing trie directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
@@ -74,8 +68,7 @@ def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force
     from ..indexer.succinct.trie import SuccinctTrie
 
     check_output(out_dir, overwrite=force)  # before the keys are read: a refusal costs nothing
-    if workers and scheduler:
-        raise click.UsageError("--workers starts a local cluster, --scheduler uses one: give one of them")
+    check_cluster(workers, scheduler)
     if shards or workers or scheduler:
         t0 = time.perf_counter()
         with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client:

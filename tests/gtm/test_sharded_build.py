@@ -4,7 +4,9 @@ error with nothing left at the output path."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import threading
 import time
@@ -144,12 +146,18 @@ def test_shard_and_worker_counts_are_checked(tmp_path, bad):
     assert not (tmp_path / "idx").exists()
 
 
-@pytest.fixture(scope="module")
-def cluster():
+@contextlib.contextmanager
+def _local_cluster():
+    """A Client of a real 2-worker LocalCluster."""
     distributed = pytest.importorskip("distributed")
-    import logging
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=logging.CRITICAL) as lc, distributed.Client(lc) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with _local_cluster() as client:
         yield client
 
 
@@ -178,8 +186,6 @@ def test_killed_worker_is_survived_or_reported_with_nothing_left(tmp_path):
     """A worker process killed while its shard builds: the scheduler runs the task again on a worker that
     lives (the same arrays come out) or the build fails with one GtmkitError; either way the output path then
     holds a whole index or nothing."""
-    distributed = pytest.importorskip("distributed")
-    import logging
     import signal
 
     from gtmkit.synth.catalog import catalog_schema, synth_catalog
@@ -192,8 +198,7 @@ def test_killed_worker_is_survived_or_reported_with_nothing_left(tmp_path):
         pq.write_table(table.slice(i * n // 8, n // 8), cat / f"part-{i}.parquet")
     schema = catalog_schema(n, seed=2)
     single = gtmkit.build_index(cat, tmp_path / "single", schema=schema)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                  silence_logs=logging.CRITICAL) as lc, distributed.Client(lc) as client:
+    with _local_cluster() as client:
         pids = list(client.run(os.getpid).values())
         killed = []
 

@@ -40,13 +40,14 @@ def merge_dictionaries(results: list, n_attrs: int) -> tuple:
     return dictionaries, remaps
 
 
-def shard_count(rows: int, workers: int, memory_limit: int | None) -> int:
+def shard_count(rows: int, workers: int, memory_limit: int | None, row_bytes: int = SHARD_BYTES_PER_AD) -> int:
     """Enough shards that one fits a worker's memory, and at least one a worker. memory_limit: a worker's
-    bytes; None shares this machine's memory between the workers and the process that assembles."""
+    bytes; None shares this machine's memory between the workers and the process that assembles. row_bytes:
+    what a shard holds at its peak for one row (an ad; a trie build passes its own)."""
     if memory_limit is None:
         mem = physical_memory()
         memory_limit = mem // (workers + 1) if mem else None
-    need = math.ceil(rows * SHARD_BYTES_PER_AD / memory_limit) if memory_limit else 1
+    need = math.ceil(rows * row_bytes / memory_limit) if memory_limit else 1
     return max(1, workers, need)
 
 

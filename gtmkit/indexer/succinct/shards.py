@@ -20,6 +20,7 @@ from .build import key_levels, levels_arrays
 from .inputs import key_arrays, key_error_at, read_key_column
 
 KEY_SHIFT = 32  # a key's prefix code: first token << 32 | (second token + 1, or 0 for a one-token key)
+SHARD_BYTES_PER_KEY = 200  # a whole build's peak is ~170 bytes a key (10M keys: 1.58 GiB)
 
 
 def _prefix_codes(tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -159,7 +160,7 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
             total = sum(r["keys"] for r in split)
             if total == 0:
                 raise GtmkitError(f"{source}: keys: no keys")
-            n = shards or shard_count(total, run.workers, memory_limit)
+            n = shards or shard_count(total, run.workers, memory_limit, SHARD_BYTES_PER_KEY)
             bounds = plan_bounds(stage, split, n)
             metas = run.map(build_key_shard, [(str(stage), s, bounds[s], bounds[s + 1], len(files))
                                               for s in range(len(bounds) - 1)], progress, "shards")
