@@ -146,6 +146,18 @@ def test_shard_and_worker_counts_are_checked(tmp_path, bad):
     assert not (tmp_path / "idx").exists()
 
 
+def _synth_parts(tmp_path, n: int, parts: int, seed: int) -> tuple:
+    """A synthetic catalog of n ads as `parts` files in tmp_path/cat, and its schema dict."""
+    from gtmkit.synth.catalog import catalog_schema, synth_catalog
+
+    table = synth_catalog(n, seed=seed)
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    for i in range(parts):
+        pq.write_table(table.slice(i * n // parts, n // parts), cat / f"part-{i}.parquet")
+    return cat, catalog_schema(n, seed=seed)
+
+
 @contextlib.contextmanager
 def _local_cluster():
     """A Client of a real 2-worker LocalCluster."""
@@ -188,15 +200,7 @@ def test_killed_worker_is_survived_or_reported_with_nothing_left(tmp_path):
     holds a whole index or nothing."""
     import signal
 
-    from gtmkit.synth.catalog import catalog_schema, synth_catalog
-
-    n = 400_000
-    table = synth_catalog(n, seed=2)
-    cat = tmp_path / "cat"
-    cat.mkdir()
-    for i in range(8):
-        pq.write_table(table.slice(i * n // 8, n // 8), cat / f"part-{i}.parquet")
-    schema = catalog_schema(n, seed=2)
+    cat, schema = _synth_parts(tmp_path, 400_000, 8, seed=2)
     single = gtmkit.build_index(cat, tmp_path / "single", schema=schema)
     with _local_cluster() as client:
         pids = list(client.run(os.getpid).values())
@@ -273,15 +277,8 @@ def test_ctrl_c_during_a_sharded_build_leaves_nothing(tmp_path):
     import subprocess
     import sys
 
-    from gtmkit.synth.catalog import catalog_schema, synth_catalog
-
-    n = 300_000
-    table = synth_catalog(n, seed=4)
-    cat = tmp_path / "cat"
-    cat.mkdir()
-    for i in range(6):
-        pq.write_table(table.slice(i * n // 6, n // 6), cat / f"part-{i}.parquet")
-    (tmp_path / "cat.schema.json").write_text(json.dumps(catalog_schema(n, seed=4)))
+    cat, schema = _synth_parts(tmp_path, 300_000, 6, seed=4)
+    (tmp_path / "cat.schema.json").write_text(json.dumps(schema))
     out = tmp_path / "idx"
     proc = subprocess.Popen([sys.executable, "-m", "gtmkit", "build", str(cat), "-o", str(out), "--shards", "6", "-s"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
