@@ -279,7 +279,8 @@ def test_output_location_checks(tmp_path, catalogs):
 
 def test_unwritable_location_is_refused(tmp_path):
     """Run as an unprivileged user in a forked child (root may write anywhere)."""
-    base = Path(tempfile.mkdtemp(prefix="gtmkit-ro-"))  # outside pytest's folders, which others cannot search
+    # outside pytest's folders and a private TMPDIR, which others may not search
+    base = Path(tempfile.mkdtemp(prefix="gtmkit-ro-", dir="/tmp" if os.path.isdir("/tmp") else None))
     ro = base / "ro"
     ro.mkdir()
     os.chmod(base, 0o755)
