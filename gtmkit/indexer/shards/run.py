@@ -22,7 +22,6 @@ from .shard import build_shard
 from .split import second_token_rows, split_file
 
 
-
 class InProcess:
     """Tasks run here, one after another: a shard at a time in memory."""
     workers = 1
@@ -46,7 +45,8 @@ class OnDask:
         try:
             from distributed import Client, LocalCluster
         except ImportError:
-            raise GtmkitError("a build on Dask workers needs dask and distributed: pip install 'gtmkit[dist]'") from None
+            raise GtmkitError("a build on Dask workers needs dask and distributed: "
+                              "pip install 'gtmkit[dist]'") from None
         self._own = None
         if client is None:
             import logging
