@@ -262,6 +262,7 @@ def test_cli_sharding_options_are_checked(tmp_path, args, message):
     assert not (tmp_path / "idx").exists()
 
 
+@pytest.mark.slow  # waits out the client's 10 s connect timeout
 def test_cli_unreachable_scheduler_is_one_error(tmp_path):
     pytest.importorskip("distributed")
     cat = _catalog(tmp_path, 11, 20, False, True, [])
