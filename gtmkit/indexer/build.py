@@ -2,42 +2,24 @@
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import numpy as np
-import pyarrow as pa
 
 from .._arrays import offsets_from_lengths
 from ..formats import index_format as fmt
 from ..formats.artifact import ArtifactWriter
 from ..formats.catalog import read_catalog
 from ..formats.output import check_output
-from ..errors import GtmkitError
 from ..formats.schema import PartitionSpec, Schema, make_partition, resolve_schema
 from ..progress import Progress, report
 from .adindex import reorder_lists, sid_ad_map
 from .budget import build_bytes, check_fits, least_row_words
 from .dedup import RowDeduper, add_columns
+from .levels import level_k, level_parts
 from .partition import level_partitions
 from .rows import ad_rows, resolve_layout
-from .stats import level_table_stats, summarize
+from .stats import level_table_stats
 from .trie import build_trie
-
-
-class _Timer:
-    def __init__(self):
-        self.seconds = {}
-        self._t0 = time.perf_counter()
-        self._last = self._t0
-
-    def lap(self, phase: str) -> None:
-        now = time.perf_counter()
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last
-        self._last = now
-
-    def total(self) -> float:
-        return time.perf_counter() - self._t0
+from .write import Timer, write_index
 
 
 def choose_partition(schema: Schema, partition, k, target_fill, k_max) -> PartitionSpec:
@@ -51,31 +33,6 @@ def choose_partition(schema: Schema, partition, k, target_fill, k_max) -> Partit
         target_fill = base.target_fill if target_fill is None and mode == "dynamic" else target_fill
         k_max = base.k_max if k_max is None and mode == "dynamic" else k_max
     return make_partition(mode, k, target_fill, k_max, schema.sid_length, "partition")
-
-
-def _level_k(spec: PartitionSpec, depth: int) -> int:
-    if depth == 0 or spec.mode == "none":
-        return 1
-    if spec.mode == "static":
-        return spec.k[depth - 1]
-    return spec.k_max
-
-
-def level_parts(spec: PartitionSpec, d: int, trie, rows, sid_rows, sid_ad_offsets, rl) -> tuple:
-    """(partitions a node, their union rows) of the trie's depth-d nodes: members are the SIDs' union rows
-    below a node, a leaf's own ads at depth L (where k = 1 keeps the SID's union row itself)."""
-    L, S = trie.unique_sids.shape[1], len(trie.unique_sids)
-    if d == L and _level_k(spec, d) == 1 and spec.mode != "dynamic":
-        return np.ones(S, np.int64), sid_rows
-    if d == L:
-        return node_partitions(spec, d, rows, sid_ad_offsets[:-1], sid_ad_offsets[1:], rl)
-    return node_partitions(spec, d, sid_rows, *trie.sid_ranges(d), rl)
-
-
-def node_partitions(spec: PartitionSpec, d: int, M, lo, hi, rl) -> tuple:
-    """level_partitions of depth-d nodes whose members are M[lo[i]:hi[i]], with the spec's k of that depth."""
-    kd, dyn = _level_k(spec, d), spec.mode == "dynamic" and d > 0
-    return level_partitions(M, lo, hi, kd, dyn, spec.target_fill or 1.0, spec.k_max or 1, rl.n_bits)
 
 
 def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fill=None, k_max=None,
@@ -95,7 +52,7 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     neither: the shards are built here one after another. memory_limit: bytes a worker may hold."""
     from ..index import load_index
 
-    timer = _Timer()
+    timer = Timer()
     schema = resolve_schema(catalog, schema)
     spec = choose_partition(schema, partition, k, target_fill, k_max)
     schema = schema.with_partition(spec)
@@ -173,76 +130,19 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     return load_index(out_dir, verify=False)
 
 
-def _count(x, name: str, lo: int) -> int:
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or x < lo:
-        raise GtmkitError(f"{name} must be an integer >= {lo}, got {x!r}")
-    return int(x)
-
-
 def _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memory_limit, progress, overwrite,
                    timer):
     from ..index import load_index
-    from .shards.run import build_sharded, runner
-    shards = None if shards is None else _count(shards, "shards", 1)
-    workers = None if workers is None else _count(workers, "workers", 1)
-    memory_limit = None if memory_limit is None else _count(memory_limit, "memory_limit", 1 << 20)
+    from .shards.run import build_sharded, count_arg, runner
+    shards = None if shards is None else count_arg(shards, "shards", 1)
+    workers = None if workers is None else count_arg(workers, "workers", 1)
+    memory_limit = None if memory_limit is None else count_arg(memory_limit, "memory_limit", 1 << 20)
     run = runner(client, workers, memory_limit)
     try:
         build_sharded(catalog, out_dir, schema, spec, shards, run, memory_limit, progress, overwrite, timer)
     finally:
         run.close()
     return load_index(out_dir, verify=False)
-
-
-def write_index(w, catalog, schema, layout, rl, trie, matchers: tuple, tables, level_stats, ad_level, ads: dict,
-                ad_lists: list, timer: _Timer, progress: Progress = None, build: dict = None) -> None:
-    """The index's arrays, statistics and manifest into the open writer w, committed: shared by the
-    single-process and the sharded build, which differ only in how they reach these pieces. trie: level_offsets,
-    node_offsets, child_tokens, max_degree, num_sids, num_nodes; matchers: (the nodes' partition id arrays, their
-    layout); ads: the SID->ad map and ad-id lookup; ad_lists: per Bloom attribute ((allow offsets, codes),
-    (exclude offsets, codes), dictionary); build: how it was built. Arrays the writer already holds (streamed
-    into it) are not written again."""
-    L = schema.sid_length
-    part_arrays, part_layout = matchers
-    arrays = {
-        "level_offsets": trie.level_offsets, "node_offsets": trie.node_offsets,
-        "child_tokens": trie.child_tokens, "max_degree": trie.max_degree,
-        **part_arrays,
-        "bitmask_table": tables[0],
-        **{k: ads[k] for k in ("sid_ad_offsets", "sid_ad_ids", "ad_bitmask_ids")},
-        **{k: ads[k] for k in ("ad_ids_sorted", "ad_rows_by_id")},
-    }
-    for b, ((a_off, a_codes), (e_off, e_codes), _) in enumerate(ad_lists):
-        arrays[fmt.bloom_table(b)] = tables[1 + b]
-        arrays.update(zip(fmt.ad_allow(b), (a_off, a_codes)))
-        arrays.update(zip(fmt.ad_exclude(b), (e_off, e_codes)))
-
-    counts = {"sids": trie.num_sids, "ads": len(ads["sid_ad_ids"]), "nodes": trie.num_nodes,
-              "internal_nodes": int(trie.level_offsets[L]), "sid_length": L, "vocab": schema.vocab}
-    stats = summarize(trie, ads["sid_ad_offsets"], schema, layout, rl, tables, level_stats, ad_level, arrays,
-                      part_layout)
-    manifest = {
-        "schema": schema.to_dict(),
-        "source": {"catalog": str(Path(catalog).resolve())},
-        "bitmask_layout": layout.to_dict(),
-        "bloom": [{"name": a.name, "bits": a.bits, "hashes": a.hashes, "seed": a.seed, "words": a.words}
-                  for a in schema.bloom],
-        "counts": counts,
-        "partition_layout": part_layout,
-        "stats": stats,
-        "build": build or {"mode": "single-process"},
-    }
-    for i, (name, arr) in enumerate(arrays.items()):
-        if not w.has(name):
-            w.add_array(name, arr)
-        report(progress, i + 1, len(arrays), "write")
-    for b, (_, _, dictionary) in enumerate(ad_lists):
-        w.add_table(fmt.bloom_dict(b), pa.table({"value": pa.array(dictionary, pa.string())}))
-    timer.lap("write")
-    stats["build_seconds"] = {**{k: round(v, 4) for k, v in timer.seconds.items()}, "total": round(timer.total(), 4)}
-    if build:
-        stats["shards"] = build["shards"]
-    w.commit(manifest)
 
 
 def _matcher_columns(spec: PartitionSpec, level_counts, level_ids, L) -> tuple:
@@ -258,7 +158,7 @@ def _matcher_columns(spec: PartitionSpec, level_counts, level_ids, L) -> tuple:
         arrays = {"part_offsets": part_offsets}
         layout = {"kind": "jagged"}
     else:
-        widths = [_level_k(spec, d) for d in range(L + 1)]
+        widths = [level_k(spec, d) for d in range(L + 1)]
         bases = np.zeros(L + 2, np.int64)
         np.cumsum([len(level_counts[d]) * widths[d] for d in range(L + 1)], out=bases[1:])
         ids = [np.full(int(bases[-1]), -1, np.int32) for _ in range(n_tables)]

@@ -17,6 +17,7 @@ from ..._bits import row_popcount
 from ...formats.catalog import check_unique
 from ..adindex import _argsort_ids
 from ..dedup import RowDeduper, add_columns
+from ..levels import level_k, node_partitions
 from ..stats import table_stats
 from ..trie import token_dtype
 from ...formats import index_format as fmt
@@ -106,8 +107,6 @@ def _level(d: int, g: GlobalTables, load, metas: list, first: list, spec, rl) ->
     """(counts pieces, per table ids pieces) of depth 1, in node order. A node split between shards is
     partitioned here over all its SIDs' rows (as the single-process build does), its partitions' rows
     deduplicated where the node stands; the shards' partial partitions of it are passed over."""
-    from ..build import node_partitions
-
     P, T = len(metas), len(g.slices)
     last = first[1:] + [False]
     counts, ids = [], [[] for _ in range(T)]
@@ -270,9 +269,8 @@ def _ads(out: Streamer, load, P: int, schema, source) -> dict:
         check_unique(in_file_order, schema.ad_id_column, source)
     out.mapped("ad_ids_sorted", np.int64, len(by_id), lambda a, b: ids[by_id[a:b]], read=False)
     out.mapped("ad_rows_by_id", np.int32, len(by_id), lambda a, b: by_id[a:b], read=False)
-    del by_id
-    ids = out.mapped("sid_ad_ids", np.int64, len(ids), lambda a, b: ids[a:b])
-    return {"sid_ad_offsets": offsets, "sid_ad_ids": ids, "ad_ids_sorted": _Sized(out.w, "ad_ids_sorted"),
+    written = out.mapped("sid_ad_ids", np.int64, len(ids), lambda a, b: ids[a:b])
+    return {"sid_ad_offsets": offsets, "sid_ad_ids": written, "ad_ids_sorted": _Sized(out.w, "ad_ids_sorted"),
             "ad_rows_by_id": _Sized(out.w, "ad_rows_by_id")}
 
 
@@ -303,8 +301,6 @@ def _chunks(n: int):
 
 def _matcher_columns(out: Streamer, stage, spec, root, level_offsets, L: int, n_tables: int) -> tuple:
     """build._matcher_columns, level by level from the staging area into the writer, front to back."""
-    from ..build import _level_k
-
     counts = [root[0]] + [np.load(stage / f"level{d}_counts.npy", mmap_mode="r") for d in range(1, L + 1)]
     ids = [root[1]] + [[np.load(stage / f"level{d}_ids{t}.npy", mmap_mode="r") for t in range(n_tables)]
                        for d in range(1, L + 1)]
@@ -319,7 +315,7 @@ def _matcher_columns(out: Streamer, stage, spec, root, level_offsets, L: int, n_
                     bloom.write(np.stack([np.asarray(lv[t][a:a + CHUNK]) for t in range(1, n_tables)], axis=1))
             out.finish(bloom, read=False)
         return _sizes(out.w), {"kind": "jagged"}
-    widths = [_level_k(spec, d) for d in range(L + 1)]
+    widths = [level_k(spec, d) for d in range(L + 1)]
     bases = np.zeros(L + 2, np.int64)
     np.cumsum([len(counts[d]) * widths[d] for d in range(L + 1)], out=bases[1:])
     cols = [out.w.stream_array("part_bitmask_ids", np.int32, int(bases[-1]))]

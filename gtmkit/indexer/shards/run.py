@@ -20,6 +20,14 @@ from .assemble import assemble
 from .plan import hot_tokens, merge_dictionaries, save_dictionaries, shard_count, shard_keys
 from .shard import build_shard
 from .split import second_token_rows, split_file
+from ..write import write_index
+
+
+def count_arg(x, name: str, lo: int) -> int:
+    """A build's shard, worker or byte count: an integer >= lo (bools refused)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or x < lo:
+        raise GtmkitError(f"{name} must be an integer >= {lo}, got {x!r}")
+    return int(x)
 
 
 class InProcess:
@@ -96,8 +104,6 @@ def runner(client=None, workers: int | None = None, memory_limit: int | None = N
 def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memory_limit: int | None,
                   progress: Progress, overwrite: bool, timer):
     """The index of `catalog` built in shards by `run` (InProcess or OnDask) into out_dir."""
-    from ..build import write_index
-
     source = open_catalog(catalog, schema)
     total = source.num_rows
     if total == 0:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...formats.catalog import Catalog, StringLists
 from ..adindex import reorder_lists, sid_ad_map
-from ..build import level_parts
+from ..levels import level_parts
 from ..dedup import RowDeduper, add_columns
 from ..partition import level_partitions
 from ..rows import ad_rows, resolve_layout

@@ -17,6 +17,7 @@ from ...progress import Progress
 from ..shards.plan import shard_bounds
 from ..shards.split import publish, task_dir
 from .build import key_levels, levels_arrays
+from .format import FORMAT_NAME, FORMAT_VERSION, write_trie
 from .inputs import key_arrays, key_error_at, read_key_column
 
 KEY_SHIFT = 32  # a key's prefix code: first token << 32 | (second token + 1, or 0 for a one-token key)
@@ -145,7 +146,6 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
     """SuccinctTrie artifact of the keys at `source`, built in shards by `run` (shards.run's runners)."""
     from ...formats.dataset import ParquetInput
     from ..shards.plan import shard_count
-    from .trie import FORMAT_NAME, FORMAT_VERSION, write_trie
 
     src = ParquetInput(source, GtmkitError, "Parquet file")
     if column not in src.schema.names:

@@ -16,15 +16,10 @@ from ...formats.output import check_output
 from .checks import trie_problems
 from ...progress import Progress
 from . import nav as nav
-from .bits import SAMPLE
 from .build import build_arrays
+from .format import ARRAY_NAMES, FORMAT_NAME, FORMAT_VERSION, SUPPORTED_VERSIONS, write_trie
 from .inputs import MAX_TOKEN, clip_tokens, key_arrays
 
-FORMAT_NAME = "gtmkit-trie"
-FORMAT_VERSION = 2  # 2: the manifest carries its own digest (formats/artifact.py); 1 still loads
-SUPPORTED_VERSIONS = (1, 2)
-ARRAY_NAMES = ("louds", "louds_rank", "louds_select0", "louds_select1", "label_low", "label_high",
-               "terminal", "terminal_rank", "terminal_select1", "level_offsets")
 
 
 def _token(tok, what: str) -> int:
@@ -82,12 +77,11 @@ class SuccinctTrie:
         at out_dir; the arrays are build()'s over all the keys. shards / client / workers / memory_limit as
         gtmkit.build_index takes them: tasks here one after another, on a dask.distributed Client, or on a
         LocalCluster of `workers` processes. Returns the saved trie, loaded."""
-        from ..build import _count
-        from ..shards.run import runner
+        from ..shards.run import count_arg, runner
         from .shards import build_sharded_trie
-        shards = None if shards is None else _count(shards, "shards", 1)
-        workers = None if workers is None else _count(workers, "workers", 1)
-        memory_limit = None if memory_limit is None else _count(memory_limit, "memory_limit", 1 << 20)
+        shards = None if shards is None else count_arg(shards, "shards", 1)
+        workers = None if workers is None else count_arg(workers, "workers", 1)
+        memory_limit = None if memory_limit is None else count_arg(memory_limit, "memory_limit", 1 << 20)
         check_output(out_dir, overwrite)
         run = runner(client, workers, memory_limit)
         try:
@@ -237,19 +231,6 @@ class SuccinctTrie:
 
     def __repr__(self) -> str:
         return f"SuccinctTrie(keys={self.num_keys}, nodes={self.num_nodes}, bytes={self.nbytes})"
-
-
-def write_trie(w: ArtifactWriter, built: dict, build: dict = None) -> None:
-    """A trie's arrays (build_arrays' output; those already in w were streamed there) and manifest into an open
-    writer, committed. build: how the trie was built."""
-    for name in ARRAY_NAMES:
-        if not w.has(name):
-            w.add_array(name, built["arrays"][name])
-    w.commit({"num_nodes": int(built["num_nodes"]), "num_keys": int(built["num_keys"]),
-              "high_bits": int(built["high_bits"]), "max_depth": len(built["arrays"]["level_offsets"]) - 2,
-              "layout": "LOUDS 2n+1 bits LSB-first uint64, rank9 (512-bit superblocks), select "
-                        f"samples every {SAMPLE}; label = label_low | label_high << 16",
-              "build": build or {"mode": "single-process"}})
 
 
 def _array(art, name: str, mmap: bool) -> np.ndarray:
