@@ -20,3 +20,14 @@ def offsets_from_lengths(lengths: np.ndarray) -> np.ndarray:
     out = np.empty(len(lengths) + 1, np.int64)
     _offsets(np.asarray(lengths), out)
     return out
+
+
+def join_offsets(pieces: list) -> np.ndarray:
+    """CSR offsets of lists pieces one after another: each piece's offsets (from any first value) shifted to
+    continue where the previous piece ended."""
+    out = np.zeros(sum(len(o) - 1 for o in pieces) + 1, np.int64)
+    pos = 0
+    for o in pieces:
+        out[pos + 1:pos + len(o)] = np.asarray(o[1:]) - o[0] + out[pos]
+        pos += len(o) - 1
+    return out

@@ -77,17 +77,6 @@ def _concat(pieces: list, dtype) -> np.ndarray:
     return np.concatenate(pieces).astype(dtype, copy=False) if pieces else np.zeros(0, dtype)
 
 
-def _csr(offsets: list, values: list, dtype) -> tuple:
-    """Lists pieces one after another: offsets shifted by the values before them."""
-    total = sum(len(o) - 1 for o in offsets)
-    off = np.zeros(total + 1, np.int64)
-    pos = 0
-    for o in offsets:
-        off[pos + 1:pos + len(o)] = o[1:] + off[pos]
-        pos += len(o) - 1
-    return off, _concat(values, dtype)
-
-
 def _joined(pieces: list, first: list, add: bool = False) -> np.ndarray:
     """Depth-1 pieces one after another, a shard's first entry joined to the previous shard's last where that
     node is split between them (add: summed, as degrees are; else the shard's own dropped)."""

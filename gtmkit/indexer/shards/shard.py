@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..._arrays import join_offsets
 from ...formats.catalog import Catalog, StringLists
 from ..adindex import reorder_lists, sid_ad_map
 from ..levels import level_parts
@@ -26,7 +27,7 @@ def shard_dir(stage, s: int) -> Path:
 def _lists(d: Path, kind: str, j: int, a: int, b: int, remap: np.ndarray) -> tuple:
     off = np.load(d / f"{kind}{j}_offsets.npy", mmap_mode="r")[a:b + 1]
     codes = np.load(d / f"{kind}{j}_codes.npy", mmap_mode="r")[off[0]:off[-1]]
-    return off - off[0], remap[codes] if len(codes) else np.zeros(0, np.int32)
+    return off, remap[codes] if len(codes) else np.zeros(0, np.int32)
 
 
 def gather(stage, lo: int, hi: int, starts: list, schema) -> tuple:
@@ -50,13 +51,8 @@ def gather(stage, lo: int, hi: int, starts: list, schema) -> tuple:
     ad_ids, sids, rows = (np.concatenate(cols[name]) for name in ARRAYS)
     out = {}
     for (kind, j), acc in lists.items():
-        off = np.zeros(len(ad_ids) + 1, np.int64)
-        pos = 0
-        for o, _ in acc:
-            off[pos + 1:pos + len(o)] = o[1:] + off[pos]
-            pos += len(o) - 1
         codes = np.concatenate([c for _, c in acc]).astype(np.int32, copy=False)
-        out[kind, j] = StringLists(off, codes, dictionaries[j])
+        out[kind, j] = StringLists(join_offsets([o for o, _ in acc]), codes, dictionaries[j])
     cat = Catalog(str(stage), ad_ids, np.ascontiguousarray(sids), [out["allowed", j] for j in range(n_attrs)],
                   [out["excluded", j] for j in range(n_attrs)])
     return cat, rows

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..._arrays import offsets_from_lengths
 from ...errors import GtmkitError
 from ...formats.artifact import ArtifactWriter
 from ...progress import Progress
@@ -46,8 +47,7 @@ def split_keys(source: str, files: list, i: int, column: str, stage: str) -> dic
     codes = _prefix_codes(tokens, offsets)
     order = np.argsort(codes, kind="stable")
     lengths = np.diff(offsets)[order]
-    new_off = np.zeros(len(order) + 1, np.int64)
-    np.cumsum(lengths, out=new_off[1:])
+    new_off = offsets_from_lengths(lengths)
     idx = np.repeat(offsets[:-1][order] - new_off[:-1], lengths) + np.arange(int(new_off[-1]))
     out = task_dir(Path(stage) / f"file-{i:05d}")
     np.save(out / "tokens.npy", tokens[idx])
@@ -99,9 +99,7 @@ def build_key_shard(stage: str, s: int, lo: int, hi: int, n_files: int) -> dict:
         off = np.load(d / "offsets.npy", mmap_mode="r")[a:b + 1]
         toks.append(np.load(d / "tokens.npy", mmap_mode="r")[off[0]:off[-1]])
         lens.append(np.diff(off))
-    lengths = np.concatenate(lens)
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = offsets_from_lengths(np.concatenate(lens))
     labels, terminal, degree = key_levels(np.concatenate(toks).astype(np.int32, copy=False), offsets)
     out = task_dir(Path(stage) / f"shard-{s:05d}")
     for d in range(len(degree)):
