@@ -284,13 +284,16 @@ def test_ctrl_c_during_a_sharded_build_leaves_nothing(tmp_path):
     out = tmp_path / "idx"
     proc = subprocess.Popen([sys.executable, "-m", "gtmkit", "build", str(cat), "-o", str(out), "--shards", "6", "-s"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    end = time.monotonic() + 120
+    end, sent = time.monotonic() + 120, False
     while time.monotonic() < end and proc.poll() is None:
-        if any((d / "shards").is_dir() for d in out.glob(".staging-*")):
-            proc.send_signal(signal.SIGINT)
-            break
+        if sent or any((d / "shards").is_dir() for d in out.glob(".staging-*")):
+            proc.send_signal(signal.SIGINT)  # again until it exits: one may land where Python defers it
+            sent = True
         time.sleep(0.01)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode not in (0, None), "the build ended before it could be interrupted"
-    assert "Traceback" not in err
-    assert not out.exists(), sorted(p.name for p in out.rglob("*"))
+    assert sent and "Traceback" not in err
+    if proc.returncode == 0:  # the last phase outran the signal: then the index is whole
+        assert gtmkit.load_index(out, verify=True).num_ads == 300_000
+        assert [e for e in _dirs(out) if e[0].startswith(".staging")] == []
+    else:
+        assert not out.exists(), sorted(p.name for p in out.rglob("*"))
