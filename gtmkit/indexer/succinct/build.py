@@ -9,6 +9,7 @@ from numba import njit
 from ...errors import GtmkitError
 from ...progress import Progress, report
 from .bits import rank_directory, select_samples
+from .format import MAX_NODES
 
 LEN_BITS = 24  # a sort record is start << 24 | length: keys up to 2^24-1 tokens, 2^40 tokens in all
 _LEN_MASK = np.uint64((1 << LEN_BITS) - 1)
@@ -162,17 +163,23 @@ def _put_fields(values, width, words, start):
             words[(p >> 6) + 1] |= v >> (np.uint64(64) - off)
 
 
-def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress = None, label_low=None) -> dict:
+def _whole(piece) -> np.ndarray:
+    return piece() if callable(piece) else piece
+
+
+def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress = None, label_low=None,
+                  max_label: int = None) -> dict:
     """build_arrays from the nodes depth by depth, each depth a list of pieces in BFS order (key_levels' arrays
-    one a depth, or a sharded build's shard files). Pieces are read one at a time: label_low (2 bytes a node) is
-    written to the label_low stream when one is given (an ArtifactWriter.stream_array), else kept; the bit
-    arrays and their directories are built in memory."""
+    one a depth, or a sharded build's shard files: a piece may be a callable that reads it, with a len()).
+    Pieces are read one at a time, so a piece on disk is held only while it is laid out: label_low (2 bytes a
+    node) is written to the label_low stream when one is given (an ArtifactWriter.stream_array), else kept; the
+    bit arrays and their directories are built in memory. max_label: the largest label, when known."""
     count = np.array([sum(len(x) for x in pieces) for pieces in degree], np.int64)
     level_offsets = np.zeros(len(count) + 1, np.int64)
     np.cumsum(count, out=level_offsets[1:])
     n = int(level_offsets[-1])
-    if n >= 2**31:
-        raise GtmkitError(f"keys: the trie would have {n} nodes, more than 2^31-1")
+    if n > MAX_NODES:
+        raise GtmkitError(f"keys: the trie would have {n} nodes, more than {MAX_NODES} (2^32-1)")
     louds = np.zeros(((2 * n + 1) >> 6) + 1, np.uint64)
     louds[0] = np.uint64(1)  # the super-root's '10'
     pos = 2
@@ -180,8 +187,9 @@ def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress
     at = 0
     for d in range(len(degree)):
         for g, t in zip(degree[d], terminal[d]):
-            pos = _put_louds(np.asarray(g, np.int32), louds, pos)
-            _put_bits(np.asarray(t, np.bool_), term, at)
+            g = np.asarray(_whole(g), np.int32)
+            pos = _put_louds(g, louds, pos)
+            _put_bits(np.asarray(_whole(t), np.bool_), term, at)
             at += len(g)
     louds_rank = rank_directory(louds)
     arrays = {
@@ -191,13 +199,15 @@ def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress
         "louds_select1": select_samples(louds_rank, len(louds), n, False),
     }
     report(progress, 2, 3, "trie")
-    high_bits = max((int(np.max(x)) >> 16 for pieces in labels[1:] for x in pieces if len(x)), default=0).bit_length()
+    if max_label is None:
+        max_label = max((int(np.max(_whole(x))) for pieces in labels[1:] for x in pieces if len(x)), default=0)
+    high_bits = (max_label >> 16).bit_length()
     high = np.zeros((((n - 1) * high_bits) >> 6) + 1, np.uint64)
     low = None if label_low is not None else np.empty(n - 1, np.uint16)
     at = 0
     for pieces in labels[1:]:
         for x in pieces:
-            x = np.asarray(x, np.int32)
+            x = np.asarray(_whole(x), np.int32)
             if low is None:
                 label_low.write((x & 0xFFFF).astype(np.uint16))
             else:

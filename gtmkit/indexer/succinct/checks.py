@@ -15,6 +15,7 @@ from typing import Iterator
 import numpy as np
 
 from .bits import SAMPLE, rank_directory, select_samples, words_for
+from .format import MAX_NODES
 from ...formats.array_checks import FieldError, field, increasing_within
 
 
@@ -31,7 +32,7 @@ def expected_shapes(n: int, m: int, hb: int) -> dict:
 
 def manifest_counts(man: dict) -> tuple:
     """(num_nodes, num_keys, high_bits, max_depth), each checked; FieldError names a bad one."""
-    n = field(man, "num_nodes", "", int, 2, 2**31 - 1)
+    n = field(man, "num_nodes", "", int, 2, MAX_NODES)
     m, depth = field(man, "num_keys", "", int, 1), field(man, "max_depth", "", int, 1)
     if m >= n or depth >= n:
         raise FieldError(f"num_keys {m} and max_depth {depth} must be below num_nodes {n}")

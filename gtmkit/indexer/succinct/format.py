@@ -10,6 +10,9 @@ FORMAT_VERSION = 2  # 2: the manifest carries its own digest (formats/artifact.p
 SUPPORTED_VERSIONS = (1, 2)
 ARRAY_NAMES = ("louds", "louds_rank", "louds_select0", "louds_select1", "label_low", "label_high",
                "terminal", "terminal_rank", "terminal_select1", "level_offsets")
+# Node ids fit 32 unsigned bits, below 0xFFFFFFFF: the GPU search ranks candidates by 64-bit composites whose
+# low half is 0xFFFFFFFF - node id (or key id) and must not be 0 (matcher/succinct/kernels/trie_search.cu).
+MAX_NODES = 2**32 - 1
 
 
 def write_trie(w: ArtifactWriter, built: dict, build: dict = None) -> None:

@@ -35,7 +35,8 @@ def _prefix_codes(tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 def split_keys(source: str, files: list, i: int, column: str, stage: str) -> dict:
     """File i's keys, checked (errors name the file and row), ordered by prefix code (stable) into
-    stage/file-i: tokens, offsets, codes. Returns its distinct first tokens and their key counts."""
+    stage/file-i: tokens, lengths (the narrowest unsigned type: a key set's staging is mostly its tokens),
+    codes. Returns its distinct first tokens and their key counts."""
     col, src = read_key_column(source, column, files=[files[i]])
     if len(col) == 0:  # an empty part adds nothing
         tokens, offsets = np.zeros(0, np.int32), np.zeros(1, np.int64)
@@ -51,7 +52,7 @@ def split_keys(source: str, files: list, i: int, column: str, stage: str) -> dic
     idx = np.repeat(offsets[:-1][order] - new_off[:-1], lengths) + np.arange(int(new_off[-1]))
     out = task_dir(Path(stage) / f"file-{i:05d}")
     np.save(out / "tokens.npy", tokens[idx])
-    np.save(out / "offsets.npy", new_off)
+    np.save(out / "lengths.npy", lengths.astype(np.min_scalar_type(max(int(lengths.max(initial=0)), 1))))
     np.save(out / "codes.npy", codes[order])
     publish(out, Path(stage) / f"file-{i:05d}")
     firsts, counts = np.unique(codes >> np.uint64(KEY_SHIFT), return_counts=True)
@@ -96,9 +97,10 @@ def build_key_shard(stage: str, s: int, lo: int, hi: int, n_files: int) -> dict:
             b = len(codes)
         if a == b:
             continue
-        off = np.load(d / "offsets.npy", mmap_mode="r")[a:b + 1]
-        toks.append(np.load(d / "tokens.npy", mmap_mode="r")[off[0]:off[-1]])
-        lens.append(np.diff(off))
+        lengths = np.load(d / "lengths.npy", mmap_mode="r")
+        start = int(lengths[:a].sum(dtype=np.int64))
+        lens.append(np.asarray(lengths[a:b], np.int64))
+        toks.append(np.load(d / "tokens.npy", mmap_mode="r")[start:start + int(lens[-1].sum())])
     offsets = offsets_from_lengths(np.concatenate(lens))
     labels, terminal, degree = key_levels(np.concatenate(toks).astype(np.int32, copy=False), offsets)
     out = task_dir(Path(stage) / f"shard-{s:05d}")
@@ -107,19 +109,36 @@ def build_key_shard(stage: str, s: int, lo: int, hi: int, n_files: int) -> dict:
         np.save(out / f"terminal{d}.npy", terminal[d])
         np.save(out / f"degree{d}.npy", degree[d])
     publish(out, Path(stage) / f"shard-{s:05d}")
-    return {"depths": len(degree), "first": int(labels[1][0]), "last": int(labels[1][-1])}
+    return {"depths": len(degree), "first": int(labels[1][0]), "last": int(labels[1][-1]),
+            "max_label": max(int(x.max()) for x in labels[1:] if len(x))}
+
+
+class _Stored:
+    """A shard's piece on disk: its length known, read whole when called, so no mapping of it stays open (the
+    assembler's resident memory is then its bit arrays and one piece)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.n = np.load(path, mmap_mode="r").shape[0]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __call__(self) -> np.ndarray:
+        return np.load(self.path)
 
 
 def join_levels(stage, metas: list) -> tuple:
     """The shards' depths joined, as levels_arrays takes them: (labels, terminal, degree), each a list by depth
-    of pieces in BFS order (depth 1 joined here, deeper depths the shards' files, mapped). A depth-1 node two
-    shards share (a first token split between them) is one node: its degrees added, its terminal flags or'ed."""
+    of pieces in BFS order (depth 1 joined here, deeper depths the shards' files, read when laid out). A depth-1
+    node two shards share (a first token split between them) is one node: its degrees added, its terminal flags
+    or'ed."""
     D = max(m["depths"] for m in metas)
-    load = lambda s, name: np.load(Path(stage) / f"shard-{s:05d}" / f"{name}.npy", mmap_mode="r")  # noqa: E731
+    path = lambda s, name: Path(stage) / f"shard-{s:05d}" / f"{name}.npy"  # noqa: E731
     shared = [s > 0 and m["first"] == metas[s - 1]["last"] for s, m in enumerate(metas)]
     ls, ts, gs = [], [], []
     for s in range(len(metas)):
-        lab, ter, deg = (np.array(load(s, f"{name}1")) for name in ("labels", "terminal", "degree"))
+        lab, ter, deg = (np.load(path(s, f"{name}1")) for name in ("labels", "terminal", "degree"))
         if shared[s]:  # the node's first piece: the last shard before with depth-1 nodes left
             k = max(i for i, x in enumerate(ts) if len(x))
             ts[k][-1] |= ter[0]
@@ -133,9 +152,9 @@ def join_levels(stage, metas: list) -> tuple:
     degree = [[np.array([len(labels[1][0])], np.int32)], [np.concatenate(gs)]]
     for d in range(2, D):
         have = [s for s, m in enumerate(metas) if d < m["depths"]]
-        labels.append([load(s, f"labels{d}") for s in have])
-        terminal.append([load(s, f"terminal{d}") for s in have])
-        degree.append([load(s, f"degree{d}") for s in have])
+        labels.append([_Stored(path(s, f"labels{d}")) for s in have])
+        terminal.append([_Stored(path(s, f"terminal{d}")) for s in have])
+        degree.append([_Stored(path(s, f"degree{d}")) for s in have])
     return labels, terminal, degree
 
 
@@ -162,9 +181,12 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
             bounds = plan_bounds(stage, split, n)
             metas = run.map(build_key_shard, [(str(stage), s, bounds[s], bounds[s + 1], len(files))
                                               for s in range(len(bounds) - 1)], progress, "shards")
+            for i in range(len(files)):  # the split keys are in the shards now: free their disk
+                shutil.rmtree(stage / f"file-{i:05d}")
             labels, terminal, degree = join_levels(stage, metas)
             low = w.stream_array("label_low", np.uint16, sum(len(x) for pieces in labels for x in pieces))
-            built = levels_arrays(labels, terminal, degree, progress, label_low=low)
+            built = levels_arrays(labels, terminal, degree, progress, label_low=low,
+                                  max_label=max(m["max_label"] for m in metas))
             low.close()
             del labels, terminal, degree
             shutil.rmtree(stage)

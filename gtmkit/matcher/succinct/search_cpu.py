@@ -340,7 +340,7 @@ def _finished(gs, gk, g_cnt):
 class LiveBeams(NamedTuple):
     """The live prefixes after a step, best first per query (entries past count[q] are padding).
 
-    nodes    int32 [b, BW]    trie node of the prefix (-1 padding)
+    nodes    int64 [b, BW]    trie node of the prefix (-1 padding; ids reach 2^32-2)
     scores   float32 [b, BW]  summed log-prob (-inf padding)
     parents  int32 [b, BW]    index of the beam it extends in the previous live list (-1 padding)
     tokens   int32 [b, BW]    the token it appended (-1 padding)
@@ -416,15 +416,15 @@ class _State:
         # balance, since a beam's work varies with its degree.
         self.chunks = max(1, min(bw, -(-2 * numba.get_num_threads() // b)))
         c = self.chunks
-        check_memory(b * bw * (16 + 12 + 28 * c), f"trie search of {b} queries with beam_width={bw}")
-        self.live = LiveBeams(np.full((b, bw), -1, np.int32), np.full((b, bw), -np.inf, np.float32),
+        check_memory(b * bw * (20 + 12 + 32 * c), f"trie search of {b} queries with beam_width={bw}")
+        self.live = LiveBeams(np.full((b, bw), -1, np.int64), np.full((b, bw), -np.inf, np.float32),
                               np.full((b, bw), -1, np.int32), np.full((b, bw), -1, np.int32),
                               np.zeros(b, np.int32))
         self.live.nodes[:, 0] = 0
         self.live.scores[:, 0] = 0.0
         self.live.count[:] = 1
         self.heap = (np.empty((b, c, bw), np.float32), np.empty((b, c, bw), np.int32),
-                     np.empty((b, c, bw), np.int32), np.empty((b, c, bw), np.int32), np.zeros((b, c), np.int64))
+                     np.empty((b, c, bw), np.int32), np.empty((b, c, bw), np.int64), np.zeros((b, c), np.int64))
         self.fin_chunk = (np.empty((b, c, bw), np.float32), np.empty((b, c, bw), np.int64),
                           np.zeros((b, c), np.int64))
         self.fin = (np.empty((b, bw), np.float32), np.empty((b, bw), np.int64), np.zeros(b, np.int64))
