@@ -107,7 +107,8 @@ def build_key_shard(stage: str, s: int, lo: int, hi: int, n_files: int) -> dict:
     for d in range(len(degree)):
         np.save(out / f"labels{d}.npy", labels[d])
         np.save(out / f"terminal{d}.npy", terminal[d])
-        np.save(out / f"degree{d}.npy", degree[d])
+        g = degree[d]  # most degrees are 0 or small: the narrowest type that holds them all
+        np.save(out / f"degree{d}.npy", g.astype(np.min_scalar_type(max(int(g.max(initial=0)), 1))))
     publish(out, Path(stage) / f"shard-{s:05d}")
     return {"depths": len(degree), "first": int(labels[1][0]), "last": int(labels[1][-1]),
             "max_label": max(int(x.max()) for x in labels[1:] if len(x))}
@@ -139,6 +140,7 @@ def join_levels(stage, metas: list) -> tuple:
     ls, ts, gs = [], [], []
     for s in range(len(metas)):
         lab, ter, deg = (np.load(path(s, f"{name}1")) for name in ("labels", "terminal", "degree"))
+        deg = deg.astype(np.int32)  # a shared node's degrees are added: room for the sum
         if shared[s]:  # the node's first piece: the last shard before with depth-1 nodes left
             k = max(i for i, x in enumerate(ts) if len(x))
             ts[k][-1] |= ter[0]
