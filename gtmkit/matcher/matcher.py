@@ -82,6 +82,7 @@ class Matcher:
         # GTM pass rate last seen per depth (CPU step), one array per thread (see _gtm_rate)
         self._rates = threading.local()
         self._band_from = select_cpu.BAND_FROM  # requests with this many candidates use the band selection
+        self._live_ads, self._live_lock = None, threading.Lock()  # paused ads (pause_ads)
         self.cuda = None
         if device == "cuda":
             from .cuda.backend import CudaBackend
@@ -261,6 +262,39 @@ class Matcher:
         q = self.batch(requests)
         with _stream_of(leaf_nodes):
             return self.cuda.postfilter_padded(_dev_index(leaf_nodes), q, exact)
+
+    # --- catalog changes ---------------------------------------------------------------------
+    def pause_ads(self, ad_ids) -> int:
+        """Pause ads by id (docs/design.md §9): from the next call on, a paused ad never leaves the post-filter
+        and a node with no active ad below it is pruned by CD as if absent (step, mask, beam search). Unknown
+        ids: RequestError, nothing changed. Returns how many of the ads were active."""
+        return self._live().set_active(ad_ids, False)
+
+    def resume_ads(self, ad_ids) -> int:
+        """Undo pause_ads for these ids; returns how many of them were paused."""
+        return self._live().set_active(ad_ids, True)
+
+    @property
+    def num_paused(self) -> int:
+        live = self._live_ads
+        return live.num_paused if live is not None else 0
+
+    def paused_ads(self) -> np.ndarray:
+        """int64: the paused ads' ids, ascending."""
+        live = self._live_ads
+        return live.paused_ids() if live is not None else np.zeros(0, np.int64)
+
+    def _live(self):
+        """The paused-ad state, made at the first pause: until then the kernels skip the checks."""
+        if self.cuda is not None:
+            raise GtmkitError("pause_ads / resume_ads: the GPU matcher does not pause ads yet; use a CPU Matcher")
+        with self._live_lock:
+            if self._live_ads is None:
+                from .live import LiveAds
+                live = LiveAds(self.index)
+                self.arrays = self.arrays._replace(live=True, node_live=live.counts, ad_active=live.active)
+                self._live_ads = live
+        return self._live_ads
 
     def _step_cuda(self, node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates, max_children,
                    rows_best_first=False):

@@ -63,11 +63,23 @@ def union_rows(rows: list) -> np.ndarray:
     return out
 
 
-def step_reference(index, node_ids, logprobs, beam_scores, row_request, requests, k, gtm=True):
+def live_nodes(index, active_sids) -> set:
+    """The nodes on the path of some SID (a tuple of tokens) of an active ad: CD keeps these, once ads are paused."""
+    out = {0}
+    for sid in active_sids:
+        n = 0
+        for tok in sid:
+            n = index.child(n, int(tok))
+            out.add(n)
+    return out
+
+
+def step_reference(index, node_ids, logprobs, beam_scores, row_request, requests, k, gtm=True, live=None):
     """CD+GTM step by brute force: every child of every live row, GTM via Index.node_passes, full sort.
     A row whose node id is not an internal node is dead. A candidate scores float32(beam_score +
     logprob), overflow going to +-inf; NaN scores as -inf; order: score desc (+inf first, -inf
-    candidates last but kept), then row asc, then token asc.
+    candidates last but kept), then row asc, then token asc. live: the nodes that hold an active ad
+    (live_nodes), when ads are paused; the others are not children.
     Returns (parent_rows, tokens, nodes, scores, num_candidates) per request."""
     B = len(requests)
     cands = [[] for _ in range(B)]
@@ -77,6 +89,8 @@ def step_reference(index, node_ids, logprobs, beam_scores, row_request, requests
         b = int(row_request[r])
         toks, kids = index.children(int(n))
         for tok, kid in zip(toks, kids):
+            if live is not None and int(kid) not in live:
+                continue
             if gtm and not index.node_passes(int(kid), requests[b]):
                 continue
             with np.errstate(over="ignore", invalid="ignore"):
@@ -91,7 +105,7 @@ def step_reference(index, node_ids, logprobs, beam_scores, row_request, requests
     return out
 
 
-def mask_reference(index, node_ids, row_request, requests, gtm=True) -> np.ndarray:
+def mask_reference(index, node_ids, row_request, requests, gtm=True, live=None) -> np.ndarray:
     words = -(-index.vocab_size // 32)
     out = np.zeros((len(node_ids), words), np.uint32)
     for r, n in enumerate(node_ids):
@@ -99,6 +113,8 @@ def mask_reference(index, node_ids, row_request, requests, gtm=True) -> np.ndarr
             continue
         toks, kids = index.children(int(n))
         for tok, kid in zip(toks, kids):
+            if live is not None and int(kid) not in live:
+                continue
             if not gtm or index.node_passes(int(kid), requests[int(row_request[r])]):
                 out[r, tok // 32] |= np.uint32(1 << (int(tok) % 32))
     return out.view(np.int32)

@@ -232,13 +232,14 @@ def _sort_desc(buf, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, lo, hi_incl, buf, tmp):
+def _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, lo, hi_incl, buf, tmp, live, nl):
     """Composites of the candidates with lo <= score <= hi_incl, scored in one
     pass, keeping only about the best `want`: whenever the buffer fills, the threshold rises to the
     want-th best score kept so far and the buffer is compacted. Returns (count, final threshold):
     buf[:count] holds exactly the band's candidates scoring >= the final threshold; count -1 when more
     than len(buf) scores tie at the threshold (call again with a larger buf). Growing buf in here
-    instead made numba's code for the pass ~13x slower (the array is reassigned inside the loop)."""
+    instead made numba's code for the pass ~13x slower (the array is reassigned inside the loop). live: skip
+    children with no active ad (nl[child] == 0), as if absent."""
     cap = buf.shape[0]
     theta = lo
     n = 0
@@ -257,6 +258,8 @@ def _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, 
         for jj in range(deg):
             tmp[jj] = bs + lpr[ct[j0 + jj]]
         for jj in range(deg):
+            if live and nl[j0 + jj + 1] <= 0:
+                continue
             v = _clean(tmp[jj])
             if v >= theta and v <= hi_incl:  # one range test: a flag here cost numba ~40% of the pass
                 if v == 0:
@@ -293,6 +296,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     jag, lvl_off, lvl_base, lvl_width, part_off = t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets
     pbm, pbl, bmt, blt, blb = t.part_bitmask, t.part_bloom, t.bitmask_table, t.bloom_table, t.bloom_base
     qbm, soff, sigs = q.bitmask, q.sig_off, q.sigs
+    live, nl = t.live, t.node_live
     n_internal = no.shape[0] - 1
     nrows = r1 - r0
     row_start = np.empty(nrows + 1, np.int64)
@@ -306,6 +310,8 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     # One pass writes only the scores (4 bytes a candidate): candidate i is identified by its index,
     # which orders candidates by (row, token); row and child are recovered for the few that matter.
     score = np.empty(C, np.float32)
+    dead = np.zeros(C if live else 1, np.bool_)  # a child with no active ad: never a candidate
+    n_live = C
     c = 0
     mn, mx = np.inf, -np.inf
     for x in range(nrows):
@@ -319,7 +325,10 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
             if v == 0:
                 v = np.float32(0.0)  # -0 ties +0 in the composite sort below, as in a float compare
             score[c] = v
-            if v > -np.inf:
+            if live and nl[j + 1] <= 0:
+                dead[c] = True
+                n_live -= 1
+            elif v > -np.inf:
                 mn = min(mn, v)
                 mx = max(mx, v)
             c += 1
@@ -328,6 +337,9 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     scale = (NB - 1) / (mx - mn) if mx > mn else 0.0
     cum = np.zeros(NB, np.int64)
     for i in range(C):
+        if live and dead[i]:
+            score[i] = -np.inf  # (a dead +inf would reach the bucketing unclamped)
+            continue
         cum[_bucket(score[i], mn, scale, NB)] += 1
     for i in range(1, NB):
         cum[i] += cum[i - 1]
@@ -352,6 +364,8 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
         x = 0  # row cursor (i ascends)
         for i in range(C + 1):
             if i < C:
+                if live and dead[i]:
+                    continue
                 bk = _bucket(score[i], mn, scale, NB)
                 if not lo < bk <= hi:
                     continue
@@ -381,7 +395,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     if count_all and gtm:
         total = ns
         for i in range(C):
-            if _bucket(score[i], mn, scale, NB) > hi:
+            if not (live and dead[i]) and _bucket(score[i], mn, scale, NB) > hi:
                 x = _row_of(row_start, i)
                 n = node_ids[r0 + x]
                 child = no[n] + (i - row_start[x]) + 1
@@ -389,7 +403,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
                             cache_key, cache_val)
         out_count[b] = total
     else:
-        out_count[b] = -1 if gtm else C
+        out_count[b] = -1 if gtm else n_live
     for i in plus:
         score[i] = np.inf  # bucketed as the best finite score, ranked as itself
     # Order the passers by distinct uint64 composites (sortable score << 32 | ~index): score desc, then
@@ -419,10 +433,12 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
     jag, lvl_off, lvl_base, lvl_width, part_off = t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets
     pbm, pbl, bmt, blt, blb = t.part_bitmask, t.part_bloom, t.bitmask_table, t.bloom_table, t.bloom_base
     qbm, soff, sigs = q.bitmask, q.sig_off, q.sigs
+    live, nl = t.live, t.node_live
     n_internal = no.shape[0] - 1
     nrows = r1 - r0
     row_start = np.empty(nrows + 1, np.int64)
     C = 0
+    n_live = 0  # candidates on a node with an active ad (all of them when nothing is paused)
     widest = 1
     depth = -1
     for x in range(nrows):
@@ -433,7 +449,12 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
             widest = max(widest, no[n + 1] - no[n])
             if depth < 0:
                 depth = _depth(lvl_off, n) + 1  # the children's depth
+            if live:
+                for j in range(no[n], no[n + 1]):
+                    n_live += nl[j + 1] > 0
     row_start[nrows] = C
+    if not live:
+        n_live = C
     test_all = gtm and count_all
     tmp = np.empty(widest, np.float32)
     passed = np.empty(C if test_all else k + GTM_BATCH + 1, np.uint64)
@@ -454,11 +475,11 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
         want = max(1, min(want, C))
         buf = np.empty(min(C, 2 * want + 1024), np.uint64)
         nbuf, theta = _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, lo, hi_incl,
-                            buf, tmp)
+                            buf, tmp, live, nl)
         while nbuf < 0:  # ties overflowed the buffer (rare): again with twice the room (at most C: then it fits)
             buf = np.empty(min(C, 2 * buf.shape[0]), np.uint64)
             nbuf, theta = _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, lo, hi_incl,
-                                buf, tmp)
+                                buf, tmp, live, nl)
         # Walk the band best first in chunks sized by the pass rate seen so far: a chunk is the m best
         # left (a selection on the composites, no sort), taken from buf in its (row, token) order,
         # where neighbouring nodes share table rows and the cache serves them.
@@ -519,7 +540,7 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
         hi_incl, lo = np.nextafter(np.float32(theta), np.float32(-np.inf)), -np.inf
     if gtm and ntested > 0 and depth >= 0:
         rate_hint[depth] = npass / ntested  # racy between requests on purpose: any recent rate will do
-    out_count[b] = npass if test_all else (-1 if gtm else C)
+    out_count[b] = npass if test_all else (-1 if gtm else n_live)
     _sort_desc(passed, np.int64(0), np.int64(npass))  # np.int64: see _select_buckets
     _emit(no, ct, node_ids, r0, row_start, passed, np.int64(npass), b, k, out_parent, out_token, out_node,
           out_score)

@@ -54,11 +54,13 @@ def step_kernel(t, q, req_rows, node_ids, logprobs, beam_scores, k, gtm, count_a
 
 @parallel_njit(cache=True)
 def mask_kernel(t, q, node_ids, row_request, gtm, out):
-    """out[r, v // 32] bit v % 32 set iff token v leads from node_ids[r] to a child (that passes GTM)."""
+    """out[r, v // 32] bit v % 32 set iff token v leads from node_ids[r] to a child with an active ad (that
+    passes GTM)."""
     no, ct = t.node_offsets, t.child_tokens
     jag, lvl_off, lvl_base, lvl_width, part_off = t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets
     pbm, pbl, bmt, blt, blb = t.part_bitmask, t.part_bloom, t.bitmask_table, t.bloom_table, t.bloom_base
     qbm, soff, sigs = q.bitmask, q.sig_off, q.sigs
+    live, nl = t.live, t.node_live
     n_internal = no.shape[0] - 1
     for r in prange(node_ids.shape[0]):
         n = node_ids[r]
@@ -66,6 +68,8 @@ def mask_kernel(t, q, node_ids, row_request, gtm, out):
             continue
         ck, cv = np.full(1, -1, np.int64), np.zeros(1, np.bool_)
         for j in range(no[n], no[n + 1]):
+            if live and nl[j + 1] <= 0:
+                continue  # no active ad below: absent for CD
             if not gtm or _gtm(jag, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, blt, blb, qbm, soff,
                                sigs, row_request[r], j + 1, ck, cv):
                 v = ct[j]
@@ -81,17 +85,20 @@ def ad_eligible(t, q, b, r):
 
 @njit(cache=True, nogil=True)
 def _postfilter_request(t, q, b, leaves, first_leaf, exact, start, out_ads, out_rank, fill):
-    """Eligible ads of request b's SIDs in rank order (ascending ad id within a SID); written from
+    """Eligible active ads of request b's SIDs in rank order (ascending ad id within a SID); written from
     out_ads[start] on when fill, else only counted. Returns the count."""
     sao, sai = t.sid_ad_offsets, t.sid_ad_ids
     adb, bmt, ao, ac, eo, ec = t.ad_bitmask, t.bitmask_table, t.allow_off, t.allow_codes, t.excl_off, t.excl_codes
     qbm, coff, codes = q.bitmask, q.code_off, q.codes
+    live, active = t.live, t.ad_active
     c = 0
     for m in range(leaves.shape[1]):
         s = leaves[b, m] - first_leaf
         if not 0 <= s < sao.shape[0] - 1:  # -1 padding, and any id that is not a leaf, names no SID
             continue
         for r in range(sao[s], sao[s + 1]):
+            if live and active[r] == 0:
+                continue  # paused
             if not exact or _eligible(adb, bmt, ao, ac, eo, ec, qbm, coff, codes, b, r):
                 if fill:
                     out_ads[start + c] = sai[r]
