@@ -162,8 +162,9 @@ class SidMasker:
     def _root_words(self, m):
         """The root's allowed-token words of every request: they depend on the requests alone, so the first
         call computes them and later ones reuse them (a generate() call starts each search there)."""
-        if self._root is None:
+        if self._root is None or self._root_version != m.live_version:  # a pause or resume changes it
             B = self.batch.size
+            self._root_version = m.live_version
             self._root = m.mask(m.xp.zeros(B, m.xp.int64), m.xp.arange(B, dtype=m.xp.int64), self.batch, self.gtm)
         return self._root
 

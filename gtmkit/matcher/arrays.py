@@ -21,8 +21,9 @@ class TrieArrays(NamedTuple):
     bitmask_table uint64 [U, W]; bloom_table uint64 [sum U_b, Wb] (attribute b's rows start at
     bloom_base[b]; rows narrower than Wb are zero padded); sid_ad_offsets int64 [S+1];
     ad_bitmask int32 [N]; allow_off / excl_off int64 [nb, N+1]; allow_codes / excl_codes int32 [nb, max nnz];
-    live: whether ads are paused (matcher/live.py), then node_live int32 [nodes] (active ads below each node: CD
-    prunes a node at 0) and ad_active uint8 [N] (the post-filter skips a 0); [1] placeholders otherwise."""
+    live int32 [1]: 1 once ads are paused (matcher/live.py; an array, so that the GPU kernels read it at each
+    launch), then node_live int32 [nodes] (active ads below each node: CD prunes a node at 0) and ad_active uint8
+    [N] (the post-filter skips a 0); [1] placeholders before."""
 
     node_offsets: np.ndarray
     child_tokens: np.ndarray
@@ -43,7 +44,7 @@ class TrieArrays(NamedTuple):
     allow_codes: np.ndarray
     excl_off: np.ndarray
     excl_codes: np.ndarray
-    live: bool = False
+    live: np.ndarray = np.zeros(1, np.int32)
     node_live: np.ndarray = np.zeros(1, np.int32)
     ad_active: np.ndarray = np.zeros(1, np.uint8)
 

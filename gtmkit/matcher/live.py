@@ -44,16 +44,19 @@ def _parent(node_offsets, node):
 
 
 @njit(cache=True, nogil=True)
-def _set_rows(node_offsets, sid_ad_offsets, first_leaf, rows, to_active, active, counts):
+def _set_rows(node_offsets, sid_ad_offsets, first_leaf, rows, to_active, active, counts, out_rows, out_nodes):
     """Set ad rows active (to_active) or paused; a row already so is left. Each change adds +-1 to the counts
-    on its path from leaf to root. -> rows changed."""
+    on its path from leaf to root. -> (rows changed, nodes touched): the rows in out_rows, the nodes of their
+    paths in out_nodes (room for L + 1 a row), for a copy on the GPU to follow."""
     changed = 0
+    touched = 0
     delta = 1 if to_active else -1
     for i in range(rows.shape[0]):
         r = rows[i]
         if (active[r] != 0) == to_active:
             continue
         active[r] = 1 if to_active else 0
+        out_rows[changed] = r
         changed += 1
         lo, hi = 0, sid_ad_offsets.shape[0] - 1  # the SID holding row r: last s with offsets[s] <= r
         while hi - lo > 1:
@@ -65,10 +68,12 @@ def _set_rows(node_offsets, sid_ad_offsets, first_leaf, rows, to_active, active,
         node = first_leaf + lo
         while True:
             counts[node] += delta
+            out_nodes[touched] = node
+            touched += 1
             if node == 0:
                 break
             node = _parent(node_offsets, node)
-    return changed
+    return changed, touched
 
 
 class LiveAds:
@@ -83,16 +88,22 @@ class LiveAds:
         self.active = np.ones(index.num_ads, np.uint8)
         self.counts = subtree_ad_counts(self.node_offsets, self.sid_ad_offsets, self.first_leaf, index.num_nodes)
         self.num_paused = 0
+        self.version = 0  # changes made: a cache of anything that depends on them (a root mask) keys on it
         self._lock = threading.Lock()
 
-    def set_active(self, ad_ids, active: bool) -> int:
+    def set_active(self, ad_ids, active: bool, device=None) -> int:
         """Resume (active) or pause the ads with these ids; unknown ids are refused before any change.
-        -> ads whose state changed."""
+        device: a CudaBackend whose copies of the arrays get the changed entries. -> ads whose state changed."""
         rows = self.index.ad_rows(ad_ids)  # RequestError names the first unknown id
+        out_rows = np.empty(len(rows), np.int64)
+        out_nodes = np.empty(len(rows) * (self.index.sid_length + 1), np.int64)
         with self._lock:
-            changed = _set_rows(self.node_offsets, self.sid_ad_offsets, self.first_leaf, rows, bool(active),
-                                self.active, self.counts)
+            changed, touched = _set_rows(self.node_offsets, self.sid_ad_offsets, self.first_leaf, rows, bool(active),
+                                         self.active, self.counts, out_rows, out_nodes)
             self.num_paused += -changed if active else changed
+            if changed and device is not None:
+                device.sync_live(self, out_rows[:changed], out_nodes[:touched])
+            self.version += 1
         return int(changed)
 
     def paused_ids(self) -> np.ndarray:

@@ -268,11 +268,11 @@ class Matcher:
         """Pause ads by id (docs/design.md §9): from the next call on, a paused ad never leaves the post-filter
         and a node with no active ad below it is pruned by CD as if absent (step, mask, beam search). Unknown
         ids: RequestError, nothing changed. Returns how many of the ads were active."""
-        return self._live().set_active(ad_ids, False)
+        return self._set_active(ad_ids, False)
 
     def resume_ads(self, ad_ids) -> int:
         """Undo pause_ads for these ids; returns how many of them were paused."""
-        return self._live().set_active(ad_ids, True)
+        return self._set_active(ad_ids, True)
 
     @property
     def num_paused(self) -> int:
@@ -284,17 +284,23 @@ class Matcher:
         live = self._live_ads
         return live.paused_ids() if live is not None else np.zeros(0, np.int64)
 
-    def _live(self):
-        """The paused-ad state, made at the first pause: until then the kernels skip the checks."""
-        if self.cuda is not None:
-            raise GtmkitError("pause_ads / resume_ads: the GPU matcher does not pause ads yet; use a CPU Matcher")
+    def _set_active(self, ad_ids, active: bool) -> int:
+        """The paused-ad state is made at the first pause (until then the kernels skip the checks); on the GPU
+        each change is copied to the device before this returns."""
         with self._live_lock:
             if self._live_ads is None:
                 from .live import LiveAds
                 live = LiveAds(self.index)
-                self.arrays = self.arrays._replace(live=True, node_live=live.counts, ad_active=live.active)
+                self.arrays = self.arrays._replace(live=np.ones(1, np.int32), node_live=live.counts,
+                                                   ad_active=live.active)
                 self._live_ads = live
-        return self._live_ads
+        return self._live_ads.set_active(ad_ids, active, self.cuda)
+
+    @property
+    def live_version(self) -> int:
+        """Pauses and resumes made so far: what depends on them (a cached mask) is stale when this changes."""
+        live = self._live_ads
+        return live.version if live is not None else 0
 
     def _step_cuda(self, node_ids, logprobs, beam_scores, row_request, q, k, gtm, count_candidates, max_children,
                    rows_best_first=False):

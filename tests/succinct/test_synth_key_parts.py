@@ -55,3 +55,16 @@ def test_one_part_is_the_one_file_draw_and_bad_counts_are_refused(tmp_path):
     with pytest.raises(GtmkitError, match="not an empty directory"):
         write_keys(tmp_path / "full", 100, vocab=V, parts=2)
     assert (tmp_path / "full" / "x").read_text() == "keep"
+
+
+def test_a_parts_first_tokens_follow_the_zipf_law_restricted_to_its_class():
+    """Part p's first tokens are the Zipf ranks with rank % parts == p, in proportion to their probabilities."""
+    from gtmkit.synth.keys import _class_ranks, _rank_pmf
+    vocab, parts, part, n = 1000, 4, 1, 400_000
+    got = _class_ranks(np.random.default_rng(0), n, vocab, 1.0, part, parts)
+    assert np.all(got % parts == part) and got.min() >= 0 and got.max() < vocab
+    pmf = _rank_pmf(vocab, 1.0)[part::parts]
+    want = pmf / pmf.sum() * n
+    seen = np.bincount(got // parts, minlength=len(pmf))
+    top = want > 2000  # the frequent ranks, each within 5 standard deviations
+    assert top.sum() >= 5 and np.all(np.abs(seen[top] - want[top]) < 5 * np.sqrt(want[top]))

@@ -126,7 +126,7 @@ class _Device:
         pass
 
 
-_NULL_STREAM = types.SimpleNamespace(ptr=0)
+_NULL_STREAM = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
 _current = threading.local()
 
 

@@ -296,7 +296,7 @@ def _select_buckets(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, co
     jag, lvl_off, lvl_base, lvl_width, part_off = t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets
     pbm, pbl, bmt, blt, blb = t.part_bitmask, t.part_bloom, t.bitmask_table, t.bloom_table, t.bloom_base
     qbm, soff, sigs = q.bitmask, q.sig_off, q.sigs
-    live, nl = t.live, t.node_live
+    live, nl = t.live[0] != 0, t.node_live
     n_internal = no.shape[0] - 1
     nrows = r1 - r0
     row_start = np.empty(nrows + 1, np.int64)
@@ -433,7 +433,7 @@ def _select_band(t, q, b, r0, r1, node_ids, logprobs, beam_scores, k, gtm, count
     jag, lvl_off, lvl_base, lvl_width, part_off = t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets
     pbm, pbl, bmt, blt, blb = t.part_bitmask, t.part_bloom, t.bitmask_table, t.bloom_table, t.bloom_base
     qbm, soff, sigs = q.bitmask, q.sig_off, q.sigs
-    live, nl = t.live, t.node_live
+    live, nl = t.live[0] != 0, t.node_live
     n_internal = no.shape[0] - 1
     nrows = r1 - r0
     row_start = np.empty(nrows + 1, np.int64)

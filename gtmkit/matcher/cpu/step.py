@@ -60,7 +60,7 @@ def mask_kernel(t, q, node_ids, row_request, gtm, out):
     jag, lvl_off, lvl_base, lvl_width, part_off = t.jagged, t.level_offsets, t.level_base, t.level_width, t.part_offsets
     pbm, pbl, bmt, blt, blb = t.part_bitmask, t.part_bloom, t.bitmask_table, t.bloom_table, t.bloom_base
     qbm, soff, sigs = q.bitmask, q.sig_off, q.sigs
-    live, nl = t.live, t.node_live
+    live, nl = t.live[0] != 0, t.node_live
     n_internal = no.shape[0] - 1
     for r in prange(node_ids.shape[0]):
         n = node_ids[r]
@@ -90,7 +90,7 @@ def _postfilter_request(t, q, b, leaves, first_leaf, exact, start, out_ads, out_
     sao, sai = t.sid_ad_offsets, t.sid_ad_ids
     adb, bmt, ao, ac, eo, ec = t.ad_bitmask, t.bitmask_table, t.allow_off, t.allow_codes, t.excl_off, t.excl_codes
     qbm, coff, codes = q.bitmask, q.code_off, q.codes
-    live, active = t.live, t.ad_active
+    live, active = t.live[0] != 0, t.ad_active
     c = 0
     for m in range(leaves.shape[1]):
         s = leaves[b, m] - first_leaf

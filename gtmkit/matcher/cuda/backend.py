@@ -130,7 +130,7 @@ class CudaBackend:
         self.ad_params = cp.asarray(np.array([
             _ptr(d["sid_ad_offsets"]), _ptr(d["sid_ad_ids"]), _ptr(d["ad_bitmask"]), _ptr(d["allow_off"]),
             _ptr(d["allow_codes"]), t.allow_codes.shape[1], _ptr(d["excl_off"]), _ptr(d["excl_codes"]),
-            t.excl_codes.shape[1], index.num_ads, index.num_sids], np.int64))
+            t.excl_codes.shape[1], index.num_ads, index.num_sids, _ptr(d["ad_active"])], np.int64))
         self.nbytes = int(sum(a.nbytes for a in d.values()))
         self._buffers = {}  # stream key -> {(name, shape, dtype): buffer}
         self._buffers_lock = threading.Lock()
@@ -138,6 +138,23 @@ class CudaBackend:
         self._enqueue_locks = [threading.RLock() for _ in range(STREAM_LOCKS)]
         # a CuPy int64 [B, FUSED_PROF_W] array: the fused step's phase timestamps, with load_fused(profile=True)
         self.profile = None
+
+    # --- paused ads (matcher/live.py) --------------------------------------------------------
+    def sync_live(self, live, rows, nodes) -> None:
+        """The device copies of live's arrays after a pause or resume: at the first, whole (and pointed to by the
+        tables); after, only the changed rows and the touched nodes. The live flag is set last, and the writes
+        are waited for, so the next call on any stream sees all of them."""
+        d = self.d
+        if d["node_live"].shape[0] != live.counts.shape[0]:
+            d["node_live"], d["ad_active"] = cp.asarray(live.counts), cp.asarray(live.active)
+            self.params[17] = _ptr(d["node_live"])
+            self.ad_params[11] = _ptr(d["ad_active"])
+            self.nbytes += int(d["node_live"].nbytes + d["ad_active"].nbytes)
+            d["live"].fill(1)
+        else:
+            d["node_live"][cp.asarray(nodes)] = cp.asarray(live.counts[nodes])
+            d["ad_active"][cp.asarray(rows)] = cp.asarray(live.active[rows])
+        cp.cuda.get_current_stream().synchronize()
 
     def load_fused(self, profile: bool = False) -> None:
         """The fused step at this backend's cluster and block size; profile=True: the build that records its phase
@@ -253,10 +270,8 @@ class CudaBackend:
                 self.k_replan(((B + 127) // 128,), (128,), (ghist, np.int32(B), np.int32(k),
                                                              np.int32(r == ROUNDS - 2), st))
         self.k_finish((B,), (1024,), (st, sel, base, np.int32(k), comp, n_out))
-        if not gtm:
-            out_count[...] = count
-        elif count_all:
-            out_count.fill(0)
+        if count_all or not gtm:  # without GTM a pass of its own too: paused ads make dead children (whether
+            out_count.fill(0)      # any are is read on the device, so a captured graph follows later pauses)
             self.k_count_pass((B, g_round), (256,), (self.params, q.params, child, count, base, np.int32(gtm),
                                                      out_count))
         else:

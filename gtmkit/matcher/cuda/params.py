@@ -23,12 +23,12 @@ FUSED_FIRST_WIN = 4            # the first GTM window by default, in multiples o
 
 
 def trie_params(t: TrieArrays, ptr) -> np.ndarray:
-    """TP: load_trie()'s order in gtm_common.cuh."""
+    """TP: load_trie()'s order in gtm_common.cuh (node_live and live: the paused-ad state, TrieArrays)."""
     return np.array([
         ptr("node_offsets"), ptr("child_tokens"), ptr("level_offsets"), len(t.level_offsets), int(t.jagged),
         ptr("level_base"), ptr("level_width"), ptr("part_offsets"), ptr("part_bitmask"), ptr("part_bloom"),
         t.part_bloom.shape[1], ptr("bitmask_table"), t.bitmask_table.shape[1], ptr("bloom_table"),
-        t.bloom_table.shape[1], ptr("bloom_base"), len(t.node_offsets) - 1], np.int64)
+        t.bloom_table.shape[1], ptr("bloom_base"), len(t.node_offsets) - 1, ptr("node_live"), ptr("live")], np.int64)
 
 
 def request_params(q: RequestBatch, ptr) -> np.ndarray:

@@ -28,6 +28,7 @@ struct Trie {
     const int* part_bitmask; const int* part_bloom; int nb;
     const u64* bitmask_table; int W; const u64* bloom_table; int Wb; const i64* bloom_base;
     i64 n_internal;
+    const int* node_live; int live;  // paused ads (matcher/live.py): live != 0 prunes nodes whose count is 0
 };
 
 struct Req {
@@ -46,7 +47,17 @@ __device__ __forceinline__ Trie load_trie(const i64* P) {
     t.part_offsets = (const i64*)P[7]; t.part_bitmask = (const int*)P[8]; t.part_bloom = (const int*)P[9];
     t.nb = (int)P[10]; t.bitmask_table = (const u64*)P[11]; t.W = (int)P[12]; t.bloom_table = (const u64*)P[13];
     t.Wb = (int)P[14]; t.bloom_base = (const i64*)P[15]; t.n_internal = P[16];
+    // the flag is read from device memory at each launch, so a captured graph sees a pause made after its capture
+    t.node_live = (const int*)P[17]; t.live = *(const int*)P[18];
     return t;
+}
+
+// CD once ads are paused: a node with no active ad below it is absent (docs/design.md §9).
+__device__ __forceinline__ bool cd_live(const Trie& t, i64 node) { return !t.live || t.node_live[node] > 0; }
+// The same from the pointer table at each use: for a kernel at its register limit, where two more values held
+// across its loop spill (round_kernel: 76 bytes); the table's words are uniform loads that L1 keeps.
+__device__ __forceinline__ bool cd_live_at(const i64* P, i64 node) {
+    return !*(const int*)P[18] || ((const int*)P[17])[node] > 0;
 }
 
 __device__ __forceinline__ Req load_req(const i64* P) {

@@ -176,6 +176,7 @@ fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const 
     Smem& S = *reinterpret_cast<Smem*>(smem_raw);
     if (PDL_EARLY) GRID_DEP_LAUNCH();
     Trie t = load_trie(TP);
+    if (!gtm && t.live) count_all = 1;
     Req q = load_req(QP);
     const u32 rank = cluster_rank();
     const int b = blockIdx.x / CL;
@@ -491,8 +492,9 @@ fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const 
                 c = my_cand[i];
                 bn = bin_of<FB>(c, top);
                 i64 child = my_child[i];
-                pass = !gtm || (S.sp.ok ? node_passes_by(t, child, NODE_DEPTH(child), SparseTest{t, S.sp})
-                                        : node_passes_fast(t, q, b, child, NODE_DEPTH(child)));
+                pass = cd_live(t, child) &&
+                       (!gtm || (S.sp.ok ? node_passes_by(t, child, NODE_DEPTH(child), SparseTest{t, S.sp})
+                                         : node_passes_fast(t, q, b, child, NODE_DEPTH(child))));
             }
             unsigned ballot = __ballot_sync(0xffffffffu, pass);
             if (ballot) {
@@ -659,7 +661,8 @@ fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const 
         out_score[ob + s] = -__int_as_float(0x7f800000);
         if (hist_out) write_history(hist_in, hist_t, hist_out, ob + s, -1, -1);
     }
-    if (rank == 0 && tid == 0) out_count[b] = !gtm ? C : (count_all ? passed_lo : -1);  // count_all tests every bin
+    // count_all tests every bin (forced on without GTM once ads are paused: C would count dead children)
+    if (rank == 0 && tid == 0) out_count[b] = !gtm && !t.live ? C : (count_all ? passed_lo : -1);
     STAMP(12);
 #if PROFILE
     if (prof && rank == 0 && tid == 0) { prof[b * PROF_W + 13] = n_rounds; prof[b * PROF_W + 14] = crowded; prof[b * PROF_W + 15] = C; }

@@ -228,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(256) round_kernel(const i64* TP, co
             int bn = bin_of<NB>(c, top);
             if (bn > lo && bn <= hi) {
                 i64 child = ch[i];
-                pass = !gtm || gtm_passes(t, q, b, sp, child, depth_of(t, child));
+                pass = cd_live_at(TP, child) && (!gtm || gtm_passes(t, q, b, sp, child, depth_of(t, child)));
             }
         }
         unsigned ballot = __ballot_sync(0xffffffffu, pass);
@@ -292,7 +292,8 @@ extern "C" __global__ void __launch_bounds__(1024) finish_kernel(const i64* st, 
     if (threadIdx.x == 0) out_n[b] = m;
 }
 
-// Block (b, g): passers among all candidates (the optional full count; GTM on everything).
+// Block (b, g): passers among all candidates (the optional full count; GTM on everything; without GTM, the
+// candidates on nodes with an active ad).
 extern "C" __global__ void __launch_bounds__(256) count_pass_kernel(const i64* TP, const i64* QP, const int* cand_child,
                                                                    const i64* cand_count, const i64* cand_base, int gtm,
                                                                    i64* out_count) {
@@ -306,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(256) count_pass_kernel(const i64* T
     int local = 0;
     for (i64 i = (i64)g * blockDim.x + threadIdx.x; i < C; i += (i64)G * blockDim.x) {
         i64 child = ch[i];
-        local += !gtm || gtm_passes(t, q, b, sp, child, depth_of(t, child));
+        local += cd_live(t, child) && (!gtm || gtm_passes(t, q, b, sp, child, depth_of(t, child)));
     }
     for (int o = 16; o > 0; o >>= 1) local += __shfl_xor_sync(0xffffffffu, local, o);
     if ((threadIdx.x & 31) == 0 && local) atomicAdd((unsigned long long*)(out_count + b), (unsigned long long)local);
@@ -352,7 +353,7 @@ extern "C" __global__ void mask_kernel(const i64* TP, const i64* QP, const i64* 
     int b = (int)rb;
     const SparseReq* sp = gtm ? sparse_of(q, b) : nullptr;  // a block's rows may belong to several requests
     for (i64 j = t.node_offsets[n] + lane; j < t.node_offsets[n + 1]; j += 32) {
-        if (!gtm || gtm_passes(t, q, b, sp, j + 1, d)) {
+        if (cd_live(t, j + 1) && (!gtm || gtm_passes(t, q, b, sp, j + 1, d))) {
             int v = t.child_tokens[j];
             atomicOr(out + r * words + (v >> 5), 1u << (v & 31));
         }
@@ -401,7 +402,7 @@ extern "C" __global__ void __launch_bounds__(256) mask_scores_kernel(
             const int d = depth_of(t, n) + 1;
             const SparseReq* sp = gtm ? sparse_of(q, (int)rb) : nullptr;
             for (i64 j = t.node_offsets[n] + lane; j < t.node_offsets[n + 1]; j += 32) {
-                if (!gtm || gtm_passes(t, q, (int)rb, sp, j + 1, d)) {
+                if (cd_live(t, j + 1) && (!gtm || gtm_passes(t, q, (int)rb, sp, j + 1, d))) {
                     int v = t.child_tokens[j];
                     atomicOr(bits + (v >> 5), 1u << (v & 31));
                 }

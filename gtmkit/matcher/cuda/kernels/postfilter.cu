@@ -23,6 +23,12 @@ __device__ __forceinline__ AdIndex load_ads(const i64* P) {
     return a;
 }
 
+// A paused ad never leaves the post-filter (docs/design.md §9): the live flag (TP[18]) and ad_active (AP[11]) read
+// from the pointer tables at each use, uniform loads that L1 keeps (held in registers they spilled 40 bytes).
+__device__ __forceinline__ bool ad_active(const i64* TP, const i64* AP, i64 r) {
+    return !*(const int*)TP[18] || ((const unsigned char*)AP[11])[r];
+}
+
 // Whether any of the request's codes qc[c0, c1) (negative: none) is in the sorted list codes[lo, hi). Up to QL
 // codes are searched side by side: the list is the same, so the halvings run in lockstep and their loads
 // overlap (one search after another was the longest chain of the post-filter's dependent loads).
@@ -154,7 +160,7 @@ extern "C" __global__ void __launch_bounds__(NT1) post_kernel(
         const int s = sid_at(s_start, SPB1, j);
         const i64 r = s_a0[s] + (j - s_start[s]);
         const i64 id = ai.sid_ad_ids[r];  // (loaded beside the test, used after it)
-        const bool ok = !exact || ad_eligible(t, q, ai, b, r);
+        const bool ok = ad_active(TP, AP, r) && (!exact || ad_eligible(t, q, ai, b, r));
         passed += ok;
         if (j < KEEP1) {
             s_id[j] = id;
@@ -198,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(NT1) post_kernel(
                 id = s_id[j];
             } else {  // past what shared memory keeps: tested again
                 const i64 r = s_a0[s] + (j - s_start[s]);
-                ok = !exact || ad_eligible(t, q, ai, b, r);
+                ok = ad_active(TP, AP, r) && (!exact || ad_eligible(t, q, ai, b, r));
                 id = ai.sid_ad_ids[r];
             }
         }

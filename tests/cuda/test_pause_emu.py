@@ -1,0 +1,59 @@
+"""Paused ads on Matcher(index, "cuda") without a GPU (the fake CuPy and emulated kernels of test_backend_emu.py):
+after each round of pauses and resumes, given to the CPU and the GPU matcher alike, the step (GTM and counts on
+and off), the mask and the post-filter are equal on both, in the multi-kernel and the fused step; the device
+copies hold the host's counts and flags."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from gtmkit.matcher.matcher import Matcher
+
+from support.catalogs import random_user
+from support.fake_cupy import installed
+from support.step_cases import step_case
+from support.indexes import _build
+
+pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed"), pytest.mark.emu]
+
+
+@pytest.mark.parametrize("path", ["multi", "fused"])
+def test_pauses_on_gpu_equal_cpu(tmp_path, monkeypatch, path):
+    idx, table, _ = _build(tmp_path, 75, "static", {"k": [2, 3, 2]}, n_ads=300, L=3, V=9)
+    ids = np.asarray(table.column("ad_id").to_numpy(), np.int64)
+    with installed(monkeypatch, fused_cluster=2 if path == "fused" else 0) as step:
+        cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", **step)
+        rng = np.random.default_rng(6)
+        B = 3
+        reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
+        # the SIDs' ads paused whole (dead leaves and prefixes), then a random share, then some resumed
+        sid_ads = [idx.sid_ads(n) for n in range(idx.first_leaf, idx.num_nodes)]
+        whole = np.concatenate([a for a in sid_ads[::2]])
+        rounds = [("pause", whole), ("pause", rng.choice(ids, 120, replace=False)),
+                  ("resume", rng.choice(ids, 80, replace=False)), ("resume", ids)]
+        flags = [(True, False), (False, False), (True, True), (False, True)]  # (gtm, count) in turn
+        n = 0
+        for op, pick in rounds:
+            for m in (cpu, gpu):
+                getattr(m, op + "_ads")(pick)
+            assert gpu.num_paused == cpu.num_paused
+            assert np.array_equal(np.asarray(gpu.cuda.d["node_live"]), cpu.arrays.node_live)
+            assert np.array_equal(np.asarray(gpu.cuda.d["ad_active"]), cpu.arrays.ad_active)
+            for depth in range(idx.sid_length):
+                for per_req, k, kind in [(6, 5, "normal"), (9, 40, "ties")]:
+                    nodes, rr, lp, bs = step_case(idx, rng, B, per_req, depth, kind)
+                    gtm, count = flags[n % len(flags)]
+                    n += 1
+                    a = cpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
+                    b = gpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
+                    for name, x, y in zip(a._fields, a, b):
+                        assert np.array_equal(x, np.asarray(y)), (op, depth, kind, gtm, count, name)
+                assert np.array_equal(cpu.mask(nodes, rr, reqs, gtm), np.asarray(gpu.mask(nodes, rr, reqs, gtm)))
+            leaves = rng.integers(idx.first_leaf - 2, idx.num_nodes, size=(B, 12))
+            for exact in (True, False):
+                for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs, exact), gpu.postfilter(leaves, reqs, exact)):
+                    assert np.array_equal(a1, np.asarray(a2)) and np.array_equal(r1, np.asarray(r2))
+        assert cpu.num_paused == 0
