@@ -12,8 +12,9 @@ from .indexer.succinct.trie import SuccinctTrie
 from .matcher.succinct.search import TrieBeamStepper, trie_beam_search, trie_beam_stepper
 from .matcher.succinct.server_cuda import TrieSearchServer
 from .matcher.beam import Result, beam_search
-from .matcher.matcher import Matcher, Step
+from .matcher.matcher import IndexMatcher, Step
+from .matcher.served import Matcher
 from .targeting.semantics import Request
 
-__all__ = ["__version__", "build_index", "load_index", "Index", "Request", "Matcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
+__all__ = ["__version__", "build_index", "load_index", "Index", "Request", "Matcher", "IndexMatcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
            "SchemaError", "ArtifactError", "RequestError"]

@@ -48,6 +48,15 @@ class Index:
         self.ad_exclude = [tuple(a(n) for n in fmt.ad_exclude(b)) for b in range(len(self.bloom))]
         self._exact_lists = None
 
+    @property
+    def version(self) -> str:
+        """Which version of the artifact this is: its version directory's name (a rebuild or an update writes a
+        new one), or for a flat artifact its manifest digest; results of a Matcher carry it."""
+        d = self.artifact.dir
+        if d != self.path:
+            return d.name
+        return str(self.manifest.get("manifest_sha256", ""))[:16] or self.path.name
+
     # --- trie -------------------------------------------------------------------------------
     @property
     def first_leaf(self) -> int:

@@ -29,7 +29,7 @@ def main() -> int:
     cp.cuda.set_pinned_memory_allocator(None)
 
     import gtmkit
-    from gtmkit.matcher.matcher import Matcher
+    from gtmkit.matcher.served import Matcher
     from support.catalogs import random_user
     from support.indexes import MODES, _build
     from support.step_cases import step_case
@@ -73,7 +73,7 @@ def main() -> int:
 def _search(tmp, steps, did) -> None:
     import gtmkit
     from gtmkit.matcher.cuda.graph import GraphedBeamSearch
-    from gtmkit.matcher.matcher import Matcher
+    from gtmkit.matcher.served import Matcher
     from gtmkit.synth import synth_users, write_catalog
     from gtmkit.synth.logits_cuda import GpuSyntheticDecoder
 
@@ -100,7 +100,7 @@ def _decoder_masks(tmp, steps, did) -> None:
     import gtmkit
     from gtmkit.integrations.layout import SidTokenLayout
     from gtmkit.integrations.masking import SidMasker
-    from gtmkit.matcher.matcher import Matcher
+    from gtmkit.matcher.served import Matcher
     from support.catalogs import random_user
     from support.indexes import _build
 

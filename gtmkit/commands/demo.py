@@ -66,7 +66,7 @@ def command(ads, seed, n_users, device, workdir, force, as_json, silent):
     from ..evaluate import evaluate
     from ..formats.output import check_output
     from ..indexer.build import build_index
-    from ..matcher.matcher import Matcher
+    from ..matcher.served import Matcher
     from ..synth import synth_users, write_catalog
     from .match import match_user
     from . import _warmup

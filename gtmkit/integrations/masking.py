@@ -11,7 +11,8 @@ from numba import prange
 
 from ..errors import GtmkitError
 from ..matcher.args import check_kind, int_arg
-from ..matcher.matcher import Matcher
+from ..matcher.matcher import IndexMatcher
+from ..matcher.served import Matcher
 from ..threads import parallel_njit
 
 KERNEL = Path(__file__).with_name("kernels") / "sid_mask.cu"
@@ -44,8 +45,9 @@ class SidMasker:
     EOS (none without one); a row whose prefix is not in the trie gets every column masked."""
 
     def __init__(self, matcher, requests, rows_per_request: int, layout, gtm: bool = True):
-        if not isinstance(matcher, Matcher):
+        if not isinstance(matcher, (Matcher, IndexMatcher)):
             raise GtmkitError(f"matcher must be a gtmkit.Matcher, got {type(matcher).__name__}")
+        matcher = matcher.current()  # one index for the whole generation (its node ids)
         self.matcher = matcher
         self.layout = layout.check(matcher.index)
         self.batch = matcher.batch(requests)

@@ -18,7 +18,8 @@ except ImportError as e:  # pragma: no cover - the message is the point
 
 from ..matcher.args import beam_sizes_arg, bool_arg, int_arg
 from ..matcher.beam import Result
-from ..matcher.matcher import Matcher
+from ..matcher.matcher import IndexMatcher
+from ..matcher.served import Matcher
 from .layout import SidTokenLayout
 from .masking import SidMasker
 
@@ -80,8 +81,9 @@ def gtmkit_beam_search(model, input_ids, logits_processor=None, stopping_criteri
     constraint is the matcher's and the search stops after L tokens); EOS is never generated."""
     if matcher is None or requests is None or layout is None:
         raise GtmkitError("gtmkit_beam_search needs matcher=, requests= and layout= (and beam_sizes=)")
-    if not isinstance(matcher, Matcher):
+    if not isinstance(matcher, (Matcher, IndexMatcher)):
         raise GtmkitError(f"matcher must be a gtmkit.Matcher, got {type(matcher).__name__}")
+    matcher = matcher.current()  # one index for the whole generation (its node ids)
     index = matcher.index
     L = index.sid_length
     if not isinstance(layout, SidTokenLayout):

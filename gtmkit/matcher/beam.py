@@ -15,7 +15,8 @@ class Result(NamedTuple):
     """sids int32 [B, M, L] and leaf_nodes int32 [B, M] (-1 padded), scores float32 [B, M] (-inf padded),
     ads: post-filter output (per request (ad_ids int64, sid_rank int32)) or None,
     candidates int64 [L, B]: candidates that survived CD(+GTM) at each step (-1: not counted),
-    beams int64 [L, B]: beams kept after each step's top-k, seconds: wall time per step."""
+    beams int64 [L, B]: beams kept after each step's top-k, seconds: wall time per step, version: the index
+    version that answered."""
 
     sids: np.ndarray
     scores: np.ndarray
@@ -24,6 +25,7 @@ class Result(NamedTuple):
     candidates: np.ndarray
     beams: np.ndarray
     seconds: np.ndarray
+    version: str = None
 
 
 def as_numpy(x) -> np.ndarray:
@@ -52,6 +54,8 @@ def beam_search(matcher, requests, logits_fn: Callable, beam_sizes=(1, 512, 1024
     hold copies of that row, so (M,) * L is the same search as (1, M, ..., M), as generate(num_beams=M)
     does. Step t runs on beam_sizes[t] rows per request and keeps beam_sizes[t+1]; the last step keeps
     beam_sizes[-1] SIDs."""
+    if hasattr(matcher, "current"):
+        matcher = matcher.current()  # the whole search on one index: a swap meanwhile serves the next one
     index = matcher.index
     L = index.sid_length
     sizes = beam_sizes_arg(beam_sizes, L)
@@ -93,4 +97,5 @@ def beam_search(matcher, requests, logits_fn: Callable, beam_sizes=(1, 512, 1024
     M = sizes[-1]
     leaves = node_ids.reshape(B, M)
     ads = matcher.postfilter(leaves, q) if postfilter else None
-    return Result(history.reshape(B, M, L), scores.reshape(B, M), leaves, ads, candidates, beams, seconds)
+    return Result(history.reshape(B, M, L), scores.reshape(B, M), leaves, ads, candidates, beams, seconds,
+                  matcher.version)

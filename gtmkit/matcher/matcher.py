@@ -1,4 +1,5 @@
-"""`Matcher`: the online CD+GTM operations on a loaded index, dispatched to a backend.
+"""`IndexMatcher`: the online CD+GTM operations on one loaded index, dispatched to a backend (`Matcher`, in
+served.py, serves one and swaps it for another).
 
 backend "cpu" = numba (cpu/step.py); "cuda" = CuPy RawKernels (imported only when chosen)."""
 
@@ -24,13 +25,15 @@ class Step(NamedTuple):
     parent_rows int32 (row of the input the candidate extends), tokens int32, nodes int32 (child node),
     all -1 where fewer than k candidates exist; scores float32 (beam_score + logprob), -inf there.
     num_candidates int64 [num_requests]: candidates that passed CD (and GTM when on) before the
-    top-k; -1 when GTM was on and counting was not asked for (GTM runs lazily)."""
+    top-k; -1 when GTM was on and counting was not asked for (GTM runs lazily). version: the index version that
+    answered (Index.version)."""
 
     parent_rows: np.ndarray
     tokens: np.ndarray
     nodes: np.ndarray
     scores: np.ndarray
     num_candidates: np.ndarray
+    version: str = None
 
 
 def cuda_available() -> bool:
@@ -41,8 +44,8 @@ def cuda_available() -> bool:
         return False
 
 
-class Matcher:
-    """CD+GTM matcher over an Index.
+class IndexMatcher:
+    """CD+GTM matcher over one Index (gtmkit.Matcher serves one of these at a time; its current() is one).
 
     device: "cpu" (numba), "cuda" (CuPy; needs a GPU) or "auto" (cuda when CuPy sees a GPU).
 
@@ -97,6 +100,16 @@ class Matcher:
         if rate is None:
             rate = self._rates.gtm = np.full(len(self.index.level_offsets), 1.0 / 3.0)
         return rate
+
+    @property
+    def version(self) -> str:
+        """The index version this matcher answers from (Index.version)."""
+        return self.index.version
+
+    def current(self) -> "IndexMatcher":
+        """This matcher (a Matcher's current() is the IndexMatcher it serves now; one call sequence, such as a
+        search, runs on one)."""
+        return self
 
     @property
     def xp(self):
@@ -189,8 +202,8 @@ class Matcher:
         out = Step(np.empty((B, k), np.int32), np.empty((B, k), np.int32), np.empty((B, k), np.int32),
                    np.empty((B, k), np.float32), np.empty(B, np.int64))  # the kernel writes every slot
         K.step_kernel(self.arrays, q, starts, node_ids, logprobs, beam_scores, k, gtm,
-                      count_candidates, *out, self._gtm_rate, self._band_from)
-        return out
+                      count_candidates, *out[:5], self._gtm_rate, self._band_from)
+        return out._replace(version=self.version)
 
     def mask(self, node_ids, row_request, requests, gtm: bool = True) -> np.ndarray:
         """int32 [R, ceil(V/32)]: bit v % 32 of word v // 32 set iff token v is allowed for row r."""
@@ -322,7 +335,7 @@ class Matcher:
             mc = int(max_children) if max_children is not None else max(self.cuda.max_degree)
             out = self.cuda.step(nodes, lp, lp_dtype, bs, rr, None, q, k, gtm, count_candidates, mc,
                                  rows_best_first=rows_best_first)
-        return Step(*out)
+        return Step(*out, version=self.version)
 
 
 def _offsets(offsets, depth: int) -> np.ndarray:

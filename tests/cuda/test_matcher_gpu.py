@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gtmkit.matcher.matcher import Matcher, cuda_available
+from gtmkit.matcher.matcher import cuda_available
+from gtmkit.matcher.served import Matcher
 
 pytestmark = pytest.mark.gpu
 if not cuda_available():

@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.matcher import Matcher
+from gtmkit.matcher.served import Matcher
 
 from support.catalogs import random_user
 from support.fake_cupy import installed
@@ -57,3 +57,27 @@ def test_pauses_on_gpu_equal_cpu(tmp_path, monkeypatch, path):
                 for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs, exact), gpu.postfilter(leaves, reqs, exact)):
                     assert np.array_equal(a1, np.asarray(a2)) and np.array_equal(r1, np.asarray(r2))
         assert cpu.num_paused == 0
+
+
+def test_swap_on_gpu_serves_the_new_index(tmp_path, monkeypatch):
+    """Matcher(index, "cuda").swap: the new index's tables uploaded beside the old ones; the next calls equal the
+    CPU matcher of the new index, a held matcher still the old one's, each result naming its version."""
+    old, _, _ = _build(tmp_path, 76, "static", {"k": [2, 3, 2]}, n_ads=200, L=3, V=9, name="a")
+    new, _, _ = _build(tmp_path, 77, "static", {"k": [2, 3, 2]}, n_ads=200, L=3, V=9, name="b")
+    with installed(monkeypatch) as step:
+        gpu = Matcher(old, "cuda", **step)
+        held = gpu.current()
+        gpu.swap(new)
+        assert gpu.current() is not held and held.cuda is not gpu.cuda
+        rng = np.random.default_rng(8)
+        for m_gpu, idx in ((gpu, new), (held, old)):
+            cpu = Matcher(idx, "cpu")
+            reqs = [idx.encode_request(random_user(rng)) for _ in range(2)]
+            nodes, rr, lp, bs = step_case(idx, rng, 2, 5, 1, "normal")
+            a, b = cpu.step(nodes, lp, bs, rr, reqs, 7), m_gpu.step(nodes, lp, bs, rr, reqs, 7)
+            assert b.version == idx.version == a.version
+            for name, x, y in zip(a._fields[:5], a, b):
+                assert np.array_equal(x, np.asarray(y)), name
+            leaves = rng.integers(idx.first_leaf, idx.num_nodes, size=(2, 6))
+            for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs), m_gpu.postfilter(leaves, reqs)):
+                assert np.array_equal(a1, np.asarray(a2)) and np.array_equal(r1, np.asarray(r2))

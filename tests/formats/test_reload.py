@@ -25,7 +25,7 @@ from gtmkit.formats import layout
 from gtmkit.formats.artifact import ArtifactWriter, open_artifact
 from gtmkit.formats.locks import Lock
 from gtmkit.formats.output import check_output
-from gtmkit.matcher.matcher import Matcher
+from gtmkit.matcher.served import Matcher
 
 from support.catalogs import random_catalog, random_user, schema_dict, write
 

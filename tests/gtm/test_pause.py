@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import gtmkit
 from gtmkit.errors import RequestError
-from gtmkit.matcher.matcher import Matcher
+from gtmkit.matcher.served import Matcher
 from gtmkit.testing.gtm import catalog_rows, eligible, live_nodes, mask_reference, step_reference
 
 from support.catalogs import random_catalog, random_user, schema_dict, write

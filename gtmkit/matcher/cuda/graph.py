@@ -31,7 +31,7 @@ def beam_module() -> cp.RawModule:
 class GraphResult(NamedTuple):
     """Device arrays rewritten by every replay: sids int32 [B, M, L], scores float32 [B, M],
     leaf_nodes int32 [B, M], ads int64 [B, cap] / sid_rank int32 [B, cap] / ad_counts int64 [B]
-    (valid up to ad_counts[b])."""
+    (valid up to ad_counts[b]); version: the index version the graph was captured on."""
 
     sids: object
     scores: object
@@ -39,6 +39,7 @@ class GraphResult(NamedTuple):
     ads: object
     sid_rank: object
     ad_counts: object
+    version: str = None
 
 
 class GraphedBeamSearch:
@@ -57,8 +58,11 @@ class GraphedBeamSearch:
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
                  postfilter: bool = True, fuse_history: bool = True, pdl: bool = None, gtm_windows="auto"):
-        if matcher.cuda is None:
+        if getattr(matcher, "cuda", None) is None:
             raise GtmkitError("GraphedBeamSearch needs a Matcher on device 'cuda'")
+        # the graph binds one index's tables and the requests encoded for it: after Matcher.swap, build a new one
+        matcher = matcher.current()
+        self.version = matcher.version
         index = matcher.index
         L = index.sid_length
         self.sizes = [int(x) for x in beam_sizes]
@@ -151,7 +155,8 @@ class GraphedBeamSearch:
         B, M = self.q.size, self.sizes[-1]
         if self.postfilter:  # the last step's int32 nodes as they are (no int64 copy)
             be.postfilter_padded(nodes.reshape(B, M), q, True, out=self.post, scratch=self.scratch)
-        self.result = GraphResult(hist.reshape(B, M, L), scores.reshape(B, M), self.outs[-1][2], *self.post)
+        self.result = GraphResult(hist.reshape(B, M, L), scores.reshape(B, M), self.outs[-1][2], *self.post,
+                                  version=self.version)
 
     def launch(self) -> None:
         """Enqueue one replay on self.stream without waiting (time it with events on that stream)."""
