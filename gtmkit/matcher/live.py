@@ -11,7 +11,8 @@ import threading
 import numpy as np
 from numba import njit
 
-from ..errors import RequestError
+from .._bits import upper_bound
+
 
 
 @njit(cache=True, nogil=True)
@@ -30,20 +31,6 @@ def subtree_ad_counts(node_offsets, sid_ad_offsets, first_leaf, num_nodes):
 
 
 @njit(cache=True, nogil=True)
-def _parent(node_offsets, node):
-    """The internal node whose CSR entries hold node - 1 (node >= 1)."""
-    lo, hi = 0, node_offsets.shape[0] - 1
-    j = node - 1
-    while hi - lo > 1:
-        m = (lo + hi) >> 1
-        if node_offsets[m] <= j:
-            lo = m
-        else:
-            hi = m
-    return lo
-
-
-@njit(cache=True, nogil=True)
 def _set_rows(node_offsets, sid_ad_offsets, first_leaf, rows, to_active, active, counts, out_rows, out_nodes):
     """Set ad rows active (to_active) or paused; a row already so is left. Each change adds +-1 to the counts
     on its path from leaf to root. -> (rows changed, nodes touched): the rows in out_rows, the nodes of their
@@ -58,21 +45,16 @@ def _set_rows(node_offsets, sid_ad_offsets, first_leaf, rows, to_active, active,
         active[r] = 1 if to_active else 0
         out_rows[changed] = r
         changed += 1
-        lo, hi = 0, sid_ad_offsets.shape[0] - 1  # the SID holding row r: last s with offsets[s] <= r
-        while hi - lo > 1:
-            m = (lo + hi) >> 1
-            if sid_ad_offsets[m] <= r:
-                lo = m
-            else:
-                hi = m
-        node = first_leaf + lo
+        # the SID holding row r (the last with sid_ad_offsets[s] <= r), and each node's parent (the internal
+        # node whose CSR entries hold node - 1)
+        node = first_leaf + upper_bound(sid_ad_offsets, 0, sid_ad_offsets.shape[0] - 1, r) - 1
         while True:
             counts[node] += delta
             out_nodes[touched] = node
             touched += 1
             if node == 0:
                 break
-            node = _parent(node_offsets, node)
+            node = upper_bound(node_offsets, 0, node_offsets.shape[0] - 1, node - 1) - 1
     return changed, touched
 
 

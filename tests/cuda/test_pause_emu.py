@@ -14,7 +14,7 @@ from gtmkit.matcher.served import Matcher
 
 from support.catalogs import random_user
 from support.fake_cupy import installed
-from support.step_cases import step_case
+from support.step_cases import step_case, steps_agree
 from support.indexes import _build
 
 pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed"), pytest.mark.emu]
@@ -42,16 +42,11 @@ def test_pauses_on_gpu_equal_cpu(tmp_path, monkeypatch, path):
             assert gpu.num_paused == cpu.num_paused
             assert np.array_equal(np.asarray(gpu.cuda.d["node_live"]), cpu.arrays.node_live)
             assert np.array_equal(np.asarray(gpu.cuda.d["ad_active"]), cpu.arrays.ad_active)
+            n = steps_agree(cpu, gpu, idx, rng, reqs, [(6, 5, "normal"), (9, 40, "ties")], flags, n, (op,))
             for depth in range(idx.sid_length):
-                for per_req, k, kind in [(6, 5, "normal"), (9, 40, "ties")]:
-                    nodes, rr, lp, bs = step_case(idx, rng, B, per_req, depth, kind)
-                    gtm, count = flags[n % len(flags)]
-                    n += 1
-                    a = cpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
-                    b = gpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
-                    for name, x, y in zip(a._fields, a, b):
-                        assert np.array_equal(x, np.asarray(y)), (op, depth, kind, gtm, count, name)
-                assert np.array_equal(cpu.mask(nodes, rr, reqs, gtm), np.asarray(gpu.mask(nodes, rr, reqs, gtm)))
+                nodes, rr, _, _ = step_case(idx, rng, B, 6, depth, "normal")
+                for gtm in (True, False):
+                    assert np.array_equal(cpu.mask(nodes, rr, reqs, gtm), np.asarray(gpu.mask(nodes, rr, reqs, gtm)))
             leaves = rng.integers(idx.first_leaf - 2, idx.num_nodes, size=(B, 12))
             for exact in (True, False):
                 for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs, exact), gpu.postfilter(leaves, reqs, exact)):

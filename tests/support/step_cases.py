@@ -26,3 +26,18 @@ def step_case(idx, rng, B, per_req, depth, kind="normal"):
         lp.flat[rng.integers(lp.size)] = -np.inf
         bs = np.round(rng.normal(size=len(nodes)), 1).astype(np.float32)
     return nodes, rr, lp, bs
+
+
+def steps_agree(cpu, gpu, idx, rng, reqs, cases, flags, n=0, context=()):
+    """Every depth's step cases (per_req, k, kind) on both matchers, (gtm, count) from flags in turn from the n-th:
+    equal outputs. -> the next n."""
+    for depth in range(idx.sid_length):
+        for per_req, k, kind in cases:
+            nodes, rr, lp, bs = step_case(idx, rng, len(reqs), per_req, depth, kind)
+            gtm, count = flags[n % len(flags)]
+            n += 1
+            a = cpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
+            b = gpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
+            for name, x, y in zip(a._fields, a, b):
+                assert np.array_equal(x, np.asarray(y)), (*context, depth, kind, gtm, count, name)
+    return n
