@@ -101,9 +101,12 @@ def main():
     single_keys = {int(x) for x in args.single_keys.split(",") if x}
     for n in [int(x) for x in args.keys.split(",") if x]:
         keys = work / f"keys_{n}"
+        synth_s = None
         if not keys.exists():
+            t = time.perf_counter()
             subprocess.run(gtmkit + ["synth", "keys", "-n", str(n), "--seed", "1", "--parts",
                                      str(max(2, n // 5_000_000)), "--workers", "2", "-o", str(keys)], check=True)
+            synth_s = round(time.perf_counter() - t, 1)
         for how in (["single"] if n in single_keys else []) + ["sharded"]:
             extra = [] if how == "single" else ["--workers", str(args.workers)] + (
                 ["--memory-limit", args.memory_limit] if args.memory_limit else [])
@@ -111,7 +114,12 @@ def main():
                                       "--json", "-s"] + extra)
             s = json.loads(r.pop("stdout"))
             rows.append({"keys": s["keys"], "nodes": s["nodes"], "how": how, **r, "trie_bytes": s["bytes"],
-                         "build_bytes_per_key": round(r["summed_peak_gib"] * 2**30 / s["keys"], 1)})
+                         "build_bytes_per_key": round(r["summed_peak_gib"] * 2**30 / s["keys"], 1),
+                         "synth_s": synth_s if how == "sharded" else None})
+            if how == "sharded":  # the full check of what was built (SuccinctTrie.load(verify=True))
+                v = run_sampled(gtmkit + ["trie", "verify", str(work / f"trie_{how}"), "--json"])
+                assert json.loads(v.pop("stdout"))["ok"], "the built trie fails its checks"
+                rows[-1].update(verify_s=v["wall_s"], verify_peak_gib=v["largest_peak_gib"])
             print(json.dumps(rows[-1]), file=sys.stderr)
         subprocess.run(["rm", "-rf", str(work / "trie_single"), str(work / "trie_sharded")])
 
@@ -139,13 +147,18 @@ def markdown(r: dict) -> str:
     tries = [x for x in r["rows"] if "keys" in x]
     if tries:
         lines += ["", "| keys | nodes | build | wall s | summed peak GiB | largest process GiB | processes "
-                  "| build bytes / key | trie MB |", "|" + "---|" * 9]
+                  "| build bytes / key | trie MB | trie bytes / key | verify s | verify peak GiB | synth s |",
+                  "|" + "---|" * 13]
+        opt = lambda x, k, f: format(x[k], f) if x.get(k) is not None else "-"  # noqa: E731
         lines += [f"| {x['keys']:,} | {x['nodes']:,} | {x['how']} | {x['wall_s']:.0f} | {x['summed_peak_gib']:.2f} | "
                   f"{x['largest_peak_gib']:.2f} | {x['processes']} | {x['build_bytes_per_key']:.0f} | "
-                  f"{x['trie_bytes'] / 1e6:,.0f} |" for x in tries]
+                  f"{x['trie_bytes'] / 1e6:,.0f} | {x['trie_bytes'] / x['keys']:.2f} | {opt(x, 'verify_s', '.0f')} | "
+                  f"{opt(x, 'verify_peak_gib', '.2f')} | {opt(x, 'synth_s', '.0f')} |" for x in tries]
     lines += ["", "summed peak: each process's peak resident memory (the CLI, the Dask scheduler's and workers' "
               "processes), added: an upper bound of what the build held at once. sharded: --workers "
-              f"{r['workers']} (a LocalCluster), shards chosen from the memory limit."]
+              f"{r['workers']} (a LocalCluster), shards chosen from the memory limit. verify: `gtmkit trie verify` of "
+              "the sharded build (checksums and every invariant, in one process). synth: `gtmkit synth keys --parts "
+              "--workers 2` when the run made the keys."]
     return "\n".join(lines) + "\n"
 
 

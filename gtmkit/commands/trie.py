@@ -95,6 +95,37 @@ def _report(trie, out_dir, seconds: float, as_json: bool) -> None:
         click.echo(f"{out_dir}: {_summary(trie, seconds)}")
 
 
+@command.command("verify")
+@click.argument("trie_dir", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def verify(trie_dir, as_json):
+    """Check a trie: manifest digest, checksums and every invariant the trie search relies on (the LOUDS tree,
+    its directories, labels, levels, terminal flags), in bounded memory at any size.
+
+    Prints each problem on one line (FAIL ...) and exits 1 when there is any.
+
+    \b
+    Example:
+        gtmkit trie verify trie/
+        gtmkit trie verify trie/ --json
+    """
+    from ..indexer.succinct.trie import verify_trie
+
+    t0 = time.perf_counter()
+    problems = verify_trie(trie_dir)
+    seconds = round(time.perf_counter() - t0, 3)
+    if as_json:
+        echo_json({"trie": trie_dir, "ok": not problems, "problems": problems, "seconds": seconds})
+    elif problems:
+        for p in problems:
+            click.echo(f"FAIL {p}", err=True)
+    else:
+        click.echo(f"OK {trie_dir}: checksums, tree, directories, labels, levels, terminal flags ({seconds} s)")
+    if problems:
+        raise SystemExit(1)
+
+
 @command.command("stats")
 @click.argument("trie_dir", type=click.Path(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")

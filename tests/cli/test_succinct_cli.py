@@ -126,3 +126,28 @@ def test_synth_proposals_shape():
     small = SuccinctTrie.build([[1, 2]])
     tokens, _ = synth_proposals(small, 1, 3, 5, seed=0)
     assert tokens[0, 0, 0] == 1 and tokens[0, 1, 0] == 2 and (tokens[0, :, 1:] < 0).all()
+
+
+def test_trie_verify_command(tmp_path):
+    """`gtmkit trie verify`: OK on a sound trie, one FAIL line per problem and exit 1 on an edited one, --json."""
+    import json
+
+    import numpy as np
+    from click.testing import CliRunner
+
+    from gtmkit.cli import cli
+    from gtmkit.indexer.succinct.trie import SuccinctTrie
+
+    d = tmp_path / "t"
+    SuccinctTrie.build([[1, 2], [1, 3], [4], [5, 6, 7]]).save(d)
+    r = CliRunner().invoke(cli, ["trie", "verify", str(d)])
+    assert r.exit_code == 0 and r.output.startswith("OK")
+    r = CliRunner().invoke(cli, ["trie", "verify", str(d), "--json"])
+    assert json.loads(r.output)["ok"] is True
+    cur = d / (d / "CURRENT").read_text().strip() if (d / "CURRENT").exists() else d
+    labels = np.load(cur / "label_low.npy")
+    labels[[0, 1]] = labels[[1, 0]]
+    np.save(cur / "label_low.npy", labels)
+    r = CliRunner().invoke(cli, ["trie", "verify", str(d)])
+    assert r.exit_code == 1 and "FAIL" in r.output and "\n" == r.output[-1]
+    assert json.loads(CliRunner().invoke(cli, ["trie", "verify", str(d), "--json"]).output)["ok"] is False
