@@ -184,12 +184,18 @@ class Index:
         that are not int64 integers."""
         ad_ids = _int64s(ad_ids, "ad id")
         sorted_ids = self.artifact.array("ad_ids_sorted")
-        pos = np.searchsorted(sorted_ids, ad_ids)
+        # looked up in ascending order, each search starting where the last ended (random ids each missed the
+        # cache all the way down: 100k ids took 80 ms of a 15M-ad index, in order 15 ms)
+        order = np.argsort(ad_ids, kind="stable")
+        pos = np.empty(len(ad_ids), np.int64)
+        pos[order] = np.searchsorted(sorted_ids, ad_ids[order])
         pos_c = np.minimum(pos, len(sorted_ids) - 1)
         bad = sorted_ids[pos_c] != ad_ids
         if bad.any():
             raise RequestError(f"unknown ad id {int(ad_ids[np.flatnonzero(bad)[0]])}")
-        return np.asarray(self.artifact.array("ad_rows_by_id")[pos_c], np.int64)
+        rows = np.empty(len(ad_ids), np.int64)
+        rows[order] = self.artifact.array("ad_rows_by_id")[pos_c[order]]
+        return rows
 
     def eligible_rows(self, rows: np.ndarray, request: Request) -> np.ndarray:
         """Exact eligibility of ad-level rows (each in [0, num_ads)) -> bool array."""
