@@ -255,15 +255,21 @@ class IndexMatcher:
         leaves = ids(leaf_nodes, "leaf_nodes", ndim=2)
         if leaves.shape[0] != q.size:
             raise GtmkitError(f"leaf_nodes must be [num_requests={q.size}, M], got {list(leaves.shape)}")
-        counts = np.zeros(q.size, np.int64)
+        # Room for every ad of the SIDs, then one pass that tests and writes: a count pass before the fill would
+        # see another pause state than the fill if a pause came between them (paused ads: design.md §9)
+        sao = np.asarray(self.index.sid_ad_offsets, np.int64)
+        s = leaves - self.first_leaf
+        inside = (s >= 0) & (s < len(sao) - 1)
+        s = np.where(inside, s, 0)
+        room = np.where(inside, sao[s + 1] - sao[s], 0).sum(axis=1)
         offsets = np.zeros(q.size + 1, np.int64)
-        K.postfilter_kernel(self.arrays, q, leaves, self.first_leaf, exact, False, offsets,
-                            np.empty(0, np.int64), np.empty(0, np.int32), counts)
-        np.cumsum(counts, out=offsets[1:])
+        np.cumsum(room, out=offsets[1:])
+        counts = np.zeros(q.size, np.int64)
         ads = np.empty(int(offsets[-1]), np.int64)
         rank = np.empty(int(offsets[-1]), np.int32)
-        K.postfilter_kernel(self.arrays, q, leaves, self.first_leaf, exact, True, offsets, ads, rank, counts)
-        return [(ads[offsets[b]:offsets[b + 1]], rank[offsets[b]:offsets[b + 1]]) for b in range(q.size)]
+        K.postfilter_kernel(self.arrays, q, leaves, self.first_leaf, exact, offsets, ads, rank, counts)
+        return [(ads[offsets[b]:offsets[b] + counts[b]], rank[offsets[b]:offsets[b] + counts[b]])
+                for b in range(q.size)]
 
     def postfilter_padded(self, leaf_nodes, requests, exact: bool = True):
         """GPU post-filter without a host round trip: (ad_ids int64 [B, cap] -1 padded, sid_rank int32

@@ -84,9 +84,9 @@ def ad_eligible(t, q, b, r):
 
 
 @njit(cache=True, nogil=True)
-def _postfilter_request(t, q, b, leaves, first_leaf, exact, start, out_ads, out_rank, fill):
-    """Eligible active ads of request b's SIDs in rank order (ascending ad id within a SID); written from
-    out_ads[start] on when fill, else only counted. Returns the count."""
+def _postfilter_request(t, q, b, leaves, first_leaf, exact, start, out_ads, out_rank):
+    """Eligible active ads of request b's SIDs in rank order (ascending ad id within a SID), written from
+    out_ads[start] on (room for every ad of the SIDs). Returns the count."""
     sao, sai = t.sid_ad_offsets, t.sid_ad_ids
     adb, bmt, ao, ac, eo, ec = t.ad_bitmask, t.bitmask_table, t.allow_off, t.allow_codes, t.excl_off, t.excl_codes
     qbm, coff, codes = q.bitmask, q.code_off, q.codes
@@ -100,19 +100,18 @@ def _postfilter_request(t, q, b, leaves, first_leaf, exact, start, out_ads, out_
             if live and active[r] == 0:
                 continue  # paused
             if not exact or _eligible(adb, bmt, ao, ac, eo, ec, qbm, coff, codes, b, r):
-                if fill:
-                    out_ads[start + c] = sai[r]
-                    out_rank[start + c] = m
+                out_ads[start + c] = sai[r]
+                out_rank[start + c] = m
                 c += 1
     return c
 
 
 @parallel_njit(cache=True)
-def postfilter_kernel(t, q, leaves, first_leaf, exact, fill, offsets, out_ads, out_rank, counts):
+def postfilter_kernel(t, q, leaves, first_leaf, exact, offsets, out_ads, out_rank, counts):
     """Per request b, the ads of the SIDs leaves[b, :] in rank order (ascending ad id within a SID),
-    exact-filtered: counts[b] = how many; with fill, also written from out_ads[offsets[b]] on. One kernel
-    for the count and the fill pass: each parallel kernel costs seconds of compile on a first run."""
+    exact-filtered, written from out_ads[offsets[b]] on (offsets leave room for every ad of the SIDs):
+    counts[b] = how many. One pass reads each ad's pause flag once, so a pause made meanwhile is seen whole or
+    not at all."""
     for b in prange(leaves.shape[0]):
         bb = np.int64(b)  # one signature for the callee (see step_kernel)
-        start = offsets[bb] if fill else np.int64(0)
-        counts[bb] = _postfilter_request(t, q, bb, leaves, first_leaf, exact, start, out_ads, out_rank, fill)
+        counts[bb] = _postfilter_request(t, q, bb, leaves, first_leaf, exact, offsets[bb], out_ads, out_rank)
