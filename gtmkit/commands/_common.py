@@ -24,6 +24,20 @@ def handle_errors(fn):
     return wrapper
 
 
+def report_problems(problems: list, as_json: bool, record: dict, ok_line: str) -> None:
+    """A checking command's ending: the record with ok and problems as JSON, or a FAIL line a problem on stderr, or
+    the OK line; exit 1 when there is a problem."""
+    if as_json:
+        echo_json(dict(record, ok=not problems, problems=problems))
+    elif problems:
+        for p in problems:
+            click.echo(f"FAIL {p}", err=True)
+    else:
+        click.echo(ok_line)
+    if problems:
+        raise SystemExit(1)
+
+
 def echo_json(obj) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=True, default=_jsonable))
 

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import GtmkitError
 from ..formats.inputs import regular_file
 from ._cluster import check_cluster, dask_client, sharding_options
-from ._common import StderrProgress, echo_json, handle_errors
+from ._common import StderrProgress, echo_json, handle_errors, report_problems
 
 
 def _why(exc: BaseException) -> str:
@@ -115,15 +115,8 @@ def verify(trie_dir, as_json):
     t0 = time.perf_counter()
     problems = verify_trie(trie_dir)
     seconds = round(time.perf_counter() - t0, 3)
-    if as_json:
-        echo_json({"trie": trie_dir, "ok": not problems, "problems": problems, "seconds": seconds})
-    elif problems:
-        for p in problems:
-            click.echo(f"FAIL {p}", err=True)
-    else:
-        click.echo(f"OK {trie_dir}: checksums, tree, directories, labels, levels, terminal flags ({seconds} s)")
-    if problems:
-        raise SystemExit(1)
+    report_problems(problems, as_json, {"trie": trie_dir, "seconds": seconds},
+                    f"OK {trie_dir}: checksums, tree, directories, labels, levels, terminal flags ({seconds} s)")
 
 
 @command.command("stats")

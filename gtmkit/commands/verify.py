@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import StderrProgress, echo_json, handle_errors
+from ._common import StderrProgress, handle_errors, report_problems
 
 
 @click.command("verify")
@@ -30,12 +30,4 @@ def command(index_dir, catalog, schema, as_json, silent):
     with StderrProgress(silent or as_json) as bar:
         problems = verify_index(index_dir, catalog=catalog, schema=schema, progress=bar)
     checks = ["manifest", "checksums", "invariants", "coverage"] + (["catalog"] if catalog else [])
-    if as_json:
-        echo_json({"index": index_dir, "ok": not problems, "checks": checks, "problems": problems})
-    elif problems:
-        for p in problems:
-            click.echo(f"FAIL {p}", err=True)
-    else:
-        click.echo(f"OK {index_dir}: {', '.join(checks)}")
-    if problems:
-        raise SystemExit(1)
+    report_problems(problems, as_json, {"index": index_dir, "checks": checks}, f"OK {index_dir}: {', '.join(checks)}")
