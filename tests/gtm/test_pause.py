@@ -114,7 +114,7 @@ class PauseMachine(RuleBasedStateMachine):
                                       mask_reference(idx, nodes, rr, reqs, gtm, live))
 
 
-TestPauseMachine = PauseMachine.TestCase
+TestPauseMachine = pytest.mark.slow(PauseMachine.TestCase)  # ~90 s: the full suite runs it, the fast loop not
 TestPauseMachine.settings = settings(max_examples=25, stateful_step_count=6, deadline=None)
 
 
