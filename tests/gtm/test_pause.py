@@ -1,7 +1,7 @@
-"""Paused ads on the CPU matcher, against brute force over the active catalog: a hypothesis state machine
-pauses and resumes random ads; after every change, for random users, the post-filter returns exactly the
-eligible active ads, step and mask prune exactly the prefixes with no active ad (with GTM on and off, in both
-top-k selections), and every prefix of an eligible active ad still passes GTM."""
+"""Paused ads and swaps on the CPU matcher, against brute force over the active catalog: a hypothesis state machine
+pauses and resumes random ads and swaps to another catalog's index; after every change, for random users, the
+post-filter returns exactly the eligible active ads, step and mask prune exactly the prefixes with no active ad
+(with GTM on and off, in both top-k selections), and every prefix of an eligible active ad still passes GTM."""
 
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ N_ADS = 90
 
 
 @functools.lru_cache(maxsize=None)
-def _index(mode: str):
-    """One small index per partition mode, built once for the whole machine run."""
+def _index(mode: str, seed: int = 7):
+    """One small index per partition mode and catalog seed, built once for the whole machine run."""
     kw = dict(MODES)[mode]
     work = Path(tempfile.mkdtemp(prefix="gtmkit-pause-"))
-    table = random_catalog(7, n_ads=N_ADS, L=3, V=5, n_sids=30)
+    table = random_catalog(seed, n_ads=N_ADS, L=3, V=5, n_sids=30)
     sd = schema_dict(L=3, V=5)
     idx = gtmkit.build_index(write(work, table, sd), work / "idx", partition=mode, **kw)
     from gtmkit.formats.schema import parse_schema
@@ -40,10 +40,19 @@ def _index(mode: str):
 class PauseMachine(RuleBasedStateMachine):
     @initialize(mode=st.sampled_from([m for m, _ in MODES]), seed=st.integers(0, 2**32 - 1))
     def start(self, mode, seed):
+        self.mode = mode
         self.idx, self.rows, self.schema = _index(mode)
         self.m = Matcher(self.idx)
         self.paused = set()
         self.rng = np.random.default_rng(seed)
+        self.ids = [ad["ad_id"] for ad in self.rows]
+
+    @rule(catalog=st.sampled_from([7, 8]))
+    def swap(self, catalog):
+        """Another catalog's index (or a reload of this one): served from the next call, nothing paused in it."""
+        self.idx, self.rows, self.schema = _index(self.mode, catalog)
+        assert self.m.swap(self.idx) == self.idx.version
+        self.paused = set()
         self.ids = [ad["ad_id"] for ad in self.rows]
 
     @rule(pick=st.lists(st.integers(0, N_ADS - 1), max_size=40))
@@ -72,6 +81,7 @@ class PauseMachine(RuleBasedStateMachine):
         if not hasattr(self, "m"):
             return
         idx, m, rng = self.idx, self.m, self.rng
+        assert m.version == idx.version
         active = [ad for ad in self.rows if ad["ad_id"] not in self.paused]
         live = live_nodes(idx, {ad["sid"] for ad in active})
         assert m.num_paused == len(self.paused)
