@@ -12,8 +12,6 @@ import numpy as np
 from numba import njit
 
 
-
-
 @njit(cache=True, nogil=True)
 def subtree_ad_counts(node_offsets, sid_ad_offsets, first_leaf, num_nodes):
     """int32 [num_nodes]: ads of the SIDs below each node (a leaf: its SID's). Children have larger BFS ids
@@ -60,18 +58,16 @@ class LiveAds:
 
     def __init__(self, index):
         self.index = index
-        self.node_offsets = np.asarray(index.node_offsets, np.int64)
-        self.sid_ad_offsets = np.asarray(index.sid_ad_offsets, np.int64)
-        self.first_leaf = index.first_leaf
+        node_offsets = np.asarray(index.node_offsets, np.int64)
+        sid_ad_offsets = np.asarray(index.sid_ad_offsets, np.int64)
         self.active = np.ones(index.num_ads, np.uint8)
-        self.counts = subtree_ad_counts(self.node_offsets, self.sid_ad_offsets, self.first_leaf, index.num_nodes)
+        self.counts = subtree_ad_counts(node_offsets, sid_ad_offsets, index.first_leaf, index.num_nodes)
         # each row's leaf and each node's parent, so that a change walks its path by direct reads (a binary search
         # a level made 100k pauses take ~110 ms of cache misses); 4 bytes a row and a node
-        self.row_leaf = np.repeat(np.arange(self.first_leaf, index.num_nodes, dtype=np.int32),
-                                  np.diff(self.sid_ad_offsets))
+        self.row_leaf = np.repeat(np.arange(index.first_leaf, index.num_nodes, dtype=np.int32), np.diff(sid_ad_offsets))
         self.parent = np.empty(index.num_nodes, np.int32)
         self.parent[0] = -1
-        self.parent[1:] = np.repeat(np.arange(len(self.node_offsets) - 1, dtype=np.int32), np.diff(self.node_offsets))
+        self.parent[1:] = np.repeat(np.arange(len(node_offsets) - 1, dtype=np.int32), np.diff(node_offsets))
         self.num_paused = 0
         self.version = 0  # changes made: a cache of anything that depends on them (a root mask) keys on it
         self._lock = threading.Lock()
@@ -96,4 +92,3 @@ class LiveAds:
         """int64: ids of the paused ads, ascending."""
         rows = np.flatnonzero(self.active == 0)
         return np.sort(np.asarray(self.index.sid_ad_ids, np.int64)[rows])
-

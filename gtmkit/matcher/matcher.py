@@ -257,7 +257,7 @@ class IndexMatcher:
             raise GtmkitError(f"leaf_nodes must be [num_requests={q.size}, M], got {list(leaves.shape)}")
         # Room for every ad of the SIDs, then one pass that tests and writes: a count pass before the fill would
         # see another pause state than the fill if a pause came between them (paused ads: design.md §9)
-        sao = np.asarray(self.index.sid_ad_offsets, np.int64)
+        sao = self.arrays.sid_ad_offsets
         s = leaves - self.first_leaf
         inside = (s >= 0) & (s < len(sao) - 1)
         s = np.where(inside, s, 0)
