@@ -10,7 +10,8 @@
 #             seconds (default 500), a test past RC_TEST_LIMIT seconds (default 75) failing as a timeout
 #                                                                                  -> racecheck_each.log
 #   racecheck-kernels  racecheck over benchmarks/tools/racecheck_kernels.py: every kernel path once on small
-#             inputs, in one process                                              -> racecheck_kernels.log
+#             inputs, in one process (RC_PARTS: the parts to run, e.g. "search masks trie"; all by default)
+#                                                                                  -> racecheck_kernels.log
 #   bench     benchmarks/trie.py (10M keys) while the 15M-ad index builds, then benchmarks/step_gpu.py on it
 #             (without torch.compile)          -> step_gpu_<host>.{json,md}, bench.log, trie.tgz (trie_<host>.*)
 # <host> is the GPU's short name (h200; HOST_KIND overrides it); copy the files to benchmarks/results/ to publish them.
@@ -18,7 +19,8 @@
 # ~20 minutes)
 set -o pipefail
 # the test files: GPU_TESTS are gpu-marked (and sanitized), NVCC_TESTS need nvcc only
-GPU_TESTS=(tests/cuda/test_matcher_gpu.py tests/cuda/test_trie_gpu.py tests/integrations/test_transformers.py)
+GPU_TESTS=(tests/cuda/test_matcher_gpu.py tests/cuda/test_pause_gpu.py tests/cuda/test_trie_gpu.py
+           tests/integrations/test_transformers.py)
 NVCC_TESTS=(tests/cuda/test_kernels_compile.py)
 FIRST_K="hostile or threads"  # sanitized first: the tests most likely to reach past an array
 PART=${1:-all}
@@ -128,9 +130,9 @@ PY
 
 racecheck_kernels() {
   local log="$OUT/racecheck_kernels.log"
-  echo "# $(date -u +%F), $GPU: compute-sanitizer --tool racecheck python3 benchmarks/tools/racecheck_kernels.py" > "$log"
+  echo "# $(date -u +%F), $GPU: compute-sanitizer --tool racecheck python3 benchmarks/tools/racecheck_kernels.py ${RC_PARTS:-}" > "$log"
   timeout --signal=INT --kill-after=20 ${RC_BUDGET:-500} compute-sanitizer --tool racecheck --target-processes all \
-    --print-limit 50 python3 benchmarks/tools/racecheck_kernels.py >> "$log" 2>&1
+    --print-limit 50 python3 benchmarks/tools/racecheck_kernels.py ${RC_PARTS:-} >> "$log" 2>&1
   echo "## exit status $? (124 or 130: stopped at the time budget)" >> "$log"
   tail -4 "$log"
 }

@@ -8,7 +8,8 @@ Paths: the fused and the multi-launch step (GTM on and off, the candidate count 
 layout; mask; exact and inexact post-filter; prefix_nodes; beam search, and its CUDA graph with and without
 PDL and fused history; the decoder masking's one-launch and three-launch paths at every depth; the succinct
 trie's NAR search (host and device proposals, several beam widths, many candidates), its AR stepper and its
-resident server. Each line printed names a path that ran; the last line says how many."""
+resident server. Each line printed names a path that ran; the last line says how many. Arguments name the parts
+to run (matcher, pause, search, masks, trie; all by default), so that a sanitizer's time budget can be split."""
 
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-def main() -> int:
+PARTS = ("matcher", "pause", "search", "masks", "trie")
+
+
+def main(parts=PARTS) -> int:
     import cupy as cp
     cp.cuda.set_allocator(None)  # each array its own allocation, as under the sanitized tests
     cp.cuda.set_pinned_memory_allocator(None)
 
-    import gtmkit
     from gtmkit.matcher.served import Matcher
     from support.catalogs import random_user
     from support.indexes import MODES, _build
@@ -45,7 +48,7 @@ def main() -> int:
     rng = np.random.default_rng(1)
     hopper = int(cp.cuda.Device().compute_capability[:-1]) >= 9
     steps = ["fused", "multi"] if hopper else ["multi"]
-    for mode, kw in MODES:
+    for mode, kw in MODES if "matcher" in parts else ():
         idx, _, _ = _build(tmp, 70, mode, kw, n_ads=300, L=3, V=9)
         reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
         for path in steps:
@@ -63,11 +66,40 @@ def main() -> int:
             sids = np.stack([idx.leaf_sid(int(x)) for x in leaves[0]])
             m.prefix_nodes(cp.asarray(sids), cp.zeros(idx.sid_length + 1, cp.int64), start=0)
             did(f"prefix_nodes {mode} {path}")
-    _search(tmp, steps, did)
-    _decoder_masks(tmp, steps, did)
-    _trie(did)
+    if "pause" in parts:
+        _paused(tmp, steps, did)
+    if "search" in parts:
+        _search(tmp, steps, did)
+    if "masks" in parts:
+        _decoder_masks(tmp, steps, did)
+    if "trie" in parts:
+        _trie(did)
     print(f"{len(ran)} kernel paths ran", flush=True)
     return 0
+
+
+def _paused(tmp, steps, did) -> None:
+    """The step, mask and post-filter with paused ads (the kernels' liveness paths)."""
+    from gtmkit.matcher.served import Matcher
+    from support.catalogs import random_user
+    from support.indexes import _build
+    from support.step_cases import step_case
+
+    rng = np.random.default_rng(2)
+    idx, table, _ = _build(tmp, 72, "static", {"k": [2, 3, 2]}, n_ads=300, L=3, V=9, name="paused")
+    ids = np.asarray(table.column("ad_id").to_numpy(), np.int64)
+    reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
+    for path in steps:
+        m = Matcher(idx, "cuda", cuda_step=path)
+        m.pause_ads(ids[::2])
+        for depth in range(idx.sid_length):
+            nodes, rr, lp, bs = step_case(idx, rng, 3, 5, depth)
+            for gtm, count in ((True, True), (False, False)):
+                m.step(nodes, lp, bs, rr, reqs, 4, gtm=gtm, count_candidates=count)
+            m.mask(nodes, rr, reqs, False)
+        m.postfilter(rng.integers(idx.first_leaf, idx.num_nodes, size=(3, 6)), reqs)
+        m.resume_ads(ids[::4])
+        did(f"paused ads {path}")
 
 
 def _search(tmp, steps, did) -> None:
@@ -77,11 +109,11 @@ def _search(tmp, steps, did) -> None:
     from gtmkit.synth import synth_users, write_catalog
     from gtmkit.synth.logits_cuda import GpuSyntheticDecoder
 
-    cat, _ = write_catalog(tmp / "synth.parquet", 20_000, seed=1)
+    cat, _ = write_catalog(tmp / "synth.parquet", 5_000, seed=1)
     idx = gtmkit.build_index(cat, tmp / "synth-index", partition="static", k=[1, 4, 4, 2])
     users = synth_users(idx.manifest["schema"], 3, seed=2)
     reqs = [idx.encode_request(u) for u in users]
-    sizes = (1, 32, 64, 64)
+    sizes = (1, 16, 32, 32)
     for path in steps:
         m = Matcher(idx, "cuda", cuda_step=path)
         gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
@@ -154,4 +186,7 @@ def _trie(did) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    unknown = set(sys.argv[1:]) - set(PARTS)
+    if unknown:
+        sys.exit(f"unknown parts: {', '.join(sorted(unknown))} (parts: {', '.join(PARTS)})")
+    sys.exit(main(tuple(sys.argv[1:]) or PARTS))

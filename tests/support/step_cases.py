@@ -28,6 +28,11 @@ def step_case(idx, rng, B, per_req, depth, kind="normal"):
     return nodes, rr, lp, bs
 
 
+def host(x):
+    """A device array (CuPy's, which refuses implicit conversion) or a host one, as numpy."""
+    return x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else np.asarray(x)
+
+
 def steps_agree(cpu, gpu, idx, rng, reqs, cases, flags, n=0, context=()):
     """Every depth's step cases (per_req, k, kind) on both matchers, (gtm, count) from flags in turn from the n-th:
     equal outputs. -> the next n."""
@@ -39,5 +44,5 @@ def steps_agree(cpu, gpu, idx, rng, reqs, cases, flags, n=0, context=()):
             a = cpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
             b = gpu.step(nodes, lp, bs, rr, reqs, k, gtm=gtm, count_candidates=count)
             for name, x, y in zip(a._fields, a, b):
-                assert np.array_equal(x, np.asarray(y)), (*context, depth, kind, gtm, count, name)
+                assert np.array_equal(x, host(y)), (*context, depth, kind, gtm, count, name)
     return n
