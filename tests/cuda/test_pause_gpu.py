@@ -62,9 +62,9 @@ def test_graph_follows_pauses_without_recapture(tmp_path, path):
     m = Matcher(idx, "cuda", cuda_step=path)
     sizes = (1, 32, 64, 64)
     g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
-    first = g.replay()
-    _same(first, gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes))
-    leaves = [int(n) for n in cp.asnumpy(first.leaf_nodes[0])[:8] if n >= 0]
+    before = gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
+    _same(g.replay(), before)
+    leaves = [int(n) for n in cp.asnumpy(before.leaf_nodes[0])[:8] if n >= 0]
     gone = np.concatenate([idx.sid_ads(n) for n in leaves])
     ids = np.asarray(idx.artifact.array("ad_ids_sorted"), np.int64)
     rng = np.random.default_rng(3)
@@ -75,7 +75,7 @@ def test_graph_follows_pauses_without_recapture(tmp_path, path):
         if op == "pause":
             assert not set(leaves) & set(cp.asnumpy(r.leaf_nodes).ravel().tolist())
             assert not set(gone.tolist()) & set(cp.asnumpy(r.ads).ravel().tolist())
-    _same(g.replay(), first)
+    _same(g.replay(), before)  # every ad active again
 
 
 def test_searches_on_gpu_while_swapping_and_pausing(tmp_path):
