@@ -9,7 +9,7 @@ layout; mask; exact and inexact post-filter; prefix_nodes; beam search, and its 
 PDL and fused history; the decoder masking's one-launch and three-launch paths at every depth; the succinct
 trie's NAR search (host and device proposals, several beam widths, many candidates), its AR stepper and its
 resident server. Each line printed names a path that ran; the last line says how many. Arguments name the parts
-to run (matcher, pause, search, masks, trie; all by default), so that a sanitizer's time budget can be split."""
+to run (matcher, pause, search, masks, trie, server; all by default), so that a sanitizer's time budget can be split."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-PARTS = ("matcher", "pause", "search", "masks", "trie")
+PARTS = ("matcher", "pause", "search", "masks", "trie", "server")
 
 
 def main(parts=PARTS) -> int:
@@ -74,6 +74,8 @@ def main(parts=PARTS) -> int:
         _decoder_masks(tmp, steps, did)
     if "trie" in parts:
         _trie(did)
+    if "server" in parts:
+        _server(did)
     print(f"{len(ran)} kernel paths ran", flush=True)
     return 0
 
@@ -155,18 +157,23 @@ def _decoder_masks(tmp, steps, did) -> None:
     del gtmkit
 
 
-def _trie(did) -> None:
-    import cupy as cp
-
+def _small_trie():
+    """A 50k-key succinct trie and two queries of proposals over 6 steps."""
     from gtmkit.indexer.succinct.trie import SuccinctTrie
-    from gtmkit.matcher.succinct import search_cuda as tsc
-    from gtmkit.matcher.succinct.search import trie_beam_search, trie_beam_stepper
-    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
     from gtmkit.synth.keys import synth_keys
     from gtmkit.synth.proposals import synth_proposals
 
     trie = SuccinctTrie.build(synth_keys(50_000, seed=3))
-    tokens, logp = synth_proposals(trie, 2, 6, 600, seed=5)
+    return (trie, *synth_proposals(trie, 2, 6, 600, seed=5))
+
+
+def _trie(did) -> None:
+    import cupy as cp
+
+    from gtmkit.matcher.succinct import search_cuda as tsc
+    from gtmkit.matcher.succinct.search import trie_beam_search, trie_beam_stepper
+
+    trie, tokens, logp = _small_trie()
     for bw in (4, 1000, 3000):
         trie_beam_search(trie, tokens, logp, bw, device="cuda")
         did(f"trie search bw={bw}")
@@ -179,7 +186,14 @@ def _trie(did) -> None:
         st.step(rng.integers(0, 600, (1, 8, 5)), rng.standard_normal((1, 8, 5)).astype(np.float32))
     st.result()
     did("trie AR stepper")
-    with TrieSearchServer(trie, 100, 6, 600) as srv:
+
+
+def _server(did) -> None:
+    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
+
+    trie, tokens, logp = _small_trie()
+    # the resident kernel polls for work: under racecheck an answer takes minutes, not the default 10 s
+    with TrieSearchServer(trie, 100, 6, 600, timeout=600.0) as srv:
         srv.search(tokens[0], logp[0])
         srv.search(tokens[1], logp[1])
     did("trie server")
