@@ -182,7 +182,7 @@ class Index:
     def ad_rows(self, ad_ids) -> np.ndarray:
         """Ad-level row (position in sid_ad_ids) of each ad id; RequestError for unknown ids and for ids
         that are not int64 integers."""
-        ad_ids = _int64s(ad_ids, "ad id")
+        ad_ids = int64_ids(ad_ids, "ad id")
         sorted_ids = self.artifact.array("ad_ids_sorted")
         # looked up in ascending order, each search starting where the last ended (random ids each missed the
         # cache all the way down: 100k ids took 80 ms of a 15M-ad index, in order 15 ms)
@@ -199,7 +199,7 @@ class Index:
 
     def eligible_rows(self, rows: np.ndarray, request: Request) -> np.ndarray:
         """Exact eligibility of ad-level rows (each in [0, num_ads)) -> bool array."""
-        rows = _int64s(rows, "ad row")
+        rows = int64_ids(rows, "ad row")
         outside = (rows < 0) | (rows >= self.num_ads)
         if outside.any():
             raise RequestError(f"ad row {int(rows[np.flatnonzero(outside)[0]])} outside [0, {self.num_ads})")
@@ -255,7 +255,7 @@ def _int_id(x, what: str) -> int:
     return int(x)
 
 
-def _int64s(x, what: str) -> np.ndarray:
+def int64_ids(x, what: str) -> np.ndarray:
     """1-d int64 of integer ids; floats, bools, strings and ids beyond int64 refused with the first of them."""
     try:
         a = np.asarray(x)

@@ -28,28 +28,23 @@ def subtree_ad_counts(node_offsets, sid_ad_offsets, first_leaf, num_nodes):
 
 
 @njit(cache=True, nogil=True)
-def _set_rows(row_leaf, parent, rows, to_active, active, counts, out_rows, out_nodes):
+def _set_rows(row_leaf, parent, rows, to_active, active, counts):
     """Set ad rows active (to_active) or paused; a row already so is left. Each change adds +-1 to the counts
-    on its path from leaf to root (row_leaf: each row's leaf; parent: each node's, -1 at the root). -> (rows
-    changed, nodes touched): the rows in out_rows, the nodes of their paths in out_nodes (room for L + 1 a row),
-    for a copy on the GPU to follow."""
+    on its path from leaf to root (row_leaf: each row's leaf; parent: each node's, -1 at the root). -> rows
+    changed."""
     changed = 0
-    touched = 0
     delta = 1 if to_active else -1
     for i in range(rows.shape[0]):
         r = rows[i]
         if (active[r] != 0) == to_active:
             continue
         active[r] = 1 if to_active else 0
-        out_rows[changed] = r
         changed += 1
         node = row_leaf[r]
         while node >= 0:
             counts[node] += delta
-            out_nodes[touched] = node
-            touched += 1
             node = parent[node]
-    return changed, touched
+    return changed
 
 
 class LiveAds:
@@ -72,19 +67,14 @@ class LiveAds:
         self.version = 0  # changes made: a cache of anything that depends on them (a root mask) keys on it
         self._lock = threading.Lock()
 
-    def set_active(self, ad_ids, active: bool, device=None) -> int:
-        """Resume (active) or pause the ads with these ids; unknown ids are refused before any change.
-        device: a CudaBackend whose copies of the arrays get the changed entries. -> ads whose state changed."""
+    def set_active(self, ad_ids, active: bool) -> int:
+        """Resume (active) or pause the ads with these ids; unknown ids are refused before any change. -> ads
+        whose state changed."""
         # RequestError names the first unknown id; rows in order: the writes then walk memory forward
         rows = np.sort(self.index.ad_rows(ad_ids))
-        out_rows = np.empty(len(rows), np.int64)
-        out_nodes = np.empty(len(rows) * (self.index.sid_length + 1), np.int64)
         with self._lock:
-            changed, touched = _set_rows(self.row_leaf, self.parent, rows, bool(active), self.active, self.counts,
-                                         out_rows, out_nodes)
+            changed = _set_rows(self.row_leaf, self.parent, rows, bool(active), self.active, self.counts)
             self.num_paused += -changed if active else changed
-            if changed and device is not None:
-                device.sync_live(self, out_rows[:changed], out_nodes[:touched])
             self.version += 1
         return int(changed)
 

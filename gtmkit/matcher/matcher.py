@@ -304,16 +304,20 @@ class IndexMatcher:
         return live.paused_ids() if live is not None else np.zeros(0, np.int64)
 
     def _set_active(self, ad_ids, active: bool) -> int:
-        """The paused-ad state is made at the first pause (until then the kernels skip the checks); on the GPU
-        each change is copied to the device before this returns."""
+        """The paused-ad state is made at the first pause (until then the kernels skip the checks); on the GPU it
+        is kept and changed on the device only (cuda/live.py), and a change is done when this returns."""
         with self._live_lock:
             if self._live_ads is None:
-                from .live import LiveAds
-                live = LiveAds(self.index)
-                self.arrays = self.arrays._replace(live=np.ones(1, np.int32), node_live=live.counts,
-                                                   ad_active=live.active)
-                self._live_ads = live
-        return self._live_ads.set_active(ad_ids, active, self.cuda)
+                if self.cuda is not None:
+                    from .cuda.live import DeviceLiveAds
+                    self._live_ads = DeviceLiveAds(self.cuda, self.index)
+                else:
+                    from .live import LiveAds
+                    live = LiveAds(self.index)
+                    self.arrays = self.arrays._replace(live=np.ones(1, np.int32), node_live=live.counts,
+                                                       ad_active=live.active)
+                    self._live_ads = live
+        return self._live_ads.set_active(ad_ids, active)
 
     @property
     def live_version(self) -> int:

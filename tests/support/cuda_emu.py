@@ -117,6 +117,11 @@ template <class T, class V> static inline T atomicMax(T* a, V v) {
     while (old < (T)v && !__atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
     return old;
 }
+template <class T, class V> static inline T atomicMin(T* a, V v) {
+    T old = __atomic_load_n(a, __ATOMIC_SEQ_CST);
+    while (old > (T)v && !__atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return old;
+}
 template <class T, class V, class W> static inline T atomicCAS(T* a, V expected, W v) {
     T old = (T)expected;
     __atomic_compare_exchange_n(a, &old, (T)v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -224,7 +229,8 @@ KERNEL_RE = re.compile(r'extern "C" __global__ void\s+(?:__\w+__\([^)]*\)\s*)*(\
 # None: any dtype)
 SCALARS = {"int": np.int32, "float": np.float32, "double": np.float64, "i64": np.int64, "u64": np.uint64}
 POINTEES = {"int": np.int32, "float": np.float32, "double": np.float64, "i64": np.int64, "u64": np.uint64,
-            "u32": np.uint32, "unsigned": np.uint32, "void": None, "char": None}
+            "u32": np.uint32, "unsigned": np.uint32, "void": None, "char": None,
+            "unsigned char": np.uint8}
 
 
 def kernel_signatures(source: str) -> dict:

@@ -7,8 +7,10 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 import gtmkit
+from gtmkit.errors import RequestError
 from gtmkit.formats.schema import parse_schema
 from gtmkit.matcher.beam import beam_search
 from gtmkit.matcher.served import Matcher
@@ -30,14 +32,19 @@ def check_pauses(idx, table, cpu, gpu) -> None:
     reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
     sid_ads = [idx.sid_ads(n) for n in range(idx.first_leaf, idx.num_nodes)]
     whole = np.concatenate([a for a in sid_ads[::2]])
-    rounds = [("pause", whole), ("pause", rng.choice(ids, 120, replace=False)),
+    some = rng.choice(ids, 120, replace=False)
+    rounds = [("pause", whole), ("pause", np.concatenate([some, some[::-3]])),  # an id listed twice counts once
               ("resume", rng.choice(ids, 80, replace=False)), ("resume", ids)]
     flags = [(True, False), (False, False), (True, True), (False, True)]  # (gtm, count) in turn
     n = 0
     for op, pick in rounds:
-        for m in (cpu, gpu):
-            getattr(m, op + "_ads")(pick)
+        assert getattr(cpu, op + "_ads")(pick) == getattr(gpu, op + "_ads")(pick)
+        unknown = int(ids.max()) + 1
+        for m in (cpu, gpu):  # refused whole, naming the unknown id
+            with pytest.raises(RequestError, match=f"unknown ad id {unknown}"):
+                getattr(m, op + "_ads")(np.append(ids[:5], unknown))
         assert gpu.num_paused == cpu.num_paused
+        assert np.array_equal(gpu.paused_ads(), cpu.paused_ads())
         assert np.array_equal(host(gpu.cuda.d["node_live"]), cpu.arrays.node_live)
         assert np.array_equal(host(gpu.cuda.d["ad_active"]), cpu.arrays.ad_active)
         n = steps_agree(cpu, gpu, idx, rng, reqs, [(6, 5, "normal"), (9, 40, "ties")], flags, n, (op,))

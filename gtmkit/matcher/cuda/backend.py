@@ -139,23 +139,6 @@ class CudaBackend:
         # a CuPy int64 [B, FUSED_PROF_W] array: the fused step's phase timestamps, with load_fused(profile=True)
         self.profile = None
 
-    # --- paused ads (matcher/live.py) --------------------------------------------------------
-    def sync_live(self, live, rows, nodes) -> None:
-        """The device copies of live's arrays after a pause or resume: at the first, whole (and pointed to by the
-        tables); after, only the changed rows and the touched nodes. The live flag is set last, and the writes
-        are waited for, so the next call on any stream sees all of them."""
-        d = self.d
-        if d["node_live"].shape[0] != live.counts.shape[0]:
-            d["node_live"], d["ad_active"] = cp.asarray(live.counts), cp.asarray(live.active)
-            self.params[17] = _ptr(d["node_live"])
-            self.ad_params[11] = _ptr(d["ad_active"])
-            self.nbytes += int(d["node_live"].nbytes + d["ad_active"].nbytes)
-            d["live"].fill(1)
-        else:
-            d["node_live"][cp.asarray(nodes)] = cp.asarray(live.counts[nodes])
-            d["ad_active"][cp.asarray(rows)] = cp.asarray(live.active[rows])
-        cp.cuda.get_current_stream().synchronize()
-
     def load_fused(self, profile: bool = False) -> None:
         """The fused step at this backend's cluster and block size; profile=True: the build that records its phase
         timestamps into self.profile when that is set (-DPROFILE=1: profiling tools only)."""
