@@ -58,7 +58,7 @@ def _timed(fn) -> float:
 
 
 def run_device(idx, device: str, n_pause: int, rounds: int, searches: int) -> dict:
-    ids = np.asarray(idx.artifact.array("ad_ids_sorted"), np.int64)
+    ids = np.asarray(idx.ad_ids_sorted, np.int64)
     rng = np.random.default_rng(5)
     users = synth_users(idx.manifest["schema"], B, seed=11)
     steady, paused = Matcher(idx, device), Matcher(idx, device)

@@ -21,3 +21,7 @@ class ArtifactError(GtmkitError):
 
 class RequestError(GtmkitError):
     """A request (user dict) names an unknown attribute or carries a value of the wrong type."""
+
+
+class UpdateError(GtmkitError):
+    """A catalog update cannot be applied in place (the index's slack for new ads is used up): rebuild."""

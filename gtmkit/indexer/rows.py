@@ -11,6 +11,7 @@ import numpy as np
 from numba import prange
 
 from ..threads import parallel_njit
+from ..errors import CatalogError
 from ..formats.catalog import Catalog
 from ..formats.schema import Schema
 from ..targeting.semantics import BitmaskLayout, bloom_signature
@@ -61,6 +62,20 @@ def resolve_layout(catalog: Catalog, schema: Schema) -> tuple:
     row_layout = RowLayout(layout.words, tuple(b.words for b in schema.bloom),
                            layout.n_bits + sum(b.bits for b in schema.bloom))
     return layout, code_bits, row_layout
+
+
+def rows_in_layout(catalog: Catalog, schema: Schema, layout: BitmaskLayout, bloom_words: tuple,
+                   order: np.ndarray) -> np.ndarray:
+    """Combined rows (as ad_rows) of a catalog read against an existing index's bit layout (verify --catalog, an
+    update's changed ads); a bitmask value outside the index's domain is a CatalogError naming it."""
+    code_bits = []
+    for j, a in enumerate(schema.bitmask):
+        bits = layout.value_bits(j)
+        missing = [s for s in catalog.allowed[j].dictionary if s not in bits]
+        if missing:
+            raise CatalogError(f"attribute '{a.name}': value {missing[0]!r} is not in the index's domain")
+        code_bits.append(np.array([bits[s] for s in catalog.allowed[j].dictionary], np.int32))
+    return ad_rows(catalog, schema, layout, code_bits, RowLayout(layout.words, tuple(bloom_words), 0), order)
 
 
 @parallel_njit(cache=True)

@@ -9,7 +9,7 @@ import numpy as np
 from numba import prange
 
 from .._bits import lower_bound
-from ..errors import ArtifactError
+from ..errors import ArtifactError, CatalogError
 from ..threads import parallel_njit
 from ..formats import index_format as fmt
 from ..formats.artifact import open_artifact, verify_artifact
@@ -18,7 +18,7 @@ from ..formats.index_checks import index_problems
 from ..formats.schema import parse_schema, resolve_schema
 from ..progress import Progress, report
 from .adindex import reorder_lists
-from .rows import RowLayout, ad_rows
+from .rows import rows_in_layout
 
 
 @parallel_njit(cache=True)
@@ -115,17 +115,12 @@ def catalog_problems(idx, catalog, schema=None, progress: Progress = None) -> li
     if n_sids != idx.num_sids:
         P.append(f"catalog has {n_sids} distinct SIDs, index {idx.num_sids}")
     layout = idx.layout
-    code_bits = []
-    for j, a in enumerate(schema.bitmask):
-        bits = layout.value_bits(j)
-        missing = [s for s in cat.allowed[j].dictionary if s not in bits]
-        if missing:
-            return P + [f"attribute '{a.name}': value {missing[0]!r} is not in the index's domain"]
-        code_bits.append(np.array([bits[s] for s in cat.allowed[j].dictionary], np.int32))
-    rl = RowLayout(layout.words, tuple(b["words"] for b in idx.bloom), 0)
     order = np.empty(idx.num_ads, np.int64)
     order[rows] = np.arange(idx.num_ads)  # catalog row of each ad-level row
-    recomputed = ad_rows(cat, schema, layout, code_bits, rl, order)[:, :layout.words]
+    try:
+        recomputed = rows_in_layout(cat, schema, layout, [b["words"] for b in idx.bloom], order)[:, :layout.words]
+    except CatalogError as exc:  # a value outside the index's domain
+        return P + [str(exc)]
     stored = np.asarray(idx.bitmask_table)[np.asarray(idx.ad_bitmask_ids)]
     if not np.array_equal(recomputed, stored):
         r = int(np.flatnonzero(np.any(recomputed != stored, axis=1))[0])

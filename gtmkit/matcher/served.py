@@ -46,6 +46,33 @@ class Matcher:
             object.__setattr__(self, "_current", new)
         return new.version
 
+    def update_ads(self, changes, progress=None):
+        """Apply changed ads (docs/design.md §9): rows in the catalog's schema, as a Parquet path or a pyarrow
+        Table, each an edit of the ad with its id or a new ad. An updated index is derived from the current one
+        (copy-on-write: unchanged arrays shared) and served from the next call as by `swap`, with the paused ads
+        still paused; its version is the current one's plus "+n". Ads whose SID is not in the trie are left out
+        and listed in the report (a rebuild adds them). UpdateError when the new ads would pass the index's slack
+        (nothing changes then). -> UpdateReport."""
+        from ..indexer.update import read_changes, update_index
+        with self._swap_lock:  # pauses wait, so none is lost between the copy of the paused ads and the switch
+            cur = self._current
+            index, report = update_index(cur.index, read_changes(cur.index, changes, progress))
+            if index is not cur.index:
+                new = IndexMatcher(index, **self._settings)
+                new.pause_ads(cur.paused_ads())  # also makes the live counts: a SID left without ads is pruned
+                object.__setattr__(self, "_current", new)
+        return report
+
+    def pause_ads(self, ad_ids) -> int:
+        with self._swap_lock:
+            return self._current.pause_ads(ad_ids)
+
+    def resume_ads(self, ad_ids) -> int:
+        with self._swap_lock:
+            return self._current.resume_ads(ad_ids)
+
+    pause_ads.__doc__, resume_ads.__doc__ = IndexMatcher.pause_ads.__doc__, IndexMatcher.resume_ads.__doc__
+
     def __getattr__(self, name):
         return getattr(self._current, name)
 

@@ -66,7 +66,7 @@ def test_graph_follows_pauses_without_recapture(tmp_path, path):
     _same(g.replay(), before)
     leaves = [int(n) for n in cp.asnumpy(before.leaf_nodes[0])[:8] if n >= 0]
     gone = np.concatenate([idx.sid_ads(n) for n in leaves])
-    ids = np.asarray(idx.artifact.array("ad_ids_sorted"), np.int64)
+    ids = np.asarray(idx.ad_ids_sorted, np.int64)
     rng = np.random.default_rng(3)
     for op, pick in (("pause", gone), ("pause", rng.choice(ids, len(ids) // 3, replace=False)), ("resume", ids)):
         getattr(m, op + "_ads")(pick)

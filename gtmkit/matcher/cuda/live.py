@@ -33,8 +33,8 @@ class DeviceLiveAds:
                                    index.first_leaf, index.num_nodes)
         # the flags flip by a compare-and-swap of their aligned 4-byte word: the buffer ends on a word
         flags = cp.ones(-(-N // 4) * 4, cp.uint8)
-        self.sorted_ids = cp.asarray(np.asarray(index.artifact.array("ad_ids_sorted"), np.int64))
-        self.rows_by_id = cp.asarray(np.asarray(index.artifact.array("ad_rows_by_id"), np.int32))
+        self.sorted_ids = cp.asarray(np.asarray(index.ad_ids_sorted, np.int64))
+        self.rows_by_id = cp.asarray(np.asarray(index.ad_rows_by_id, np.int32))
         d["node_live"], d["ad_active"] = cp.asarray(counts), flags[:N]
         self._flags = flags
         self._mod = load_module(LIVE_FILE)

@@ -1,0 +1,186 @@
+"""An updated index derived from an index and its changed ads (docs/design.md §9), by copy-on-write: the arrays an
+update does not touch (the trie, most table rows) are the base index's own; the SID->ad map and the ad index are
+rebuilt in one merge (O(ads), no sort of them all); the partition ids and the tables are copied once and grown.
+The base index is left as it was, so calls running on it finish on it."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from ...errors import UpdateError
+from ..adindex import reorder_lists
+from .changes import Changes
+from .unions import grow_unions
+
+DEFAULT_SLACK = 0.01  # new ads an index takes between builds, as a share of its ads at build
+
+
+@dataclass
+class UpdateReport:
+    """What an update did: ads applied (edited: already in the index; added: new), the ids of ads whose SID is
+    not in the trie (left out: a rebuild adds them), partition slots whose union grew, the new ads the index
+    can still take, and the version that serves the result."""
+
+    edited: int = 0
+    added: int = 0
+    unions_grown: int = 0
+    slack_left: int = 0
+    version: str = ""
+    new_sids: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"edited": self.edited, "added": self.added, "unions_grown": self.unions_grown,
+                "slack_left": self.slack_left, "version": self.version, "ads_on_new_sids": len(self.new_sids),
+                "new_sid_ad_ids": [int(x) for x in self.new_sids]}
+
+
+def update_state(index) -> dict:
+    """The index's update record: slack_ads (new ads it may take after its build), added, updates (applied)."""
+    rec = index.manifest.get("updates") or {}
+    slack = rec.get("slack_ads")
+    if slack is None:  # built before updates were recorded: the default share
+        slack = max(1000, int(index.manifest["counts"]["ads"] * DEFAULT_SLACK))
+    return {"slack_ads": int(slack), "added": int(rec.get("added", 0)), "updates": int(rec.get("updates", 0))}
+
+
+@njit(cache=True, nogil=True)
+def _insert_positions(kept_sid, kept_id, sid, ids):
+    """For entries (sid, id) in ascending order: how many kept (sid, id) pairs (ascending) precede each."""
+    out = np.empty(sid.shape[0], np.int64)
+    j = 0
+    for i in range(sid.shape[0]):
+        while j < kept_sid.shape[0] and (kept_sid[j] < sid[i] or (kept_sid[j] == sid[i] and kept_id[j] < ids[i])):
+            j += 1
+        out[i] = j
+    return out
+
+
+def _grow_table(table, extra: int) -> np.ndarray:
+    out = np.empty((table.shape[0] + extra, table.shape[1]), np.uint64)
+    out[:table.shape[0]] = table
+    return out
+
+
+def update_index(index, ch: Changes):
+    """-> (updated Index, UpdateReport); with nothing to apply, (index, report). UpdateError when the new ads
+    would pass the index's slack (nothing changes then)."""
+    state = update_state(index)
+    N, S, L = index.num_ads, index.num_sids, index.sid_length
+    report = UpdateReport(new_sids=ch.ad_ids[ch.leaves < 0].tolist())
+    a = np.flatnonzero(ch.leaves >= 0)  # the entries applied
+    sorted_ids = np.asarray(index.ad_ids_sorted, np.int64)
+    ids = ch.ad_ids[a]
+    pos = np.searchsorted(sorted_ids, ids)
+    exists = (pos < N) & (sorted_ids[np.minimum(pos, N - 1)] == ids)
+    report.edited, report.added = int(exists.sum()), int((~exists).sum())
+    left = state["slack_ads"] - state["added"]
+    if report.added > left:
+        raise UpdateError(f"{report.added} new ads, but the index takes {left} more before a rebuild (slack "
+                          f"{state['slack_ads']}, {state['added']} added since its build): rebuild it")
+    report.slack_left = left - report.added
+    if len(a) == 0:
+        report.version = index.version
+        return index, report
+    rows_by_id = np.asarray(index.ad_rows_by_id, np.int64)
+    off = np.asarray(index.sid_ad_offsets, np.int64)
+    sid_ids = np.asarray(index.sid_ad_ids, np.int64)
+    row_sid = np.repeat(np.arange(S, dtype=np.int64), np.diff(off))
+    keep = np.ones(N, bool)
+    keep[rows_by_id[pos[exists]]] = False  # an edited ad's row is replaced by its new one
+    kept = np.flatnonzero(keep)
+
+    # the changed ads in (SID, id) order, merged into the kept rows: src numbers the new ad-level rows' sources,
+    # [0, N) a row of the index, N + i change entry a[i]
+    e_sid = ch.leaves[a] - index.first_leaf
+    order = np.lexsort((ids, e_sid))
+    ins = _insert_positions(row_sid[kept], sid_ids[kept], e_sid[order], ids[order]) + np.arange(len(a))
+    n_new = len(kept) + len(a)
+    is_new = np.zeros(n_new, bool)
+    is_new[ins] = True
+    src = np.empty(n_new, np.int64)
+    src[ins] = N + order
+    src[~is_new] = kept
+    final_row = np.full(N + len(a), -1, np.int64)
+    final_row[src] = np.arange(n_new)
+
+    new = copy.copy(index)
+    new.num_ads = n_new
+    new.sid_ad_ids = np.concatenate([sid_ids, ids])[src]
+    counts = np.bincount(np.concatenate([row_sid, e_sid])[src], minlength=S)
+    new.sid_ad_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    # the id lookup: rows moved by the merge, edited ads at their new rows, new ids inserted in order
+    rbi = final_row[rows_by_id]
+    rbi[pos[exists]] = final_row[N + np.flatnonzero(exists)]
+    fresh = np.flatnonzero(~exists)
+    fresh = fresh[np.argsort(ids[fresh], kind="stable")]
+    at = np.searchsorted(sorted_ids, ids[fresh])
+    new.ad_ids_sorted = np.insert(sorted_ids, at, ids[fresh])
+    new.ad_rows_by_id = np.insert(rbi, at, final_row[N + fresh]).astype(np.int32)
+
+    # tables and partition ids: copied once, grown; the changed ads' own bitmask rows appended first
+    bm_words = index.layout.words
+    ch_rows = np.ascontiguousarray(ch.rows[a])
+    uniq, inv = np.unique(ch_rows[:, :bm_words], axis=0, return_inverse=True)
+    U = index.bitmask_table.shape[0]
+    room = len(a) * (L + 1)  # at most one new union row a node of each path
+    bm_table = _grow_table(np.asarray(index.bitmask_table), len(uniq) + room)
+    bm_table[U:U + len(uniq)] = uniq
+    new.ad_bitmask_ids = np.concatenate([np.asarray(index.ad_bitmask_ids, np.int32),
+                                         (U + inv.reshape(-1)).astype(np.int32)])[src]
+    bm_used = np.array([U + len(uniq)], np.int64)
+    nb = len(index.bloom)
+    words = np.array([b["words"] for b in index.bloom], np.int64)
+    starts = bm_words + np.concatenate([[0], np.cumsum(words)[:-1]]).astype(np.int64) if nb else np.zeros(0, np.int64)
+    sizes = [t.shape[0] for t in index.bloom_tables]
+    bases = np.concatenate([[0], np.cumsum([s + room for s in sizes])[:-1]]).astype(np.int64) if nb else \
+        np.zeros(0, np.int64)
+    bloom_table = np.zeros((sum(sizes) + nb * room, int(words.max(initial=1))), np.uint64)
+    for b, t in enumerate(index.bloom_tables):
+        bloom_table[bases[b]:bases[b] + sizes[b], :t.shape[1]] = t
+    bloom_used = np.array(sizes, np.int64)
+    part_bm = np.array(index.part_bitmask_ids, np.int32)
+    part_bloom = np.array(index.part_bloom_ids, np.int32).reshape(len(part_bm), nb)
+    layout = index.partition_layout
+    jagged = layout["kind"] == "jagged"
+    report.unions_grown = int(grow_unions(
+        ch.leaves[a], ch_rows, bm_words, starts, words, np.asarray(index.node_offsets, np.int64), jagged,
+        np.asarray(index.part_offsets if jagged else np.zeros(1), np.int64), np.asarray(index.level_offsets, np.int64),
+        np.asarray(layout.get("level_base", [0] * (L + 2)), np.int64),
+        np.asarray(layout.get("level_width", [0] * (L + 1)), np.int64),
+        part_bm, part_bloom, bm_table, bm_used, bloom_table, bases, bloom_used))
+    new.part_bitmask_ids, new.part_bloom_ids = part_bm, part_bloom
+    new.bitmask_table = bm_table[:bm_used[0]]
+    new.bloom_tables = [bloom_table[bases[b]:bases[b] + bloom_used[b], :words[b]] for b in range(nb)]
+
+    # exact lists: the index's, then the changes', gathered in the new row order
+    def merged(old, changed):
+        o_off, o_codes = (np.asarray(x) for x in old)
+        c_off, c_codes = changed
+        return reorder_lists(np.concatenate([o_off[:-1], o_off[-1] + c_off]).astype(np.int64),
+                             np.concatenate([o_codes, c_codes]).astype(np.int32), src)
+
+    new.ad_allow = [merged(index.ad_allow[b], _select(ch.allow[b], a)) for b in range(nb)]
+    new.ad_exclude = [merged(index.ad_exclude[b], _select(ch.exclude[b], a)) for b in range(nb)]
+    new._exact_lists = None
+    new.__dict__["bloom_dictionaries"] = ch.dictionaries
+    rec = {"slack_ads": state["slack_ads"], "added": state["added"] + report.added, "updates": state["updates"] + 1}
+    new.manifest = {**index.manifest, "counts": {**index.manifest["counts"], "ads": n_new}, "updates": rec}
+    base = index.version.split("+")[0]
+    new._version = f"{base}+{rec['updates']}"
+    report.version = new.version
+    return new, report
+
+
+def _select(lists, a):
+    """CSR lists (offsets, codes) of entries a, in that order."""
+    off, codes = lists
+    off = np.asarray(off, np.int64)
+    lens = off[a + 1] - off[a]
+    new_off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    idx = np.repeat(off[a] - new_off[:-1], lens) + np.arange(new_off[-1])
+    return new_off, np.asarray(codes, np.int32)[idx]

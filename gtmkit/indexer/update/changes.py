@@ -1,0 +1,78 @@
+"""An update's changed ads: rows in the catalog's schema, read and validated as a catalog is (formats/catalog.py),
+then put in the terms of the index they update: each ad's leaf (or -1 where its SID is not in the trie), its
+combined targeting row in the index's bit layout, and its Bloom string lists in the index's codes, strings the
+index never met getting the next free codes."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import CatalogError
+from ...formats.catalog import read_catalog
+from ...formats.schema import parse_schema
+from ..adindex import reorder_lists
+from ..rows import rows_in_layout
+from ..verify import walk
+
+
+@dataclass
+class Changes:
+    """n changed ads in input order. ad_ids int64 [n]; leaves int64 [n] (-1: the SID has no path in the trie);
+    rows uint64 [n, width] (bitmask words, then each Bloom attribute's); allow / exclude: per Bloom attribute
+    (offsets int64 [n+1], codes int32) sorted distinct index codes; dictionaries: per Bloom attribute the
+    index's {string: code}, or a larger copy when the changes brought new strings."""
+
+    ad_ids: np.ndarray
+    leaves: np.ndarray
+    rows: np.ndarray
+    allow: list
+    exclude: list
+    dictionaries: list
+
+    @property
+    def size(self) -> int:
+        return len(self.ad_ids)
+
+
+def read_changes(index, changes, progress=None) -> Changes:
+    """changes: a Parquet file, directory or glob in the index's catalog schema, or a pyarrow Table of such rows.
+    Every row is validated as a build does (one CatalogError naming the column and row); a bitmask value outside
+    the index's domain is refused too, since a row in another layout cannot be added without a build."""
+    schema = parse_schema(index.manifest["schema"])
+    if hasattr(changes, "schema") and hasattr(changes, "num_rows"):  # a pyarrow Table
+        import pyarrow.parquet as pq
+        with tempfile.TemporaryDirectory(prefix="gtmkit-changes-") as tmp:
+            path = Path(tmp) / "changes.parquet"
+            pq.write_table(changes, path)
+            try:
+                cat = read_catalog(path, schema, progress)
+            except CatalogError as exc:
+                raise CatalogError(str(exc).replace(str(path), "changes table")) from None
+    else:
+        cat = read_catalog(changes, schema, progress)
+    n = cat.num_ads
+    leaves = walk(np.asarray(index.node_offsets, np.int64), np.asarray(index.child_tokens),
+                  cat.sids.astype(np.int64))
+    rows = rows_in_layout(cat, schema, index.layout, [b["words"] for b in index.bloom], np.arange(n))
+    nbm = len(schema.bitmask)
+    allow, exclude, dictionaries = [], [], []
+    for b, d in enumerate(index.bloom_dictionaries):
+        strings = cat.allowed[nbm + b].dictionary  # excluded lists share it
+        new = [s for s in strings if s not in d]
+        if new:
+            d = dict(d)
+            for s in new:
+                d[s] = len(d)
+        remap = np.array([d[s] for s in strings] + [-1], np.int32)
+        coded = []
+        for lists in (cat.allowed[nbm + b], cat.excluded[nbm + b]):
+            codes = remap[lists.codes] if len(lists.codes) else np.zeros(0, np.int32)
+            coded.append(reorder_lists(lists.offsets, codes, np.arange(n)))
+        allow.append(coded[0])
+        exclude.append(coded[1])
+        dictionaries.append(d)
+    return Changes(np.asarray(cat.ad_ids, np.int64), leaves, rows, allow, exclude, dictionaries)
