@@ -11,7 +11,7 @@ from gtmkit.matcher.served import Matcher
 
 from support.fake_cupy import installed
 from support.indexes import _build
-from support.pause_cases import check_pauses, check_swap
+from support.pause_cases import check_pauses, check_swap, check_update
 
 pytestmark = [pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed"), pytest.mark.emu]
 
@@ -29,3 +29,10 @@ def test_swap_on_gpu_serves_the_new_index(tmp_path, monkeypatch):
     new, _, _ = _build(tmp_path, 77, "static", {"k": [2, 3, 2]}, n_ads=200, L=3, V=9, name="b")
     with installed(monkeypatch) as step:
         check_swap(old, new, Matcher(old, "cuda", **step))
+
+
+@pytest.mark.parametrize("path", ["multi", "fused"])
+def test_updates_on_gpu_equal_cpu(tmp_path, monkeypatch, path):
+    idx, table, _ = _build(tmp_path, 78, "dynamic", {"target_fill": 0.5, "k_max": 3}, n_ads=200, L=3, V=9)
+    with installed(monkeypatch, fused_cluster=2 if path == "fused" else 0) as step:
+        check_update(idx, table, Matcher(idx, "cpu"), Matcher(idx, "cuda", **step))

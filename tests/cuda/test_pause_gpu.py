@@ -19,7 +19,7 @@ import gtmkit  # noqa: E402
 from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 
 from support.indexes import _build  # noqa: E402
-from support.pause_cases import check_pauses, check_swap, serve_while_swapping  # noqa: E402
+from support.pause_cases import check_pauses, check_swap, check_update, serve_while_swapping  # noqa: E402
 
 STEPS = ["fused", "multi"] if int(cp.cuda.Device().compute_capability[:-1]) >= 9 else ["multi"]
 
@@ -29,6 +29,13 @@ STEPS = ["fused", "multi"] if int(cp.cuda.Device().compute_capability[:-1]) >= 9
 def test_pauses_equal_cpu(tmp_path, path, mode, kw):
     idx, table, _ = _build(tmp_path, 75, mode, kw, n_ads=300, L=3, V=9)
     check_pauses(idx, table, Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=path))
+
+
+@pytest.mark.parametrize("path", STEPS)
+@pytest.mark.parametrize("mode,kw", [("static", {"k": [2, 3, 2]}), ("dynamic", {"target_fill": 0.5, "k_max": 3})])
+def test_updates_equal_cpu(tmp_path, path, mode, kw):
+    idx, table, _ = _build(tmp_path, 78, mode, kw, n_ads=300, L=3, V=9)
+    check_update(idx, table, Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=path))
 
 
 @pytest.mark.parametrize("path", STEPS)

@@ -11,7 +11,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -23,6 +22,7 @@ from gtmkit.testing.gtm import catalog_rows, eligible, live_nodes, mask_referenc
 
 from support.catalogs import random_catalog, random_user, schema_dict, write
 from support.indexes import MODES
+from support.pause_cases import changes_for
 
 N_ADS = 90
 
@@ -57,42 +57,14 @@ class PauseMachine(RuleBasedStateMachine):
         self.paused = set()
         self.ids = [ad["ad_id"] for ad in self.rows]
 
-    @rule(seed=st.integers(0, 2**32 - 1), edits=st.integers(0, 6), new=st.integers(0, 6), off_trie=st.integers(0, 2))
+    @rule(seed=st.integers(0, 2**32 - 1), edits=st.integers(0, 6), new=st.integers(1, 6), off_trie=st.integers(0, 2))
     def update(self, seed, edits, new, off_trie):
         """Edited ads (new targeting, some a new SID), new ads on SIDs in the trie and on SIDs it lacks: the
         latter are reported and left out; the rest serve from the next call, paused ads still paused."""
-        rng = np.random.default_rng(seed)
-        n = edits + new + off_trie
-        if n == 0:
-            return
-        changes = random_catalog(seed, n_ads=n, L=3, V=5, n_sids=n).to_pydict()
-        sids = sorted({ad["sid"] for ad in self.rows})
-        off = [s for s in ((a, b, c) for a in range(5) for b in range(5) for c in range(5)) if s not in set(sids)]
-        fresh = iter(x for x in range(10**6, 2 * 10**6) if x not in set(self.ids))
-        edited = rng.choice(self.ids, size=min(edits, len(self.ids)), replace=False).tolist()
-        for i in range(n):
-            if i < len(edited):
-                changes["ad_id"][i] = edited[i]
-                if rng.random() < 0.5:  # a new SID for the ad
-                    changes["sid"][i] = list(sids[int(rng.integers(len(sids)))])
-                else:
-                    changes["sid"][i] = list(next(ad["sid"] for ad in self.rows if ad["ad_id"] == edited[i]))
-            else:
-                changes["ad_id"][i] = next(fresh)
-                pool = sids if i < edits + new or not off else off
-                changes["sid"][i] = list(pool[int(rng.integers(len(pool)))])
-        table = pa.table(changes, schema=random_catalog(0, n_ads=1).schema)
+        table, self.rows, left_out = changes_for(self.rows, self.schema, seed, edits, new, off_trie, L=3, V=5)
         report = self.m.update_ads(table)
-        by_id = {ad["ad_id"]: ad for ad in self.rows}
-        left_out = []
-        for ad in catalog_rows(table, self.schema):
-            if ad["sid"] in set(sids):
-                by_id[ad["ad_id"]] = ad
-            else:
-                left_out.append(ad["ad_id"])
         assert sorted(report.new_sids) == sorted(left_out)
-        assert report.edited + report.added == n - len(left_out)
-        self.rows = list(by_id.values())
+        assert report.edited + report.added == table.num_rows - len(left_out)
         self.ids = [ad["ad_id"] for ad in self.rows]
         self.idx = self.m.current().index
 

@@ -59,6 +59,30 @@ def check_pauses(idx, table, cpu, gpu) -> None:
     assert cpu.num_paused == 0
 
 
+def check_update(idx, table, cpu, gpu) -> None:
+    """The same changes (edits, new ads, an ad on a SID the trie lacks) given to both matchers, with some ads
+    paused before: the GPU matcher serves the updated index as the CPU one does (step, mask, post-filter)."""
+    schema = parse_schema(idx.manifest["schema"])
+    rows = catalog_rows(table, schema)
+    ids = np.asarray(table.column("ad_id").to_numpy(), np.int64)
+    for m in (cpu, gpu):
+        m.pause_ads(ids[::4])
+    changes, _, left_out = changes_for(rows, schema, 5, 20, 20, 2, L=idx.sid_length, V=idx.vocab_size)
+    a, b = cpu.update_ads(changes), gpu.update_ads(changes)
+    assert a.as_dict() == b.as_dict() and sorted(a.new_sids) == sorted(left_out) and gpu.version == a.version
+    assert gpu.num_paused == cpu.num_paused == len(ids[::4])
+    new = gpu.current().index
+    rng = np.random.default_rng(9)
+    reqs = [new.encode_request(random_user(rng)) for _ in range(3)]
+    steps_agree(cpu, gpu, new, rng, reqs, [(6, 5, "normal"), (9, 40, "ties")], [(True, True), (False, False)])
+    for depth in range(new.sid_length):
+        nodes, rr, _, _ = step_case(new, rng, 3, 6, depth, "normal")
+        assert np.array_equal(cpu.mask(nodes, rr, reqs, True), host(gpu.mask(nodes, rr, reqs, True)))
+    leaves = np.tile(np.arange(new.first_leaf, new.num_nodes), (3, 1))
+    for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs), gpu.postfilter(leaves, reqs)):
+        assert np.array_equal(a1, host(a2)) and np.array_equal(r1, host(r2))
+
+
 def check_swap(old, new, gpu) -> None:
     """gpu serves `old`; after gpu.swap(new) its next calls equal the CPU matcher of `new`, a matcher held from
     before still the old one's, each result naming its version."""
@@ -77,6 +101,41 @@ def check_swap(old, new, gpu) -> None:
         leaves = rng.integers(idx.first_leaf, idx.num_nodes, size=(2, 6))
         for (a1, r1), (a2, r2) in zip(cpu.postfilter(leaves, reqs), m_gpu.postfilter(leaves, reqs)):
             assert np.array_equal(a1, host(a2)) and np.array_equal(r1, host(r2))
+
+
+def changes_for(rows, schema, seed, edits, new, off_trie, L, V):
+    """A change table for a catalog (rows: catalog_rows): `edits` of its ads with new targeting (half of them on
+    another of its SIDs), `new` ads on its SIDs and `off_trie` on SIDs it lacks. -> (table, catalog rows after
+    the update, ids of the ads on SIDs it lacks)."""
+    import itertools
+
+    import pyarrow as pa
+    rng = np.random.default_rng(seed)
+    n = edits + new + off_trie
+    changes = random_catalog(seed, n_ads=n, L=L, V=V, n_sids=n).to_pydict()
+    sids = sorted({ad["sid"] for ad in rows})
+    off = [s for s in itertools.product(range(V), repeat=L) if s not in set(sids)][:64]
+    ids = {ad["ad_id"] for ad in rows}
+    fresh = (x for x in itertools.count(10**6) if x not in ids)
+    edited = rng.choice(sorted(ids), size=min(edits, len(ids)), replace=False).tolist()
+    by_id = {ad["ad_id"]: ad for ad in rows}
+    for i in range(n):
+        if i < len(edited):
+            changes["ad_id"][i] = edited[i]
+            sid = sids[int(rng.integers(len(sids)))] if rng.random() < 0.5 else by_id[edited[i]]["sid"]
+        else:
+            changes["ad_id"][i] = next(fresh)
+            pool = sids if i < edits + new or not off else off
+            sid = pool[int(rng.integers(len(pool)))]
+        changes["sid"][i] = list(sid)
+    table = pa.table(changes, schema=random_catalog(0, n_ads=1).schema)
+    left_out = []
+    for ad in catalog_rows(table, schema):
+        if ad["sid"] in set(sids):
+            by_id[ad["ad_id"]] = ad
+        else:
+            left_out.append(ad["ad_id"])
+    return table, list(by_id.values()), left_out
 
 
 def versions(tmp_path, n=3):
@@ -98,14 +157,21 @@ def logits(V, seed):
 
 
 def serve_while_swapping(tmp_path, device: str, seconds: float) -> None:
-    """Four threads search on one Matcher(device) while a fifth swaps between three catalogs built into one path
-    and pauses a third of each one's ads, for `seconds`: no exception; 200 results spread over the run checked by
-    brute force over the catalog of the version they name (a search that a pause overtakes may see it from any
-    call on: each ad it returns is then eligible, and every eligible ad that was never paused is returned)."""
+    """Four threads search on one Matcher(device) while a fifth swaps between three catalogs built into one path,
+    pauses a third of each one's ads and updates it (edits and new ads: version "+1"), for `seconds`: no
+    exception; 200 results spread over the run checked by brute force over the catalog of the version they name
+    (a search that a pause overtakes may see it from any call on: each ad it returns is then eligible, and every
+    eligible ad that was never paused is returned)."""
     versions_, schema = versions(tmp_path, 3)
     by_version = {idx.version: (idx, rows) for idx, rows in versions_}
     assert len(by_version) == 3
     paused_of = {idx.version: {ad["ad_id"] for ad in rows[::3]} for idx, rows in versions_}
+    updates = {}  # base version -> (change table, rows after it)
+    for i, (idx, rows) in enumerate(versions_):
+        table, after, _ = changes_for(rows, schema, 50 + i, 10, 10, 0, L=3, V=6)
+        updates[idx.version] = table
+        by_version[idx.version + "+1"] = (idx, after)
+        paused_of[idx.version + "+1"] = paused_of[idx.version]
     m = Matcher(versions_[0][0], device)
     m.pause_ads(sorted(paused_of[m.version]))
     stop = time.monotonic() + seconds
@@ -132,6 +198,8 @@ def serve_while_swapping(tmp_path, device: str, seconds: float) -> None:
                 m.swap(idx)
                 m.pause_ads(sorted(paused_of[idx.version]))
                 time.sleep(0.01)
+                assert m.update_ads(updates[idx.version]).version == idx.version + "+1"
+                time.sleep(0.01)
         except Exception as exc:
             errors.append(repr(exc))
 
@@ -141,9 +209,10 @@ def serve_while_swapping(tmp_path, device: str, seconds: float) -> None:
     for t in threads:
         t.join()
     assert not errors, errors[:3]
-    assert len({r.version for r, _ in results}) == 3 and len(results) > 20
+    assert len({r.version for r, _ in results}) >= 5 and len(results) > 20
     for res, users in results[::max(1, len(results) // 200)]:  # brute force on 200 spread over the run
-        idx, rows = by_version[res.version]
+        rows = by_version[res.version][1]
+        idx = by_version[res.version.split("+")[0]][0]  # an update keeps the trie
         sids = {ad["sid"] for ad in rows}
         by_id = {ad["ad_id"]: ad for ad in rows}
         for b, (ads, rank) in enumerate(res.ads):
