@@ -64,9 +64,9 @@ def _after(*_args, **_kwargs):
 
 def _register():
     # Imported here so `gtmkit --help` stays cheap and each command file has one job.
-    from .commands import build, demo, eval, match, stats, synth, synth_trie, trie, verify
+    from .commands import build, demo, eval, match, stats, synth, synth_trie, trie, update, verify
 
-    for mod in (synth, build, stats, verify, eval, match, demo, trie):
+    for mod in (synth, build, update, stats, verify, eval, match, demo, trie):
         cli.add_command(mod.command)
     synth_trie.register(synth.command)
 

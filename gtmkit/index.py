@@ -247,6 +247,10 @@ class Index:
         s["format"] = {"name": self.manifest["format"], "version": self.manifest["format_version"],
                        "gtmkit_version": self.manifest.get("gtmkit_version")}
         s["artifact_bytes"] = int(self.artifact.nbytes)
+        s["ads"] = self.num_ads  # the level and table figures stay the build's; counts follow updates
+        u = fmt.update_state(self.manifest)
+        s["updates"] = {"applied": u["updates"], "ads_added": u["added"], "slack_ads": u["slack_ads"],
+                        "slack_left": u["slack_ads"] - u["added"]}
         return s
 
     def __repr__(self) -> str:

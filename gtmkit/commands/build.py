@@ -29,12 +29,15 @@ def parse_k(ctx, param, value):
 @click.option("--target-fill", type=float, help="Dynamic: grow k until the mean fill rate is <= this.")
 @click.option("--k-max", type=int, help="Dynamic: most partitions per node.")
 @sharding_options("CATALOG", "first SID tokens")
+@click.option("--slack", type=click.FloatRange(0, 10), default=None,
+              help="New ads `gtmkit update` may add before a rebuild, as a share of the catalog's ads [default: 0.01, "
+                   "at least 1000 ads].")
 @click.option("-f", "--force", is_flag=True, help="Replace an existing index directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
 def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, workers, scheduler, memory_limit,
-            force, as_json, silent):
+            slack, force, as_json, silent):
     """Build the GTM index of an ad catalog: a Parquet file, a directory of Parquet files (hive partitions
     too) or a quoted glob; rows are read in file path order.
 
@@ -53,7 +56,7 @@ def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, 
     with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client:
         index = build_index(catalog, out_dir, schema=schema, partition=partition, k=k,
                             target_fill=target_fill, k_max=k_max, progress=bar, overwrite=force, shards=shards,
-                            client=client, workers=workers, memory_limit=memory_limit)
+                            client=client, workers=workers, memory_limit=memory_limit, slack=slack)
     stats = index.stats()
     if as_json:
         echo_json(stats)

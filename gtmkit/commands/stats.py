@@ -48,6 +48,10 @@ def print_summary(s: dict) -> None:
         e(f"{'build s':<14}" + "  ".join(f"{k} {v:.2f}" for k, v in bs.items()))
     if "shards" in s:
         e(f"{'built in':<14}{s['shards']} shards")
+    if "updates" in s:
+        u = s["updates"]
+        e(f"{'updates':<14}{u['applied']} applied since the build, {u['ads_added']:,} ads added, "
+          f"{u['slack_left']:,} of {u['slack_ads']:,} new ads left before a rebuild")
 
 
 def plot(s: dict, path: str) -> None:

@@ -34,6 +34,7 @@ class Spec(NamedTuple):
     jagged: bool
     widths: list
     bases: list
+    updated: bool = False  # written by `gtmkit update`: a SID may have lost every ad to an edit
 
 
 def _layout_words(bl: dict) -> int:
@@ -73,7 +74,13 @@ def parse_spec(man: dict) -> Spec:
     V = field(c, "vocab", "counts", int, 1, MAX_VOCAB)
     S, N = field(c, "sids", "counts", int, 1), field(c, "ads", "counts", int, 1)
     nodes, internal = field(c, "nodes", "counts", int, 2), field(c, "internal_nodes", "counts", int, 1)
-    if nodes != internal + S or N < S:
+    updated = False
+    if "updates" in man:
+        u = field(man, "updates", "", dict)
+        updated = field(u, "updates", "updates", int, 0) > 0
+        field(u, "slack_ads", "updates", int, 0)
+        field(u, "added", "updates", int, 0)
+    if nodes != internal + S or (N < S and not updated):
         raise FieldError(f"counts: {nodes} nodes, {internal} internal, {S} SIDs, {N} ads do not add up "
                          "(nodes = internal + SIDs, ads >= SIDs)")
     words = _layout_words(field(man, "bitmask_layout", "", dict))
@@ -86,7 +93,7 @@ def parse_spec(man: dict) -> Spec:
     if kind == "fixed":
         widths = int_list(pl, "level_width", "partition_layout", L + 1, 1)
         bases = int_list(pl, "level_base", "partition_layout", L + 2, 0)
-    return Spec(L, V, S, N, nodes, internal, words, blooms, kind == "jagged", widths, bases)
+    return Spec(L, V, S, N, nodes, internal, words, blooms, kind == "jagged", widths, bases, updated)
 
 
 def schema_problems(man: dict, spec: Spec) -> Iterator[str]:
@@ -254,7 +261,7 @@ def _partition_problems(a: _Arrays, spec: Spec) -> Iterator[str]:
 
 def _ad_problems(a: _Arrays, spec: Spec) -> Iterator[str]:
     so = a("sid_ad_offsets")
-    p = offsets_problem(so, spec.S, spec.N, min_step=1)
+    p = offsets_problem(so, spec.S, spec.N, min_step=0 if spec.updated else 1)
     yield from _say(a, "sid_ad_offsets", p)
     if p is None:
         yield from _say(a, "sid_ad_ids", increasing_within(a("sid_ad_ids"), so))

@@ -19,3 +19,20 @@ def ad_allow(b: int) -> tuple:
 
 def ad_exclude(b: int) -> tuple:
     return f"ad_exclude_offsets_b{b}", f"ad_exclude_codes_b{b}"
+
+
+DEFAULT_SLACK = 0.01  # new ads an index takes between builds (`gtmkit update`), as a share of its ads at build
+
+
+def default_slack_ads(num_ads: int) -> int:
+    return max(1000, int(num_ads * DEFAULT_SLACK))
+
+
+def update_state(manifest: dict) -> dict:
+    """The manifest's update record: slack_ads (new ads the index may take after its build), added (so far),
+    updates (applied so far); an artifact built before the record existed gets the default slack."""
+    rec = manifest.get("updates") or {}
+    slack = rec.get("slack_ads")
+    if slack is None:
+        slack = default_slack_ads(int(manifest["counts"]["ads"]))
+    return {"slack_ads": int(slack), "added": int(rec.get("added", 0)), "updates": int(rec.get("updates", 0))}

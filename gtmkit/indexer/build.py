@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._arrays import offsets_from_lengths
+from ..errors import GtmkitError
 from ..formats import index_format as fmt
 from ..formats.artifact import ArtifactWriter
 from ..formats.catalog import read_catalog
@@ -37,14 +38,15 @@ def choose_partition(schema: Schema, partition, k, target_fill, k_max) -> Partit
 
 def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fill=None, k_max=None,
                 progress: Progress = None, overwrite: bool = False, shards: int = None, client=None,
-                workers: int = None, memory_limit: int = None):
+                workers: int = None, memory_limit: int = None, slack: float = None):
     """Build the GTM index of a Parquet catalog into directory `out_dir` and return it loaded.
 
     schema: Schema, dict, JSON path, or None for `<stem>.schema.json` beside the catalog.
     partition: "none" | "static" (k: one int per SID level, or one int) | "dynamic" (target_fill, k_max);
     None keeps the schema's setting. Any argument given overrides the schema's.
     progress: optional callable (done, total, phase). overwrite=True replaces only a gtmkit artifact (any
-    other file or folder at out_dir is refused). On error out_dir serves what it served before.
+    other file or folder at out_dir is refused). On error out_dir serves what it served before. slack: the new ads
+    `gtmkit update` may add before a rebuild, as a share of the catalog's ads (default: 1%, at least 1000).
 
     Sharded (any of these given; the arrays are the same as without): shards: how many first-token ranges are
     built apart (default: enough that one fits memory_limit bytes, at least one a worker); client: a
@@ -56,10 +58,11 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     schema = resolve_schema(catalog, schema)
     spec = choose_partition(schema, partition, k, target_fill, k_max)
     schema = schema.with_partition(spec)
+    slack = _slack_arg(slack)
     out_dir = check_output(out_dir, overwrite)  # refused before the catalog is read, not after the build
     if shards is not None or client is not None or workers is not None:
         return _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memory_limit, progress,
-                              overwrite, timer)
+                              overwrite, timer, slack)
 
     cat = read_catalog(catalog, schema, progress, check_rows=lambda n: check_fits(
         build_bytes(n, schema.sid_length, least_row_words(schema)), f"{catalog}: building an index of {n} ads"))
@@ -126,12 +129,20 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
            "ad_ids_sorted": ad_ids_sorted, "ad_rows_by_id": ad_rows_by_id}
     with ArtifactWriter(out_dir, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=overwrite) as w:
         write_index(w, catalog, schema, layout, rl, trie, _matcher_columns(spec, level_counts, level_ids, L), tables,
-                    level_stats, ad_level, ads, ad_lists, timer, progress)
+                    level_stats, ad_level, ads, ad_lists, timer, progress, slack=slack)
     return load_index(out_dir, verify=False)
 
 
+def _slack_arg(slack):
+    if slack is None:
+        return None
+    if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not 0 <= slack <= 10:
+        raise GtmkitError(f"slack must be a share of the catalog's ads in [0, 10], got {slack!r}")
+    return float(slack)
+
+
 def _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memory_limit, progress, overwrite,
-                   timer):
+                   timer, slack):
     from ..index import load_index
     from .shards.run import build_sharded, count_arg, runner
     shards = None if shards is None else count_arg(shards, "shards", 1)
@@ -139,7 +150,7 @@ def _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memo
     memory_limit = None if memory_limit is None else count_arg(memory_limit, "memory_limit", 1 << 20)
     run = runner(client, workers, memory_limit)
     try:
-        build_sharded(catalog, out_dir, schema, spec, shards, run, memory_limit, progress, overwrite, timer)
+        build_sharded(catalog, out_dir, schema, spec, shards, run, memory_limit, progress, overwrite, timer, slack)
     finally:
         run.close()
     return load_index(out_dir, verify=False)

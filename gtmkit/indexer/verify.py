@@ -112,8 +112,9 @@ def catalog_problems(idx, catalog, schema=None, progress: Progress = None) -> li
         P.append(f"catalog row {i}: ad {int(cat.ad_ids[i])} is not held by its SID's leaf")
     report(progress, 1, 3, "recompute")
     n_sids = len(np.unique(leaves))
-    if n_sids != idx.num_sids:
-        P.append(f"catalog has {n_sids} distinct SIDs, index {idx.num_sids}")
+    held = int(np.count_nonzero(np.diff(np.asarray(idx.sid_ad_offsets))))  # an update may leave a SID without ads
+    if n_sids != held:
+        P.append(f"catalog has {n_sids} distinct SIDs, index {held} holding ads")
     layout = idx.layout
     order = np.empty(idx.num_ads, np.int64)
     order[rows] = np.arange(idx.num_ads)  # catalog row of each ad-level row

@@ -31,12 +31,14 @@ class Timer:
 
 
 def write_index(w, catalog, schema, layout, rl, trie, matchers: tuple, tables, level_stats, ad_level, ads: dict,
-                ad_lists: list, timer: Timer, progress: Progress = None, build: dict = None) -> None:
+                ad_lists: list, timer: Timer, progress: Progress = None, build: dict = None,
+                slack: float = None) -> None:
     """The index's arrays, statistics and manifest into the open writer w, committed: shared by the
     single-process and the sharded build, which differ only in how they reach these pieces. trie: level_offsets,
     node_offsets, child_tokens, max_degree, num_sids, num_nodes; matchers: (the nodes' partition id arrays, their
     layout); ads: the SID->ad map and ad-id lookup; ad_lists: per Bloom attribute ((allow offsets, codes),
-    (exclude offsets, codes), dictionary); build: how it was built. Arrays the writer already holds (streamed
+    (exclude offsets, codes), dictionary); build: how it was built; slack: the new ads `gtmkit update` may add,
+    as a share of the ads (None: the default). Arrays the writer already holds (streamed
     into it) are not written again."""
     L = schema.sid_length
     part_arrays, part_layout = matchers
@@ -67,6 +69,8 @@ def write_index(w, catalog, schema, layout, rl, trie, matchers: tuple, tables, l
         "partition_layout": part_layout,
         "stats": stats,
         "build": build or {"mode": "single-process"},
+        "updates": {"slack_ads": fmt.default_slack_ads(counts["ads"]) if slack is None else int(slack * counts["ads"]),
+                    "added": 0, "updates": 0},
     }
     for i, (name, arr) in enumerate(arrays.items()):
         if not w.has(name):

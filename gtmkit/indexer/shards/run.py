@@ -102,7 +102,7 @@ def runner(client=None, workers: int | None = None, memory_limit: int | None = N
 
 
 def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memory_limit: int | None,
-                  progress: Progress, overwrite: bool, timer):
+                  progress: Progress, overwrite: bool, timer, slack: float = None):
     """The index of `catalog` built in shards by `run` (InProcess or OnDask) into out_dir."""
     source = open_catalog(catalog, schema)
     total = source.num_rows
@@ -140,7 +140,7 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
                      "files": len(files)}
             write_index(w, catalog, schema, layout, rl, parts["trie"], parts["matchers"], parts["tables"],
                         parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer, progress,
-                        build)
+                        build, slack)
         except BaseException:
             run.close()  # this build's own workers stop before the files they write are removed
             shutil.rmtree(stage, ignore_errors=True)

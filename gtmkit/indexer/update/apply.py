@@ -12,12 +12,10 @@ import numpy as np
 from numba import njit
 
 from ...errors import UpdateError
+from ...formats import index_format as fmt
 from ..adindex import reorder_lists
 from .changes import Changes
 from .unions import grow_unions
-
-DEFAULT_SLACK = 0.01  # new ads an index takes between builds, as a share of its ads at build
-
 
 @dataclass
 class UpdateReport:
@@ -36,15 +34,6 @@ class UpdateReport:
         return {"edited": self.edited, "added": self.added, "unions_grown": self.unions_grown,
                 "slack_left": self.slack_left, "version": self.version, "ads_on_new_sids": len(self.new_sids),
                 "new_sid_ad_ids": [int(x) for x in self.new_sids]}
-
-
-def update_state(index) -> dict:
-    """The index's update record: slack_ads (new ads it may take after its build), added, updates (applied)."""
-    rec = index.manifest.get("updates") or {}
-    slack = rec.get("slack_ads")
-    if slack is None:  # built before updates were recorded: the default share
-        slack = max(1000, int(index.manifest["counts"]["ads"] * DEFAULT_SLACK))
-    return {"slack_ads": int(slack), "added": int(rec.get("added", 0)), "updates": int(rec.get("updates", 0))}
 
 
 @njit(cache=True, nogil=True)
@@ -68,7 +57,7 @@ def _grow_table(table, extra: int) -> np.ndarray:
 def update_index(index, ch: Changes):
     """-> (updated Index, UpdateReport); with nothing to apply, (index, report). UpdateError when the new ads
     would pass the index's slack (nothing changes then)."""
-    state = update_state(index)
+    state = fmt.update_state(index.manifest)
     N, S, L = index.num_ads, index.num_sids, index.sid_length
     report = UpdateReport(new_sids=ch.ad_ids[ch.leaves < 0].tolist())
     a = np.flatnonzero(ch.leaves >= 0)  # the entries applied

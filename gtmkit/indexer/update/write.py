@@ -1,0 +1,43 @@
+"""An updated index written as a new version of its artifact (`gtmkit update`): every array as the updated index
+holds it, the Bloom dictionaries with the strings the changes brought, and the manifest's counts and update
+record; readers of the old version keep it until they close it (docs/design.md §4)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ...formats import index_format as fmt
+from ...formats.artifact import ArtifactWriter
+from ...progress import Progress, report
+
+_KEPT = ("schema", "source", "bitmask_layout", "bloom", "partition_layout", "stats", "build")
+
+
+def write_updated(index, progress: Progress = None):
+    """Write `index` (an Index updated in memory) as the new current version of the artifact it came from."""
+    arrays = {"level_offsets": index.level_offsets, "node_offsets": index.node_offsets,
+              "child_tokens": index.child_tokens, "max_degree": index.max_degree,
+              "part_bitmask_ids": index.part_bitmask_ids, "bitmask_table": index.bitmask_table,
+              "sid_ad_offsets": index.sid_ad_offsets, "sid_ad_ids": index.sid_ad_ids,
+              "ad_bitmask_ids": index.ad_bitmask_ids, "ad_ids_sorted": index.ad_ids_sorted,
+              "ad_rows_by_id": index.ad_rows_by_id}
+    if index.part_offsets is not None:
+        arrays["part_offsets"] = index.part_offsets
+    if index.bloom:
+        arrays["part_bloom_ids"] = index.part_bloom_ids
+    for b in range(len(index.bloom)):
+        arrays[fmt.bloom_table(b)] = index.bloom_tables[b]
+        arrays.update(zip(fmt.ad_allow(b), index.ad_allow[b]))
+        arrays.update(zip(fmt.ad_exclude(b), index.ad_exclude[b]))
+    manifest = {k: index.manifest[k] for k in _KEPT if k in index.manifest}
+    manifest["counts"] = dict(index.manifest["counts"])
+    manifest["updates"] = dict(index.manifest["updates"])
+    with ArtifactWriter(index.path, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=True) as w:
+        for i, (name, arr) in enumerate(arrays.items()):
+            w.add_array(name, arr)
+            report(progress, i + 1, len(arrays), "write")
+        for b, d in enumerate(index.bloom_dictionaries):
+            strings = sorted(d, key=d.get)  # by code
+            w.add_table(fmt.bloom_dict(b), pa.table({"value": pa.array(strings, pa.string())}))
+        w.commit(manifest)
+    return index.path

@@ -1,0 +1,89 @@
+"""`gtmkit update`: changed ads written as the index's new version, checked against the updated catalog by
+`verify --catalog` and brute force; the slack a build sets, reported by `stats`; bad changes refused whole."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from click.testing import CliRunner
+
+import gtmkit
+from gtmkit.cli import cli
+from gtmkit.formats.schema import parse_schema
+from gtmkit.matcher.served import Matcher
+from gtmkit.testing.gtm import catalog_rows, eligible
+
+from support.catalogs import random_catalog, random_user, schema_dict, write
+from support.pause_cases import changes_for
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def _updated_catalog(table, changes, left_out):
+    """The catalog after the update, as one table: the edited rows replaced, the new ads (on known SIDs) added."""
+    changed = set(changes.column("ad_id").to_pylist())
+    keep = [i for i, x in enumerate(table.column("ad_id").to_pylist()) if x not in changed]
+    applied = [i for i, x in enumerate(changes.column("ad_id").to_pylist()) if x not in set(left_out)]
+    return pa.concat_tables([table.take(keep), changes.take(applied)])
+
+
+def test_update_writes_a_version_that_verifies_against_the_updated_catalog(tmp_path):
+    sd = schema_dict(L=3, V=6)
+    schema = parse_schema(sd)
+    table = random_catalog(3, n_ads=200, L=3, V=6, n_sids=60)
+    cat = write(tmp_path, table, sd)
+    out = tmp_path / "idx"
+    assert run("build", cat, "-o", out, "--partition", "dynamic", "-s", "--slack", "0.5").exit_code == 0
+    old = gtmkit.load_index(out)
+    changes, after, left_out = changes_for(catalog_rows(table, schema), schema, 4, 12, 12, 3, L=3, V=6)
+    pq.write_table(changes, tmp_path / "changes.parquet")
+    r = run("update", out, tmp_path / "changes.parquet", "--json")
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert (rep["edited"], rep["added"]) == (12, 12) and sorted(rep["new_sid_ad_ids"]) == sorted(left_out)
+    assert rep["slack_left"] == 100 - 12
+    s = json.loads(run("stats", out, "--json").stdout)
+    assert s["ads"] == 212 and s["updates"] == {"applied": 1, "ads_added": 12, "slack_ads": 100, "slack_left": 88}
+    updated = _updated_catalog(table, changes, left_out)
+    write(tmp_path, updated, sd, "updated.parquet")
+    r = run("verify", out, "--catalog", tmp_path / "updated.parquet")
+    assert r.exit_code == 0, r.output
+    r = run("verify", out, "--catalog", cat)  # the old catalog no longer matches
+    assert r.exit_code == 1
+    # the written version serves exactly the updated catalog; an index loaded before still serves the old one
+    idx = gtmkit.load_index(out)
+    assert idx.version != old.version and old.num_ads == 200
+    rows = catalog_rows(updated, schema)
+    rng = np.random.default_rng(2)
+    m = Matcher(idx)
+    users = [random_user(rng) for _ in range(4)]
+    leaves = np.tile(np.arange(idx.first_leaf, idx.num_nodes), (4, 1))
+    for b, (ads, rank) in enumerate(m.postfilter(leaves, [idx.encode_request(u) for u in users])):
+        want = sorted((idx.find(ad["sid"]) - idx.first_leaf, ad["ad_id"]) for ad in rows if eligible(ad, users[b], schema))
+        assert list(zip(rank.tolist(), ads.tolist())) == want
+
+
+def test_update_past_the_slack_or_with_bad_rows_changes_nothing(tmp_path):
+    sd = schema_dict(L=3, V=6)
+    table = random_catalog(5, n_ads=100, L=3, V=6, n_sids=30)
+    cat = write(tmp_path, table, sd)
+    out = tmp_path / "idx"
+    assert run("build", cat, "-o", out, "-s", "--slack", "0.05").exit_code == 0
+    before = gtmkit.load_index(out).version
+    many = random_catalog(6, n_ads=8, L=3, V=6, n_sids=8).to_pydict()
+    many["ad_id"] = [10**7 + i for i in range(8)]
+    many["sid"] = table.column("sid").to_pylist()[:8]
+    pq.write_table(pa.table(many, schema=table.schema), tmp_path / "many.parquet")
+    r = run("update", out, tmp_path / "many.parquet")
+    assert r.exit_code == 1 and "rebuild" in r.output and "Traceback" not in r.output
+    bad = dict(many, country=[["XX"]] * 8)  # a value outside the index's domain
+    bad["ad_id"] = many["ad_id"][:8]
+    pq.write_table(pa.table(bad, schema=table.schema), tmp_path / "bad.parquet")
+    r = run("update", out, tmp_path / "bad.parquet")
+    assert r.exit_code == 1 and "country" in r.output and "Traceback" not in r.output
+    assert gtmkit.load_index(out).version == before
