@@ -1,0 +1,211 @@
+"""Catalog updates and index swaps under load, on the ~10M-SID index, side by side in one run:
+
+- a full build of the catalog, then `Matcher.update_ads` of 1% of its ads (half edits of targeting, half new ads
+  on existing SIDs) and `gtmkit update`'s write of the result: their seconds over the build's;
+- the whole 4-step search with post-filter before and after the update (interleaved rounds, median): the ratio;
+- a stream of whole searches from one thread while another swaps the matcher between two loads of the index
+  (each swap builds the new matcher beside the old): p99 latency during swaps over the steady p99, and failed
+  calls (must be none).
+
+    python benchmarks/update.py --workdir /tmp/gtmkit-stepcpu --out benchmarks/results
+
+The index is step_cpu.py's (15M synthetic ads, static partitions, cached in --workdir). Writes
+benchmarks/results/update_<host>.json and .md."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import gtmkit  # noqa: E402
+from gtmkit.indexer.update.write import write_updated  # noqa: E402
+from gtmkit.matcher.served import Matcher  # noqa: E402
+from gtmkit.synth import synth_users  # noqa: E402
+from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
+
+from _common import HOST_HELP, machine, result_paths  # noqa: E402
+from step_cpu import DEFAULT_ADS, ensure_index, log  # noqa: E402
+
+SIZES = (1, 512, 1024, 1024)
+B = 16
+
+
+def changes_table(catalog: Path, share: float, seed: int) -> pa.Table:
+    """share of the catalog's ads changed: half of them edited (another ad's targeting on their own SID), half
+    new ads (fresh ids) on the SIDs of random ads."""
+    t = pq.read_table(catalog)
+    rng = np.random.default_rng(seed)
+    n = int(t.num_rows * share) // 2
+    edited = rng.choice(t.num_rows, n, replace=False)
+    donors = rng.choice(t.num_rows, 2 * n)
+    ids = t.column("ad_id").to_numpy()
+    new_ids = np.int64(ids.max()) + 1 + np.arange(n, dtype=np.int64)
+    cols = {}
+    for name in t.column_names:
+        if name == "ad_id":
+            cols[name] = pa.concat_arrays([pa.array(ids[edited]), pa.array(new_ids)])
+        elif name == "sid":
+            cols[name] = pa.concat_arrays([t.column(name).take(edited).combine_chunks(),
+                                           t.column(name).take(donors[n:]).combine_chunks()])
+        else:
+            cols[name] = t.column(name).take(donors).combine_chunks()
+    return pa.table(cols, schema=t.schema)
+
+
+def _search(m, q, users, seed: int) -> float:
+    t = time.perf_counter()
+    gtmkit.beam_search(m, q, SyntheticDecoder(users, m.index.vocab_size, "peaked", seed), SIZES, gtm=True,
+                       postfilter=True)
+    return time.perf_counter() - t
+
+
+def searches_before_after(idx, updated, rounds: int) -> dict:
+    users = synth_users(idx.manifest["schema"], B, seed=11)
+    before, after = Matcher(idx), Matcher(updated)
+    qb, qa = before.batch([idx.encode_request(u) for u in users]), after.batch([updated.encode_request(u) for u in users])
+    _search(before, qb, users, 0), _search(after, qa, users, 0)
+    tb, ta = [], []
+    for r in range(rounds):
+        tb.append(_search(before, qb, users, r + 1))
+        ta.append(_search(after, qa, users, r + 1))
+    return {"search_ms_before": round(statistics.median(tb) * 1e3, 2),
+            "search_ms_after": round(statistics.median(ta) * 1e3, 2),
+            "search_ratio": round(statistics.median(ta) / statistics.median(tb), 3)}
+
+
+def swap_stream(path: Path, seconds: float, swaps: int) -> dict:
+    """One thread searching back to back; after `seconds` of steady stream, `swaps` swaps one after another
+    (each to a fresh load of the index), the stream running on. -> p99 of each phase, failed calls."""
+    a, b = gtmkit.load_index(path, verify=False), gtmkit.load_index(path, verify=False)
+    m = Matcher(a)
+    users = synth_users(a.manifest["schema"], B, seed=12)
+    phase = ["steady"]
+    lat = {"steady": [], "swapping": []}
+    errors = []
+    stop = threading.Event()
+
+    def stream():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            cur = m.current()
+            try:
+                q = cur.batch([cur.index.encode_request(u) for u in users])
+                t = time.perf_counter()
+                gtmkit.beam_search(cur, q, SyntheticDecoder(users, cur.index.vocab_size, "peaked", i), SIZES)
+                lat[phase[0]].append(time.perf_counter() - t)
+            except Exception as exc:  # counted: the target is none
+                errors.append(repr(exc))
+
+    th = threading.Thread(target=stream)
+    th.start()
+    time.sleep(seconds)
+    phase[0] = "swapping"
+    t0 = time.perf_counter()
+    for k in range(swaps):
+        m.swap(b if k % 2 == 0 else a)
+    swap_s = (time.perf_counter() - t0) / swaps
+    time.sleep(0.5)
+    stop.set()
+    th.join()
+    p99 = {k: float(np.percentile(v, 99)) * 1e3 for k, v in lat.items() if v}
+    return {"searches_steady": len(lat["steady"]), "searches_swapping": len(lat["swapping"]),
+            "p99_ms_steady": round(p99.get("steady", 0), 2), "p99_ms_swapping": round(p99.get("swapping", 0), 2),
+            "p99_ratio": round(p99.get("swapping", 0) / p99["steady"], 3) if p99.get("steady") else None,
+            "seconds_per_swap": round(swap_s, 3), "failed_calls": len(errors)}
+
+
+def markdown(r: dict) -> str:
+    u, s = r["update"], r["swap"]
+    return "\n".join([
+        f"# Catalog updates and swaps ({r['date']})", "",
+        f"Machine: {r['machine']['cpu']}, {r['machine']['cores']} cores.  ",
+        f"Command: `{r['command']}`.  ",
+        f"Index: {r['sids']:,} SIDs, {r['ads']:,} ads, static partitions; searches: B={B}, beams {SIZES}, GTM and "
+        "post-filter.", "",
+        "| full build s | ads changed | edited | added | unions grown | update_ads s | update / build | write s | "
+        "(update + write) / build |", "|" + "---|" * 9,
+        f"| {u['build_s']} | {u['changed']:,} | {u['edited']:,} | {u['added']:,} | {u['unions_grown']:,} | "
+        f"{u['update_s']} | {u['update_over_build']} | {u['write_s']} | {u['update_write_over_build']} |", "",
+        "| search ms before | search ms after | ratio |", "|---|---|---|",
+        f"| {u['search_ms_before']} | {u['search_ms_after']} | {u['search_ratio']} |", "",
+        "| searches steady | searches while swapping | p99 ms steady | p99 ms swapping | ratio | s per swap | "
+        "failed calls |", "|" + "---|" * 7,
+        f"| {s['searches_steady']} | {s['searches_swapping']} | {s['p99_ms_steady']} | {s['p99_ms_swapping']} | "
+        f"{s['p99_ratio']} | {s['seconds_per_swap']} | {s['failed_calls']} |", "",
+        "update_ads: read and validate the changes, derive the updated index (merge of the SID->ad map and ad "
+        "index, unions grown on each changed ad's path), make its matcher. write: `gtmkit update`'s new artifact "
+        "version. The search ratio is the median whole search on the updated index over the one before, "
+        "interleaved rounds. Swaps: one thread searching back to back while the matcher is swapped between two "
+        "loads of the index, each swap building the new matcher beside the old.", ""])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", default="/tmp/gtmkit-stepcpu")
+    ap.add_argument("--ads", type=int, default=DEFAULT_ADS)
+    ap.add_argument("--share", type=float, default=0.01, help="ads changed, as a share of the catalog")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--stream-seconds", type=float, default=10.0)
+    ap.add_argument("--swaps", type=int, default=4)
+    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--host", help=HOST_HELP)
+    args = ap.parse_args()
+    work = Path(args.workdir)
+    idx = ensure_index(work, args.ads)
+    tag = "" if args.ads == DEFAULT_ADS else f"_{args.ads}"
+    catalog = work / f"c{tag}.parquet"
+    tmp = Path(tempfile.mkdtemp(prefix="gtmkit-update-", dir=work))
+    try:
+        t = time.perf_counter()
+        gtmkit.build_index(catalog, tmp / "idx", partition="static", k=[1, 4, 4, 2])
+        build_s = time.perf_counter() - t
+        log(f"full build: {build_s:.1f} s")
+        changes = tmp / "changes.parquet"
+        pq.write_table(changes_table(catalog, args.share, 3), changes)
+        base = gtmkit.load_index(tmp / "idx", verify=False)
+        m = Matcher(base)
+        t = time.perf_counter()
+        rep = m.update_ads(changes)
+        update_s = time.perf_counter() - t
+        updated = m.current().index
+        log(f"update_ads: {update_s:.2f} s {rep.as_dict()}")
+        t = time.perf_counter()
+        write_updated(updated)
+        write_s = time.perf_counter() - t
+        u = {"build_s": round(build_s, 2), "changed": rep.edited + rep.added, "edited": rep.edited,
+             "added": rep.added, "unions_grown": rep.unions_grown, "update_s": round(update_s, 3),
+             "update_over_build": round(update_s / build_s, 4), "write_s": round(write_s, 3),
+             "update_write_over_build": round((update_s + write_s) / build_s, 4),
+             **searches_before_after(base, updated, args.rounds)}
+        log(json.dumps(u))
+        del m, updated, base
+        s = swap_stream(tmp / "idx", args.stream_seconds, args.swaps)
+        log(json.dumps(s))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result = {"benchmark": "update", "date": time.strftime("%Y-%m-%d"), "machine": machine(),
+              "command": "python " + " ".join(sys.argv), "sids": idx.num_sids, "ads": idx.num_ads,
+              "update": u, "swap": s}
+    js, md = result_paths(args.out, "update", args.host, "")
+    js.write_text(json.dumps(result, indent=1))
+    md.write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
