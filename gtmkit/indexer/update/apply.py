@@ -9,12 +9,11 @@ import copy
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
 from ...errors import UpdateError
 from ...formats import index_format as fmt
-from ..adindex import reorder_lists
 from .changes import Changes
+from .merge import gather_lists, gather_rows, merge_plan
 from .unions import grow_unions
 
 @dataclass
@@ -34,18 +33,6 @@ class UpdateReport:
         return {"edited": self.edited, "added": self.added, "unions_grown": self.unions_grown,
                 "slack_left": self.slack_left, "version": self.version, "ads_on_new_sids": len(self.new_sids),
                 "new_sid_ad_ids": [int(x) for x in self.new_sids]}
-
-
-@njit(cache=True, nogil=True)
-def _insert_positions(kept_sid, kept_id, sid, ids):
-    """For entries (sid, id) in ascending order: how many kept (sid, id) pairs (ascending) precede each."""
-    out = np.empty(sid.shape[0], np.int64)
-    j = 0
-    for i in range(sid.shape[0]):
-        while j < kept_sid.shape[0] and (kept_sid[j] < sid[i] or (kept_sid[j] == sid[i] and kept_id[j] < ids[i])):
-            j += 1
-        out[i] = j
-    return out
 
 
 def _grow_table(table, extra: int) -> np.ndarray:
@@ -74,33 +61,23 @@ def update_index(index, ch: Changes):
     if len(a) == 0:
         report.version = index.version
         return index, report
-    rows_by_id = np.asarray(index.ad_rows_by_id, np.int64)
+    rows_by_id = np.asarray(index.ad_rows_by_id)
     off = np.asarray(index.sid_ad_offsets, np.int64)
     sid_ids = np.asarray(index.sid_ad_ids, np.int64)
-    row_sid = np.repeat(np.arange(S, dtype=np.int64), np.diff(off))
-    keep = np.ones(N, bool)
-    keep[rows_by_id[pos[exists]]] = False  # an edited ad's row is replaced by its new one
-    kept = np.flatnonzero(keep)
-
-    # the changed ads in (SID, id) order, merged into the kept rows: src numbers the new ad-level rows' sources,
-    # [0, N) a row of the index, N + i change entry a[i]
+    removed = np.sort(rows_by_id[pos[exists]].astype(np.int64))  # an edited ad's row is replaced by its new one
     e_sid = ch.leaves[a] - index.first_leaf
     order = np.lexsort((ids, e_sid))
-    ins = _insert_positions(row_sid[kept], sid_ids[kept], e_sid[order], ids[order]) + np.arange(len(a))
-    n_new = len(kept) + len(a)
-    is_new = np.zeros(n_new, bool)
-    is_new[ins] = True
-    src = np.empty(n_new, np.int64)
-    src[ins] = N + order
-    src[~is_new] = kept
-    final_row = np.full(N + len(a), -1, np.int64)
-    final_row[src] = np.arange(n_new)
+    src, final_row = merge_plan(off, sid_ids, removed, e_sid, ids, order)
+    n_new = len(src)
 
     new = copy.copy(index)
     new.num_ads = n_new
-    new.sid_ad_ids = np.concatenate([sid_ids, ids])[src]
-    counts = np.bincount(np.concatenate([row_sid, e_sid])[src], minlength=S)
-    new.sid_ad_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    new.sid_ad_ids = np.empty(n_new, np.int64)
+    gather_rows(sid_ids, ids, src, new.sid_ad_ids)
+    counts = np.diff(off) - np.bincount(np.searchsorted(off, removed, side="right") - 1, minlength=S) + \
+        np.bincount(e_sid, minlength=S)
+    new.sid_ad_offsets = np.zeros(S + 1, np.int64)
+    np.cumsum(counts, out=new.sid_ad_offsets[1:])
 
     # the id lookup: rows moved by the merge, edited ads at their new rows, new ids inserted in order
     rbi = final_row[rows_by_id]
@@ -119,8 +96,8 @@ def update_index(index, ch: Changes):
     room = len(a) * (L + 1)  # at most one new union row a node of each path
     bm_table = _grow_table(np.asarray(index.bitmask_table), len(uniq) + room)
     bm_table[U:U + len(uniq)] = uniq
-    new.ad_bitmask_ids = np.concatenate([np.asarray(index.ad_bitmask_ids, np.int32),
-                                         (U + inv.reshape(-1)).astype(np.int32)])[src]
+    new.ad_bitmask_ids = np.empty(n_new, np.int32)
+    gather_rows(np.asarray(index.ad_bitmask_ids), (U + inv.reshape(-1)).astype(np.int32), src, new.ad_bitmask_ids)
     bm_used = np.array([U + len(uniq)], np.int64)
     nb = len(index.bloom)
     words = np.array([b["words"] for b in index.bloom], np.int64)
@@ -146,15 +123,9 @@ def update_index(index, ch: Changes):
     new.bitmask_table = bm_table[:bm_used[0]]
     new.bloom_tables = [bloom_table[bases[b]:bases[b] + bloom_used[b], :words[b]] for b in range(nb)]
 
-    # exact lists: the index's, then the changes', gathered in the new row order
-    def merged(old, changed):
-        o_off, o_codes = (np.asarray(x) for x in old)
-        c_off, c_codes = changed
-        return reorder_lists(np.concatenate([o_off[:-1], o_off[-1] + c_off]).astype(np.int64),
-                             np.concatenate([o_codes, c_codes]).astype(np.int32), src)
-
-    new.ad_allow = [merged(index.ad_allow[b], _select(ch.allow[b], a)) for b in range(nb)]
-    new.ad_exclude = [merged(index.ad_exclude[b], _select(ch.exclude[b], a)) for b in range(nb)]
+    # exact lists: the index's rows and the changes', gathered in the new row order
+    new.ad_allow = [gather_lists(index.ad_allow[b], _select(ch.allow[b], a), src) for b in range(nb)]
+    new.ad_exclude = [gather_lists(index.ad_exclude[b], _select(ch.exclude[b], a), src) for b in range(nb)]
     new._exact_lists = None
     new.__dict__["bloom_dictionaries"] = ch.dictionaries
     rec = {"slack_ads": state["slack_ads"], "added": state["added"] + report.added, "updates": state["updates"] + 1}
