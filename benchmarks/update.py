@@ -161,7 +161,7 @@ def main():
     ap.add_argument("--share", type=float, default=0.01, help="ads changed, as a share of the catalog")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--stream-seconds", type=float, default=10.0)
-    ap.add_argument("--swaps", type=int, default=4)
+    ap.add_argument("--swaps", type=int, default=12)
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()

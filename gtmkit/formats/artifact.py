@@ -431,6 +431,18 @@ class Artifact:
         self._entry(name, "array")
         return self._cache[name]
 
+    def private_array(self, name: str) -> np.ndarray:
+        """A writable copy-on-write map of an array (only the pages written are copied, privately): what an
+        update derives an array from. The file is this version's own, which is never modified and stays while
+        the version is held, so mapping it again reads what the load checked."""
+        e = self._entry(name, "array")
+        if not self.mmap:
+            return np.array(self._cache[name])
+        try:
+            return np.load(self.dir / e["file"], mmap_mode="c", allow_pickle=False)
+        except Exception as exc:
+            raise ArtifactError(f"{self.dir / e['file']}: cannot map ({_why(exc)})") from None
+
     def table(self, name: str) -> pa.Table:
         self._entry(name, "table")
         return self._cache[name]

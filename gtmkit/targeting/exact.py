@@ -16,6 +16,10 @@ def stack_lists(pairs: Sequence[tuple], n_rows: int) -> tuple:
     """Per-attribute CSR lists [(offsets [n_rows+1], codes)] -> (offsets int64 [nb, n_rows+1],
     codes int32 [nb, max nnz]) as `row_eligible` reads them (one attribute a row, zero padded)."""
     nb = len(pairs)
+    if nb == 1 and len(pairs[0][1]):  # one attribute: its arrays as they are (no copy of an array per ad)
+        o, c = pairs[0]
+        return (np.ascontiguousarray(o, np.int64).reshape(1, n_rows + 1),
+                np.ascontiguousarray(c, np.int32).reshape(1, -1))
     width = max([len(c) for _, c in pairs] + [1])
     off = np.zeros((max(nb, 1), n_rows + 1), np.int64)
     codes = np.zeros((max(nb, 1), width), np.int32)

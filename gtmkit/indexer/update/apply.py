@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import UpdateError
 from ...formats import index_format as fmt
 from .changes import Changes
-from .merge import gather_lists, gather_rows, merge_plan
+from .merge import gather_lists, gather_rows, merge_id_lookup, merge_plan, shift_offsets
 from .unions import grow_unions
 
 @dataclass
@@ -67,26 +67,21 @@ def update_index(index, ch: Changes):
     removed = np.sort(rows_by_id[pos[exists]].astype(np.int64))  # an edited ad's row is replaced by its new one
     e_sid = ch.leaves[a] - index.first_leaf
     order = np.lexsort((ids, e_sid))
-    src, final_row = merge_plan(off, sid_ids, removed, e_sid, ids, order)
+    src, entry_row, new_of_old = merge_plan(off, sid_ids, removed, e_sid, ids, order)
     n_new = len(src)
 
     new = copy.copy(index)
     new.num_ads = n_new
     new.sid_ad_ids = np.empty(n_new, np.int64)
     gather_rows(sid_ids, ids, src, new.sid_ad_ids)
-    counts = np.diff(off) - np.bincount(np.searchsorted(off, removed, side="right") - 1, minlength=S) + \
-        np.bincount(e_sid, minlength=S)
-    new.sid_ad_offsets = np.zeros(S + 1, np.int64)
-    np.cumsum(counts, out=new.sid_ad_offsets[1:])
+    new.sid_ad_offsets = np.empty(S + 1, np.int64)
+    shift_offsets(off, removed, e_sid[order], new.sid_ad_offsets)
 
-    # the id lookup: rows moved by the merge, edited ads at their new rows, new ids inserted in order
-    rbi = final_row[rows_by_id]
-    rbi[pos[exists]] = final_row[N + np.flatnonzero(exists)]
+    # the id lookup: rows moved by the merge, edited ads at their new rows, new ids merged in order
     fresh = np.flatnonzero(~exists)
     fresh = fresh[np.argsort(ids[fresh], kind="stable")]
-    at = np.searchsorted(sorted_ids, ids[fresh])
-    new.ad_ids_sorted = np.insert(sorted_ids, at, ids[fresh])
-    new.ad_rows_by_id = np.insert(rbi, at, final_row[N + fresh]).astype(np.int32)
+    new.ad_ids_sorted, new.ad_rows_by_id = merge_id_lookup(
+        sorted_ids, rows_by_id, new_of_old, pos[exists], entry_row[exists], ids[fresh], entry_row[fresh])
 
     # tables and partition ids: copied once, grown; the changed ads' own bitmask rows appended first
     bm_words = index.layout.words
@@ -109,8 +104,8 @@ def update_index(index, ch: Changes):
     for b, t in enumerate(index.bloom_tables):
         bloom_table[bases[b]:bases[b] + sizes[b], :t.shape[1]] = t
     bloom_used = np.array(sizes, np.int64)
-    part_bm = np.array(index.part_bitmask_ids, np.int32)
-    part_bloom = np.array(index.part_bloom_ids, np.int32).reshape(len(part_bm), nb)
+    part_bm = _writable(index, "part_bitmask_ids")
+    part_bloom = _writable(index, "part_bloom_ids") if nb else np.zeros((len(part_bm), 0), np.int32)
     layout = index.partition_layout
     jagged = layout["kind"] == "jagged"
     report.unions_grown = int(grow_unions(
@@ -134,6 +129,15 @@ def update_index(index, ch: Changes):
     new._version = f"{base}+{rec['updates']}"
     report.version = new.version
     return new, report
+
+
+def _writable(index, name: str) -> np.ndarray:
+    """The index's array as a private writable copy: a copy-on-write map of the artifact's file when the index
+    reads it from there (pages are copied as they are written), else a copy."""
+    arr = getattr(index, name)
+    if name in index.artifact.names and arr is index.artifact.array(name):
+        return index.artifact.private_array(name)
+    return np.array(arr)
 
 
 def _select(lists, a):

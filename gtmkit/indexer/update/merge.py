@@ -13,8 +13,8 @@ from ...threads import parallel_njit
 @njit(cache=True, nogil=True)
 def merge_plan(sid_ad_offsets, sid_ad_ids, removed, e_sid, e_id, order):
     """removed: the dropped rows, ascending; (e_sid, e_id)[order]: the entries to insert, ascending by (SID, id).
-    -> (src int64 [N'], final_row int64 [N + n]): the source of each new row (a row of the index, or N + entry),
-    and the new row of each source (-1 for a dropped row)."""
+    -> (src int64 [N'], entry_row int64 [n], new_of_old int32 [N]): the source of each new row (a row of the
+    index, or N + entry), each entry's new row, and each index row's new row (-1: dropped)."""
     N = sid_ad_ids.shape[0]
     n = order.shape[0]
     before = np.empty(n, np.int64)  # the index row each entry goes in front of
@@ -30,23 +30,25 @@ def merge_plan(sid_ad_offsets, sid_ad_ids, removed, e_sid, e_id, order):
                 hi = mid
         before[k] = lo
     src = np.empty(N - removed.shape[0] + n, np.int64)
-    final_row = np.full(N + n, -1, np.int64)
+    entry_row = np.empty(n, np.int64)
+    new_of_old = np.empty(N, np.int32)
     j = k = d = 0
     for r in range(N + 1):
         while k < n and before[k] <= r:
             src[j] = N + order[k]
-            final_row[N + order[k]] = j
+            entry_row[order[k]] = j
             j += 1
             k += 1
         if r == N:
             break
         if d < removed.shape[0] and removed[d] == r:
             d += 1
+            new_of_old[r] = -1
             continue
         src[j] = r
-        final_row[r] = j
+        new_of_old[r] = j
         j += 1
-    return src, final_row
+    return src, entry_row, new_of_old
 
 
 @parallel_njit(cache=True)
@@ -93,3 +95,50 @@ def gather_lists(old: tuple, new: tuple, src: np.ndarray) -> tuple:
     out = np.empty(int(off[-1]), np.int32)
     _copy_lists(o_off, o_codes, c_off, c_codes, src, off, out)
     return off, out
+
+
+@parallel_njit(cache=True)
+def _moved_rows(rows_by_id, new_of_old, out):
+    for i in prange(rows_by_id.shape[0]):
+        out[i] = new_of_old[rows_by_id[i]]
+
+
+@njit(cache=True, nogil=True)
+def _merge_ids(sorted_ids, moved, fresh_ids, fresh_rows, out_ids, out_rows):
+    i = j = k = 0
+    while i < sorted_ids.shape[0] or j < fresh_ids.shape[0]:
+        if j == fresh_ids.shape[0] or (i < sorted_ids.shape[0] and sorted_ids[i] < fresh_ids[j]):
+            out_ids[k] = sorted_ids[i]
+            out_rows[k] = moved[i]
+            i += 1
+        else:
+            out_ids[k] = fresh_ids[j]
+            out_rows[k] = fresh_rows[j]
+            j += 1
+        k += 1
+
+
+def merge_id_lookup(sorted_ids, rows_by_id, new_of_old, edited_at, edited_rows, fresh_ids, fresh_rows):
+    """The id lookup of the updated index: the index's ascending ids at their rows' new places (new_of_old),
+    edited ads' entries (positions edited_at) at their new rows, and the new ads' ids (ascending) merged in.
+    -> (ids int64, rows int32)."""
+    moved = np.empty(len(sorted_ids), np.int32)
+    _moved_rows(rows_by_id, new_of_old, moved)
+    moved[edited_at] = edited_rows
+    n = len(sorted_ids) + len(fresh_ids)
+    out_ids, out_rows = np.empty(n, np.int64), np.empty(n, np.int32)
+    _merge_ids(sorted_ids, moved, fresh_ids, fresh_rows.astype(np.int32), out_ids, out_rows)
+    return out_ids, out_rows
+
+
+@njit(cache=True, nogil=True)
+def shift_offsets(off, removed, added_sids, out):
+    """SID offsets after dropping rows `removed` (ascending) and adding rows to SIDs `added_sids` (ascending):
+    out[s] = off[s] - dropped rows before SID s + added rows to SIDs before s."""
+    d = a = 0
+    for s in range(off.shape[0]):
+        while d < removed.shape[0] and removed[d] < off[s]:
+            d += 1
+        while a < added_sids.shape[0] and added_sids[a] < s:
+            a += 1
+        out[s] = off[s] - d + a
