@@ -49,6 +49,9 @@ class Index:
         self.ad_exclude = [tuple(a(n) for n in fmt.ad_exclude(b)) for b in range(len(self.bloom))]
         self._exact_lists = None
         self._version = None  # an updated index's (indexer/update: the artifact's, then +n)
+        updated = fmt.update_state(self.manifest)["updates"] > 0
+        # SIDs an update left without ads: a matcher prunes them through its live counts (design.md §9)
+        self.empty_sids = int(np.count_nonzero(np.diff(self.sid_ad_offsets) == 0)) if updated else 0
 
     @property
     def version(self) -> str:

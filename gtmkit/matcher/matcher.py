@@ -90,6 +90,8 @@ class IndexMatcher:
         if device == "cuda":
             from .cuda.backend import CudaBackend
             self.cuda = CudaBackend(self.arrays, index, *step)
+        if getattr(index, "empty_sids", 0):  # an update left SIDs without ads: the live counts prune them
+            self._set_active([], True)
 
     @property
     def _gtm_rate(self) -> np.ndarray:

@@ -59,7 +59,8 @@ class Matcher:
             index, report = update_index(cur.index, read_changes(cur.index, changes, progress))
             if index is not cur.index:
                 new = IndexMatcher(index, **self._settings)
-                new.pause_ads(cur.paused_ads())  # also makes the live counts: a SID left without ads is pruned
+                if cur.num_paused:
+                    new.pause_ads(cur.paused_ads())
                 object.__setattr__(self, "_current", new)
         return report
 

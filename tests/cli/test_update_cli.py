@@ -87,3 +87,33 @@ def test_update_past_the_slack_or_with_bad_rows_changes_nothing(tmp_path):
     r = run("update", out, tmp_path / "bad.parquet")
     assert r.exit_code == 1 and "country" in r.output and "Traceback" not in r.output
     assert gtmkit.load_index(out).version == before
+
+
+def test_a_sid_left_without_ads_is_pruned_after_a_reload(tmp_path):
+    """Every ad of one SID moved to another: the updated artifact, loaded fresh, prunes that SID in CD (mask and
+    step, GTM off) and its post-filter holds nothing there."""
+    sd = schema_dict(L=3, V=6)
+    table = random_catalog(8, n_ads=120, L=3, V=6, n_sids=30)
+    cat = write(tmp_path, table, sd)
+    out = tmp_path / "idx"
+    assert run("build", cat, "-o", out, "-s").exit_code == 0
+    sids = [tuple(s) for s in table.column("sid").to_pylist()]
+    gone, target = sids[0], next(s for s in sids if s != sids[0])
+    moved = [i for i, s in enumerate(sids) if s == gone]
+    changes = table.take(moved).to_pydict()
+    changes["sid"] = [list(target)] * len(moved)
+    pq.write_table(pa.table(changes, schema=table.schema), tmp_path / "move.parquet")
+    rep = json.loads(run("update", out, tmp_path / "move.parquet", "--json").stdout)
+    assert rep["edited"] == len(moved) and rep["empty_sids"] >= 1
+    idx = gtmkit.load_index(out)
+    m = Matcher(idx)
+    leaf = idx.find(gone)
+    parent = idx.parent(leaf)
+    req = idx.encode_request({})
+    mask = m.mask(np.array([parent]), np.array([0]), [req], gtm=False)[0]
+    tokens, nodes = idx.children(parent)
+    for t, n in zip(tokens, nodes):  # a child's token is allowed iff its SID still holds an ad
+        assert bool((mask[t >> 5] >> (t & 31)) & 1) == (len(idx.sid_ads(int(n))) > 0)
+    assert not (mask[gone[-1] >> 5] >> (gone[-1] & 31)) & 1
+    ads, _ = m.postfilter(np.array([[leaf]]), [req])[0]
+    assert len(ads) == 0

@@ -19,8 +19,8 @@ from .unions import grow_unions
 @dataclass
 class UpdateReport:
     """What an update did: ads applied (edited: already in the index; added: new), the ids of ads whose SID is
-    not in the trie (left out: a rebuild adds them), partition slots whose union grew, the new ads the index
-    can still take, and the version that serves the result."""
+    not in the trie (left out: a rebuild adds them), partition slots whose union grew, SIDs without ads, the
+    new ads the index can still take, and the version that serves the result."""
 
     edited: int = 0
     added: int = 0
@@ -28,10 +28,12 @@ class UpdateReport:
     slack_left: int = 0
     version: str = ""
     new_sids: list = field(default_factory=list)
+    empty_sids: int = 0  # SIDs left without ads by this or an earlier update (CD prunes them)
 
     def as_dict(self) -> dict:
         return {"edited": self.edited, "added": self.added, "unions_grown": self.unions_grown,
-                "slack_left": self.slack_left, "version": self.version, "ads_on_new_sids": len(self.new_sids),
+                "slack_left": self.slack_left, "version": self.version, "empty_sids": self.empty_sids,
+                "ads_on_new_sids": len(self.new_sids),
                 "new_sid_ad_ids": [int(x) for x in self.new_sids]}
 
 
@@ -75,7 +77,7 @@ def update_index(index, ch: Changes):
     new.sid_ad_ids = np.empty(n_new, np.int64)
     gather_rows(sid_ids, ids, src, new.sid_ad_ids)
     new.sid_ad_offsets = np.empty(S + 1, np.int64)
-    shift_offsets(off, removed, e_sid[order], new.sid_ad_offsets)
+    report.empty_sids = new.empty_sids = int(shift_offsets(off, removed, e_sid[order], new.sid_ad_offsets))
 
     # the id lookup: rows moved by the merge, edited ads at their new rows, new ids merged in order
     fresh = np.flatnonzero(~exists)

@@ -134,11 +134,15 @@ def merge_id_lookup(sorted_ids, rows_by_id, new_of_old, edited_at, edited_rows, 
 @njit(cache=True, nogil=True)
 def shift_offsets(off, removed, added_sids, out):
     """SID offsets after dropping rows `removed` (ascending) and adding rows to SIDs `added_sids` (ascending):
-    out[s] = off[s] - dropped rows before SID s + added rows to SIDs before s."""
+    out[s] = off[s] - dropped rows before SID s + added rows to SIDs before s. -> SIDs left without ads."""
     d = a = 0
+    empty = 0
     for s in range(off.shape[0]):
         while d < removed.shape[0] and removed[d] < off[s]:
             d += 1
         while a < added_sids.shape[0] and added_sids[a] < s:
             a += 1
         out[s] = off[s] - d + a
+        if s > 0 and out[s] == out[s - 1]:
+            empty += 1
+    return empty
