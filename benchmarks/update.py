@@ -3,9 +3,9 @@
 - a full build of the catalog, then `Matcher.update_ads` of 1% of its ads (half edits of targeting, half new ads
   on existing SIDs) and `gtmkit update`'s write of the result: their seconds over the build's;
 - the whole 4-step search with post-filter before and after the update (interleaved rounds, median): the ratio;
-- a stream of whole searches from one thread while another swaps the matcher between two loads of the index
-  (each swap builds the new matcher beside the old): p99 latency during swaps over the steady p99, and failed
-  calls (must be none).
+- a stream of whole searches from one thread, steady, then while another thread swaps the matcher every quarter
+  second between two loads of the index (each swap builds the new matcher beside the old): p99 latency during
+  swaps over the steady p99, and failed calls (must be none).
 
     python benchmarks/update.py --workdir /tmp/gtmkit-stepcpu --out benchmarks/results
 
@@ -87,9 +87,10 @@ def searches_before_after(idx, updated, rounds: int) -> dict:
             "search_ratio": round(statistics.median(ta) / statistics.median(tb), 3)}
 
 
-def swap_stream(path: Path, seconds: float, swaps: int) -> dict:
-    """One thread searching back to back; after `seconds` of steady stream, `swaps` swaps one after another
-    (each to a fresh load of the index), the stream running on. -> p99 of each phase, failed calls."""
+def swap_stream(path: Path, seconds: float, interval: float) -> dict:
+    """One thread searching back to back: `seconds` of steady stream, then `seconds` in which the matcher is
+    swapped every `interval` seconds (to a fresh load of the index and back), the stream running on. -> p99 of
+    each phase, seconds a swap took, failed calls."""
     a, b = gtmkit.load_index(path, verify=False), gtmkit.load_index(path, verify=False)
     m = Matcher(a)
     users = synth_users(a.manifest["schema"], B, seed=12)
@@ -115,18 +116,21 @@ def swap_stream(path: Path, seconds: float, swaps: int) -> dict:
     th.start()
     time.sleep(seconds)
     phase[0] = "swapping"
-    t0 = time.perf_counter()
-    for k in range(swaps):
+    took, k = [], 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
         m.swap(b if k % 2 == 0 else a)
-    swap_s = (time.perf_counter() - t0) / swaps
-    time.sleep(0.5)
+        took.append(time.perf_counter() - t0)
+        k += 1
+        time.sleep(max(0.0, interval - took[-1]))
     stop.set()
     th.join()
     p99 = {k: float(np.percentile(v, 99)) * 1e3 for k, v in lat.items() if v}
-    return {"searches_steady": len(lat["steady"]), "searches_swapping": len(lat["swapping"]),
+    return {"searches_steady": len(lat["steady"]), "searches_swapping": len(lat["swapping"]), "swaps": len(took),
             "p99_ms_steady": round(p99.get("steady", 0), 2), "p99_ms_swapping": round(p99.get("swapping", 0), 2),
             "p99_ratio": round(p99.get("swapping", 0) / p99["steady"], 3) if p99.get("steady") else None,
-            "seconds_per_swap": round(swap_s, 3), "failed_calls": len(errors)}
+            "seconds_per_swap": round(float(np.median(took)), 3), "failed_calls": len(errors)}
 
 
 def markdown(r: dict) -> str:
@@ -143,15 +147,16 @@ def markdown(r: dict) -> str:
         f"{u['update_s']} | {u['update_over_build']} | {u['write_s']} | {u['update_write_over_build']} |", "",
         "| search ms before | search ms after | ratio |", "|---|---|---|",
         f"| {u['search_ms_before']} | {u['search_ms_after']} | {u['search_ratio']} |", "",
-        "| searches steady | searches while swapping | p99 ms steady | p99 ms swapping | ratio | s per swap | "
-        "failed calls |", "|" + "---|" * 7,
-        f"| {s['searches_steady']} | {s['searches_swapping']} | {s['p99_ms_steady']} | {s['p99_ms_swapping']} | "
-        f"{s['p99_ratio']} | {s['seconds_per_swap']} | {s['failed_calls']} |", "",
+        "| searches steady | searches while swapping | swaps | p99 ms steady | p99 ms swapping | ratio | s per swap "
+        "| failed calls |", "|" + "---|" * 8,
+        f"| {s['searches_steady']} | {s['searches_swapping']} | {s['swaps']} | {s['p99_ms_steady']} | "
+        f"{s['p99_ms_swapping']} | {s['p99_ratio']} | {s['seconds_per_swap']} | {s['failed_calls']} |", "",
         "update_ads: read and validate the changes, derive the updated index (merge of the SID->ad map and ad "
         "index, unions grown on each changed ad's path), make its matcher. write: `gtmkit update`'s new artifact "
         "version. The search ratio is the median whole search on the updated index over the one before, "
-        "interleaved rounds. Swaps: one thread searching back to back while the matcher is swapped between two "
-        "loads of the index, each swap building the new matcher beside the old.", ""])
+        "interleaved rounds. Swaps: one thread searching back to back, then as long again while the matcher is "
+        "swapped every --swap-interval seconds between two loads of the index, each swap building the new matcher "
+        "beside the old.", ""])
 
 
 def main():
@@ -161,7 +166,7 @@ def main():
     ap.add_argument("--share", type=float, default=0.01, help="ads changed, as a share of the catalog")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--stream-seconds", type=float, default=10.0)
-    ap.add_argument("--swaps", type=int, default=12)
+    ap.add_argument("--swap-interval", type=float, default=0.25)
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()
@@ -194,7 +199,7 @@ def main():
              **searches_before_after(base, updated, args.rounds)}
         log(json.dumps(u))
         del m, updated, base
-        s = swap_stream(tmp / "idx", args.stream_seconds, args.swaps)
+        s = swap_stream(tmp / "idx", args.stream_seconds, args.swap_interval)
         log(json.dumps(s))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

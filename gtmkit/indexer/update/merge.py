@@ -13,7 +13,7 @@ from ...threads import parallel_njit
 @njit(cache=True, nogil=True)
 def merge_plan(sid_ad_offsets, sid_ad_ids, removed, e_sid, e_id, order):
     """removed: the dropped rows, ascending; (e_sid, e_id)[order]: the entries to insert, ascending by (SID, id).
-    -> (src int64 [N'], entry_row int64 [n], new_of_old int32 [N]): the source of each new row (a row of the
+    -> (src int32 [N'], entry_row int64 [n], new_of_old int32 [N]): the source of each new row (a row of the
     index, or N + entry), each entry's new row, and each index row's new row (-1: dropped)."""
     N = sid_ad_ids.shape[0]
     n = order.shape[0]
@@ -29,7 +29,7 @@ def merge_plan(sid_ad_offsets, sid_ad_ids, removed, e_sid, e_id, order):
             else:
                 hi = mid
         before[k] = lo
-    src = np.empty(N - removed.shape[0] + n, np.int64)
+    src = np.empty(N - removed.shape[0] + n, np.int32)  # ads fit int32 (ad_rows_by_id is int32)
     entry_row = np.empty(n, np.int64)
     new_of_old = np.empty(N, np.int32)
     j = k = d = 0
