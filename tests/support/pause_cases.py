@@ -103,10 +103,11 @@ def check_swap(old, new, gpu) -> None:
             assert np.array_equal(a1, host(a2)) and np.array_equal(r1, host(r2))
 
 
-def changes_for(rows, schema, seed, edits, new, off_trie, L, V):
+def changes_for(rows, schema, seed, edits, new, off_trie, L, V, extend=None):
     """A change table for a catalog (rows: catalog_rows): `edits` of its ads with new targeting (half of them on
-    another of its SIDs), `new` ads on its SIDs and `off_trie` on SIDs it lacks. -> (table, catalog rows after
-    the update, ids of the ads on SIDs it lacks)."""
+    another of its SIDs), `new` ads on its SIDs and `off_trie` on SIDs it lacks; extend: a function that adds the
+    schema's other columns to the table. -> (table, catalog rows after the update, ids of the ads on SIDs it
+    lacks)."""
     import itertools
 
     import pyarrow as pa
@@ -129,6 +130,8 @@ def changes_for(rows, schema, seed, edits, new, off_trie, L, V):
             sid = pool[int(rng.integers(len(pool)))]
         changes["sid"][i] = list(sid)
     table = pa.table(changes, schema=random_catalog(0, n_ads=1).schema)
+    if extend is not None:
+        table = extend(table)
     left_out = []
     for ad in catalog_rows(table, schema):
         if ad["sid"] in set(sids):
