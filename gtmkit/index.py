@@ -12,7 +12,7 @@ import numpy as np
 from .errors import ArtifactError, GtmkitError, RequestError
 from .formats import index_format as fmt
 from .formats.artifact import open_artifact
-from .formats.index_checks import index_problems
+from .formats.index_checks import PAUSED, index_problems
 from .targeting import exact
 from .progress import Progress
 from .targeting.semantics import BitmaskLayout, Request, check_request, encode_request, row_passes
@@ -45,6 +45,8 @@ class Index:
         self.sid_ad_offsets, self.sid_ad_ids = a("sid_ad_offsets"), a("sid_ad_ids")
         self.ad_bitmask_ids = a("ad_bitmask_ids")
         self.ad_ids_sorted, self.ad_rows_by_id = a("ad_ids_sorted"), a("ad_rows_by_id")
+        # ads served paused from the first call (`gtmkit update --pause`; a Matcher's later pauses are its own)
+        self.paused_ad_ids = np.asarray(a(PAUSED)) if PAUSED in artifact.names else np.zeros(0, np.int64)
         self.ad_allow = [tuple(a(n) for n in fmt.ad_allow(b)) for b in range(len(self.bloom))]
         self.ad_exclude = [tuple(a(n) for n in fmt.ad_exclude(b)) for b in range(len(self.bloom))]
         self._exact_lists = None
@@ -253,7 +255,7 @@ class Index:
         s["ads"] = self.num_ads  # the level and table figures stay the build's; counts follow updates
         u = fmt.update_state(self.manifest)
         s["updates"] = {"applied": u["updates"], "ads_added": u["added"], "slack_ads": u["slack_ads"],
-                        "slack_left": u["slack_ads"] - u["added"]}
+                        "slack_left": u["slack_ads"] - u["added"], "paused_ads": int(len(self.paused_ad_ids))}
         return s
 
     def __repr__(self) -> str:

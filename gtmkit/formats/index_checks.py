@@ -21,6 +21,9 @@ from .schema import parse_schema
 MAX_VOCAB = 2**31 - 1
 
 
+PAUSED = "paused_ad_ids"
+
+
 class Spec(NamedTuple):
     """The manifest fields the checks need, each already type-checked."""
     L: int
@@ -148,6 +151,8 @@ def shape_problems(path: Path, files: dict, spec: Spec) -> Iterator[str]:
     }
     if spec.jagged:
         want["part_offsets"] = ("<i8", (spec.nodes + 1,))
+    if PAUSED in files:  # optional: the ads `gtmkit update --pause` paused, served paused after a load
+        want[PAUSED] = ("<i8", (None,))
     if nb:
         want["part_bloom_ids"] = ("<i4", (P, nb))
     for b, (_, _, _, _, words) in enumerate(spec.blooms):
@@ -273,6 +278,13 @@ def _ad_problems(a: _Arrays, spec: Spec) -> Iterator[str]:
         p = "does not map ad_ids_sorted to the rows of sid_ad_ids holding them"
     yield from _say(a, "ad_rows_by_id", p)
     yield from _say(a, "ad_bitmask_ids", range_problem(a("ad_bitmask_ids"), 0, a.files["bitmask_table"]["shape"][0]))
+    if PAUSED in a.files:
+        paused = np.asarray(a(PAUSED))
+        at = np.minimum(np.searchsorted(srt, paused), max(len(srt) - 1, 0))
+        p = increasing_within(paused, [0, len(paused)])
+        if p is None and len(paused) and (not len(srt) or np.any(srt[at] != paused)):
+            p = f"ad id {int(paused[np.flatnonzero(srt[at] != paused)[0]])} is not an ad of the index"
+        yield from _say(a, PAUSED, p)
     for b in range(len(spec.blooms)):
         n_dict = a.files[fmt.bloom_dict(b)]["rows"]
         for off_name, codes_name in (fmt.ad_allow(b), fmt.ad_exclude(b)):

@@ -90,8 +90,9 @@ class IndexMatcher:
         if device == "cuda":
             from .cuda.backend import CudaBackend
             self.cuda = CudaBackend(self.arrays, index, *step)
-        if getattr(index, "empty_sids", 0):  # an update left SIDs without ads: the live counts prune them
-            self._set_active([], True)
+        paused = getattr(index, "paused_ad_ids", ())
+        if len(paused) or getattr(index, "empty_sids", 0):  # served paused; SIDs an update left without ads pruned
+            self._set_active(paused, False)
 
     @property
     def _gtm_rate(self) -> np.ndarray:

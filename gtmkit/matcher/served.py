@@ -58,10 +58,8 @@ class Matcher:
             cur = self._current
             index, report = update_index(cur.index, read_changes(cur.index, changes, progress))
             if index is not cur.index:
-                new = IndexMatcher(index, **self._settings)
-                if cur.num_paused:
-                    new.pause_ads(cur.paused_ads())
-                object.__setattr__(self, "_current", new)
+                index.paused_ad_ids = cur.paused_ads()  # what this matcher has paused, paused from the first call
+                object.__setattr__(self, "_current", IndexMatcher(index, **self._settings))
         return report
 
     def pause_ads(self, ad_ids) -> int:

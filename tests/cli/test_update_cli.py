@@ -48,7 +48,8 @@ def test_update_writes_a_version_that_verifies_against_the_updated_catalog(tmp_p
     assert (rep["edited"], rep["added"]) == (12, 12) and sorted(rep["new_sid_ad_ids"]) == sorted(left_out)
     assert rep["slack_left"] == 100 - 12
     s = json.loads(run("stats", out, "--json").stdout)
-    assert s["ads"] == 212 and s["updates"] == {"applied": 1, "ads_added": 12, "slack_ads": 100, "slack_left": 88}
+    assert s["ads"] == 212 and s["updates"] == {"applied": 1, "ads_added": 12, "slack_ads": 100, "slack_left": 88,
+                                               "paused_ads": 0}
     updated = _updated_catalog(table, changes, left_out)
     write(tmp_path, updated, sd, "updated.parquet")
     r = run("verify", out, "--catalog", tmp_path / "updated.parquet")
@@ -117,3 +118,36 @@ def test_a_sid_left_without_ads_is_pruned_after_a_reload(tmp_path):
     assert not (mask[gone[-1] >> 5] >> (gone[-1] & 31)) & 1
     ads, _ = m.postfilter(np.array([[leaf]]), [req])[0]
     assert len(ads) == 0
+
+
+def test_paused_ads_are_kept_by_the_artifact(tmp_path):
+    """`gtmkit update --pause/--resume` writes the paused ads into the new version: a fresh load serves them
+    paused (never returned; stats counts them), a later update keeps them, bad id files are refused whole."""
+    sd = schema_dict(L=3, V=6)
+    table = random_catalog(9, n_ads=80, L=3, V=6, n_sids=25)
+    cat = write(tmp_path, table, sd)
+    out = tmp_path / "idx"
+    assert run("build", cat, "-o", out, "-s").exit_code == 0
+    ids = table.column("ad_id").to_pylist()
+    (tmp_path / "p.txt").write_text("# paused campaigns\n" + "\n".join(map(str, ids[:10])) + "\n\n")
+    (tmp_path / "r.txt").write_text(f"{ids[0]}\n")
+    r = run("update", out, "--pause", tmp_path / "p.txt", "--resume", tmp_path / "r.txt", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["paused_ads"] == 9
+    assert json.loads(run("stats", out, "--json").stdout)["updates"]["paused_ads"] == 9
+    idx = gtmkit.load_index(out)
+    m = Matcher(idx)
+    assert m.num_paused == 9 and m.paused_ads().tolist() == sorted(ids[1:10])
+    leaves = np.tile(np.arange(idx.first_leaf, idx.num_nodes), (1, 1))
+    got = {int(a) for ads, _ in m.postfilter(leaves, [idx.encode_request({})]) for a in ads}
+    assert not got & set(ids[1:10])
+    pq.write_table(table.slice(20, 5), tmp_path / "edit.parquet")  # an update keeps the pauses
+    assert run("update", out, tmp_path / "edit.parquet").exit_code == 0
+    assert Matcher(gtmkit.load_index(out)).num_paused == 9
+    version = gtmkit.load_index(out).version
+    for text, what in (("12x\n", "line 1"), (f"{max(ids) + 1}\n", "unknown ad id")):
+        (tmp_path / "bad.txt").write_text(text)
+        r = run("update", out, "--pause", tmp_path / "bad.txt")
+        assert r.exit_code == 1 and what in r.output and "Traceback" not in r.output
+    assert run("update", out).exit_code == 1
+    assert gtmkit.load_index(out).version == version

@@ -4,17 +4,20 @@ record; readers of the old version keep it until they close it (docs/design.md Â
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from ...formats import index_format as fmt
 from ...formats.artifact import ArtifactWriter
+from ...formats.index_checks import PAUSED
 from ...progress import Progress, report
 
 _KEPT = ("schema", "source", "bitmask_layout", "bloom", "partition_layout", "stats", "build")
 
 
 def write_updated(index, progress: Progress = None):
-    """Write `index` (an Index updated in memory) as the new current version of the artifact it came from."""
+    """Write `index` (an Index updated in memory) as the new current version of the artifact it came from, with
+    its paused ads (paused_ad_ids) served paused from the first call after a load."""
     arrays = {"level_offsets": index.level_offsets, "node_offsets": index.node_offsets,
               "child_tokens": index.child_tokens, "max_degree": index.max_degree,
               "part_bitmask_ids": index.part_bitmask_ids, "bitmask_table": index.bitmask_table,
@@ -31,7 +34,9 @@ def write_updated(index, progress: Progress = None):
         arrays.update(zip(fmt.ad_exclude(b), index.ad_exclude[b]))
     manifest = {k: index.manifest[k] for k in _KEPT if k in index.manifest}
     manifest["counts"] = dict(index.manifest["counts"])
-    manifest["updates"] = dict(index.manifest["updates"])
+    manifest["updates"] = fmt.update_state(index.manifest)
+    if len(index.paused_ad_ids):
+        arrays[PAUSED] = np.asarray(index.paused_ad_ids, np.int64)
     with ArtifactWriter(index.path, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=True) as w:
         for i, (name, arr) in enumerate(arrays.items()):
             w.add_array(name, arr)
