@@ -37,8 +37,9 @@ class Matcher:
     def swap(self, index) -> str:
         """Serve `index` from the next call on: its matcher is made (and uploaded to the GPU) while the old one
         keeps serving, then replaces it in one assignment, which every caller thread sees at its next call; calls
-        already running finish on the old one. Paused ads are the old index's: pause them again on the new one
-        if its catalog still holds them. Returns the new version."""
+        already running finish on the old one. The new index serves the ads its artifact keeps paused; pauses made
+        on the old one are not carried: pause them again if the new catalog still holds them. Returns the new
+        version."""
         if not hasattr(index, "artifact") or not hasattr(index, "node_offsets"):
             raise GtmkitError(f"Matcher.swap: index must be a loaded gtmkit Index, got {type(index).__name__}")
         with self._swap_lock:  # two swaps at once: one after the other, the last one wins

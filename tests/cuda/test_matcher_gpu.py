@@ -19,7 +19,7 @@ from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
 from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 
 from support.catalogs import random_user  # noqa: E402
-from support.step_cases import step_case  # noqa: E402
+from support.step_cases import same_search, step_case  # noqa: E402
 from support.indexes import MODES, _build  # noqa: E402
 
 
@@ -160,15 +160,7 @@ def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded, step_path)
                           sizes, fuse_history=fused, pdl=pdl)
     assert g.pdl == (pdl and m.cuda.fused)
     for _ in range(20 if pdl else 2):
-        r = g.replay()
-        assert np.array_equal(cp.asnumpy(r.sids), cp.asnumpy(eager.sids))
-        assert np.array_equal(cp.asnumpy(r.scores), cp.asnumpy(eager.scores))
-        assert np.array_equal(cp.asnumpy(r.leaf_nodes), cp.asnumpy(eager.leaf_nodes))
-        counts = cp.asnumpy(r.ad_counts)
-        for b, (ads, rank) in enumerate(eager.ads):
-            assert counts[b] == len(ads)
-            assert np.array_equal(cp.asnumpy(r.ads[b, :counts[b]]), cp.asnumpy(ads))
-            assert np.array_equal(cp.asnumpy(r.sid_rank[b, :counts[b]]), cp.asnumpy(rank))
+        same_search(g.replay(), eager)
 
 
 def test_graph_gtm_windows(synth_index, step_path):

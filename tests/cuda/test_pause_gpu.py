@@ -20,6 +20,7 @@ from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 
 from support.indexes import _build  # noqa: E402
 from support.pause_cases import check_pauses, check_swap, check_update, serve_while_swapping  # noqa: E402
+from support.step_cases import same_search  # noqa: E402
 
 STEPS = ["fused", "multi"] if int(cp.cuda.Device().compute_capability[:-1]) >= 9 else ["multi"]
 
@@ -45,16 +46,6 @@ def test_swap_serves_the_new_index(tmp_path, path):
     check_swap(old, new, Matcher(old, "cuda", cuda_step=path))
 
 
-def _same(r, eager):
-    assert np.array_equal(cp.asnumpy(r.sids), cp.asnumpy(eager.sids))
-    assert np.array_equal(cp.asnumpy(r.scores), cp.asnumpy(eager.scores))
-    counts = cp.asnumpy(r.ad_counts)
-    for b, (ads, rank) in enumerate(eager.ads):
-        assert counts[b] == len(ads)
-        assert np.array_equal(cp.asnumpy(r.ads[b, :counts[b]]), cp.asnumpy(ads))
-        assert np.array_equal(cp.asnumpy(r.sid_rank[b, :counts[b]]), cp.asnumpy(rank))
-
-
 @pytest.mark.parametrize("path", STEPS)
 def test_graph_follows_pauses_without_recapture(tmp_path, path):
     """A graph captured before any pause replays the eager search of the same matcher after each pause and
@@ -70,7 +61,7 @@ def test_graph_follows_pauses_without_recapture(tmp_path, path):
     sizes = (1, 32, 64, 64)
     g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
     before = gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
-    _same(g.replay(), before)
+    same_search(g.replay(), before)
     leaves = [int(n) for n in cp.asnumpy(before.leaf_nodes[0])[:8] if n >= 0]
     gone = np.concatenate([idx.sid_ads(n) for n in leaves])
     ids = np.asarray(idx.ad_ids_sorted, np.int64)
@@ -78,11 +69,11 @@ def test_graph_follows_pauses_without_recapture(tmp_path, path):
     for op, pick in (("pause", gone), ("pause", rng.choice(ids, len(ids) // 3, replace=False)), ("resume", ids)):
         getattr(m, op + "_ads")(pick)
         r = g.replay()
-        _same(r, gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes))
+        same_search(r, gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes))
         if op == "pause":
             assert not set(leaves) & set(cp.asnumpy(r.leaf_nodes).ravel().tolist())
             assert not set(gone.tolist()) & set(cp.asnumpy(r.ads).ravel().tolist())
-    _same(g.replay(), before)  # every ad active again
+    same_search(g.replay(), before)  # every ad active again
 
 
 def test_searches_on_gpu_while_swapping_and_pausing(tmp_path):

@@ -46,3 +46,15 @@ def steps_agree(cpu, gpu, idx, rng, reqs, cases, flags, n=0, context=()):
             for name, x, y in zip(a._fields, a, b):
                 assert np.array_equal(x, host(y)), (*context, depth, kind, gtm, count, name)
     return n
+
+
+def same_search(graphed, eager) -> None:
+    """A GraphedBeamSearch replay's GraphResult holds the eager beam_search Result's SIDs, scores, leaves and
+    post-filtered ads (device or host arrays)."""
+    for name in ("sids", "scores", "leaf_nodes"):
+        assert np.array_equal(host(getattr(graphed, name)), host(getattr(eager, name))), name
+    counts = host(graphed.ad_counts)
+    for b, (ads, rank) in enumerate(eager.ads):
+        assert counts[b] == len(ads)
+        assert np.array_equal(host(graphed.ads[b, :counts[b]]), host(ads))
+        assert np.array_equal(host(graphed.sid_rank[b, :counts[b]]), host(rank))
