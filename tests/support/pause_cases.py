@@ -22,7 +22,7 @@ from support.step_cases import host, step_case, steps_agree
 SIZES = [1, 4, 6]  # beams of the concurrent searches
 
 
-def check_pauses(idx, table, cpu, gpu) -> None:
+def check_pauses(idx, table, cpu, gpu, cases=((6, 5, "normal"), (9, 40, "ties"))) -> None:
     """Rounds of pauses and resumes given to both matchers (the SIDs' ads paused whole, so that leaves and
     prefixes die; then a random share; then resumes): after each, the device's counts and flags equal the
     host's, and step (GTM and counts on and off), mask and post-filter equal the CPU's."""
@@ -47,7 +47,7 @@ def check_pauses(idx, table, cpu, gpu) -> None:
         assert np.array_equal(gpu.paused_ads(), cpu.paused_ads())
         assert np.array_equal(host(gpu.cuda.d["node_live"]), cpu.arrays.node_live)
         assert np.array_equal(host(gpu.cuda.d["ad_active"]), cpu.arrays.ad_active)
-        n = steps_agree(cpu, gpu, idx, rng, reqs, [(6, 5, "normal"), (9, 40, "ties")], flags, n, (op,))
+        n = steps_agree(cpu, gpu, idx, rng, reqs, list(cases), flags, n, (op,))
         for depth in range(idx.sid_length):
             nodes, rr, _, _ = step_case(idx, rng, B, 6, depth, "normal")
             for gtm in (True, False):
@@ -59,15 +59,15 @@ def check_pauses(idx, table, cpu, gpu) -> None:
     assert cpu.num_paused == 0
 
 
-def check_update(idx, table, cpu, gpu) -> None:
-    """The same changes (edits, new ads, an ad on a SID the trie lacks) given to both matchers, with some ads
-    paused before: the GPU matcher serves the updated index as the CPU one does (step, mask, post-filter)."""
+def check_update(idx, table, cpu, gpu, changed=(20, 20, 2)) -> None:
+    """The same changes (changed: edits, new ads, ads on SIDs the trie lacks) given to both matchers, with some
+    ads paused before: the GPU matcher serves the updated index as the CPU one does (step, mask, post-filter)."""
     schema = parse_schema(idx.manifest["schema"])
     rows = catalog_rows(table, schema)
     ids = np.asarray(table.column("ad_id").to_numpy(), np.int64)
     for m in (cpu, gpu):
         m.pause_ads(ids[::4])
-    changes, _, left_out = changes_for(rows, schema, 5, 20, 20, 2, L=idx.sid_length, V=idx.vocab_size)
+    changes, _, left_out = changes_for(rows, schema, 5, *changed, L=idx.sid_length, V=idx.vocab_size)
     a, b = cpu.update_ads(changes), gpu.update_ads(changes)
     assert a.as_dict() == b.as_dict() and sorted(a.new_sids) == sorted(left_out) and gpu.version == a.version
     assert gpu.num_paused == cpu.num_paused == len(ids[::4])
