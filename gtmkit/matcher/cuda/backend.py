@@ -96,6 +96,10 @@ class DeviceBatch:
         self.code_off, self.codes = cp.asarray(q.code_off), cp.asarray(q.codes)
         self.sparse = cp.asarray(sparse_images(q).view(np.uint64))  # the fused step's SPT images
         self.params = cp.asarray(request_params(q, lambda name: _ptr(getattr(self, name))))
+        # a copy from pageable host memory may still be in flight when cp.asarray returns; a kernel on another
+        # stream (a non-blocking one, as GraphedBeamSearch's) does not wait for it and could read the pointer
+        # table before it lands
+        cp.cuda.get_current_stream().synchronize()
 
 
 class CudaBackend:
@@ -138,6 +142,7 @@ class CudaBackend:
         self._enqueue_locks = [threading.RLock() for _ in range(STREAM_LOCKS)]
         # a CuPy int64 [B, FUSED_PROF_W] array: the fused step's phase timestamps, with load_fused(profile=True)
         self.profile = None
+        cp.cuda.get_current_stream().synchronize()  # the tables landed before any stream's kernel reads them
 
     def load_fused(self, profile: bool = False) -> None:
         """The fused step at this backend's cluster and block size; profile=True: the build that records its phase
