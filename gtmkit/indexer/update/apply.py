@@ -1,6 +1,7 @@
 """An updated index derived from an index and its changed ads (docs/design.md §9), by copy-on-write: the arrays an
 update does not touch (the trie, most table rows) are the base index's own; the SID->ad map and the ad index are
-rebuilt in one merge (O(ads), no sort of them all); the partition ids and the tables are copied once and grown.
+rebuilt in one merge (O(ads), no sort of them all); the partition ids are copy-on-write maps of the artifact's
+files (or copies) and the tables are copied with room for the rows an update appends.
 The base index is left as it was, so calls running on it finish on it."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ...formats import index_format as fmt
 from .changes import Changes
 from .merge import gather_lists, gather_rows, merge_id_lookup, merge_plan, shift_offsets
 from .unions import grow_unions
+
 
 @dataclass
 class UpdateReport:
