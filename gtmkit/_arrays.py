@@ -1,4 +1,4 @@
-"""Array helpers used across the build: CSR offsets from lengths (numpy's cumsum is slow here)."""
+"""Array helpers used across the build: CSR offsets from lengths (numpy's cumsum is slow here), read-only views."""
 
 from __future__ import annotations
 
@@ -20,6 +20,18 @@ def offsets_from_lengths(lengths: np.ndarray) -> np.ndarray:
     out = np.empty(len(lengths) + 1, np.int64)
     _offsets(np.asarray(lengths), out)
     return out
+
+
+def read_only(a, dtype=None) -> np.ndarray:
+    """np.asarray(a, dtype) as a read-only view: numba compiles a kernel once per argument type and read-only is
+    part of an array's type, so inputs that may be maps of an artifact (read-only) or copies (writable) are passed
+    read-only always, and each kernel compiles once."""
+    a = np.asarray(a, dtype)
+    if not a.flags.writeable:
+        return a
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 def join_offsets(pieces: list) -> np.ndarray:

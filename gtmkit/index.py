@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._arrays import read_only
 from .errors import ArtifactError, GtmkitError, RequestError
 from .formats import index_format as fmt
 from .formats.artifact import open_artifact
@@ -216,7 +217,8 @@ class Index:
         request = self._check_request(request)
         out = np.zeros(len(rows), bool)
         code_off, codes = exact.request_codes(request.bloom_codes)
-        exact.rows_eligible(rows, np.asarray(self.ad_bitmask_ids, np.int32), np.ascontiguousarray(self.bitmask_table),
+        exact.rows_eligible(rows, read_only(self.ad_bitmask_ids, np.int32),
+                            read_only(np.ascontiguousarray(self.bitmask_table)),
                             *self.exact_lists(), np.ascontiguousarray(request.bitmask)[None], code_off, codes, 0, out)
         return out
 
@@ -225,8 +227,8 @@ class Index:
         row, as the exact kernel reads them (built once, shared with the matcher)."""
         lists = self._exact_lists
         if lists is None:  # two threads racing here build equal tuples: no lock needed
-            lists = self._exact_lists = (*exact.stack_lists(self.ad_allow, self.num_ads),
-                                         *exact.stack_lists(self.ad_exclude, self.num_ads))
+            lists = (*exact.stack_lists(self.ad_allow, self.num_ads), *exact.stack_lists(self.ad_exclude, self.num_ads))
+            lists = self._exact_lists = tuple(read_only(x) for x in lists)
         return lists
 
     def ad_eligible(self, ad_ids, request: Request) -> np.ndarray:

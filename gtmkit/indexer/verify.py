@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from .._arrays import read_only
 from .._bits import lower_bound
 from ..errors import ArtifactError, CatalogError
 from ..threads import parallel_njit
@@ -97,7 +98,7 @@ def catalog_problems(idx, catalog, schema=None, progress: Progress = None) -> li
     if cat.num_ads != idx.num_ads:
         P.append(f"catalog has {cat.num_ads} ads, index {idx.num_ads}")
         return P
-    leaves = walk(np.asarray(idx.node_offsets, np.int64), np.asarray(idx.child_tokens), cat.sids.astype(np.int64))
+    leaves = walk(read_only(idx.node_offsets, np.int64), read_only(idx.child_tokens), cat.sids.astype(np.int64))
     if np.any(leaves < 0):
         i = int(np.flatnonzero(leaves < 0)[0])
         P.append(f"catalog row {i}: SID {tuple(int(t) for t in cat.sids[i])} has no path in the trie")

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._arrays import read_only
 from ..errors import RequestError
 from ..targeting.semantics import Request, check_request
 
@@ -48,6 +49,11 @@ class TrieArrays(NamedTuple):
     node_live: np.ndarray = np.zeros(1, np.int32)
     ad_active: np.ndarray = np.zeros(1, np.uint8)
 
+    def read_only(self) -> "TrieArrays":
+        """The same arrays as read-only views (_arrays.read_only): the kernels see one TrieArrays type however
+        each array was made (a map of the artifact, a copy, an update's copy-on-write map, the paused-ad state)."""
+        return TrieArrays._make(read_only(x) if isinstance(x, np.ndarray) else x for x in self)
+
 
 def trie_arrays(index) -> TrieArrays:
     layout = index.partition_layout
@@ -83,7 +89,7 @@ def trie_arrays(index) -> TrieArrays:
         sid_ad_ids=np.asarray(index.sid_ad_ids, np.int64),
         ad_bitmask=np.asarray(index.ad_bitmask_ids, np.int32),
         allow_off=allow_off, allow_codes=allow_codes, excl_off=excl_off, excl_codes=excl_codes,
-    )
+    ).read_only()
 
 
 class RequestBatch(NamedTuple):

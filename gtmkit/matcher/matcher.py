@@ -318,7 +318,7 @@ class IndexMatcher:
                     from .live import LiveAds
                     live = LiveAds(self.index)
                     self.arrays = self.arrays._replace(live=np.ones(1, np.int32), node_live=live.counts,
-                                                       ad_active=live.active)
+                                                       ad_active=live.active).read_only()
                     self._live_ads = live
         return self._live_ads.set_active(ad_ids, active)
 

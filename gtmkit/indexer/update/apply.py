@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..._arrays import read_only
 from ...errors import UpdateError
 from ...formats import index_format as fmt
 from .changes import Changes
@@ -52,9 +53,9 @@ def update_index(index, ch: Changes):
     N, S, L = index.num_ads, index.num_sids, index.sid_length
     report = UpdateReport(new_sids=ch.ad_ids[ch.leaves < 0].tolist())
     a = np.flatnonzero(ch.leaves >= 0)  # the entries applied
-    sorted_ids = np.asarray(index.ad_ids_sorted, np.int64)
+    sorted_ids = read_only(index.ad_ids_sorted, np.int64)
     ids = ch.ad_ids[a]
-    pos = np.searchsorted(sorted_ids, ids)
+    pos = _find(sorted_ids, ids)
     exists = (pos < N) & (sorted_ids[np.minimum(pos, N - 1)] == ids)
     report.edited, report.added = int(exists.sum()), int((~exists).sum())
     left = state["slack_ads"] - state["added"]
@@ -65,9 +66,9 @@ def update_index(index, ch: Changes):
     if len(a) == 0:
         report.version = index.version
         return index, report
-    rows_by_id = np.asarray(index.ad_rows_by_id)
-    off = np.asarray(index.sid_ad_offsets, np.int64)
-    sid_ids = np.asarray(index.sid_ad_ids, np.int64)
+    rows_by_id = read_only(index.ad_rows_by_id)
+    off = read_only(index.sid_ad_offsets, np.int64)
+    sid_ids = read_only(index.sid_ad_ids, np.int64)
     removed = np.sort(rows_by_id[pos[exists]].astype(np.int64))  # an edited ad's row is replaced by its new one
     e_sid = ch.leaves[a] - index.first_leaf
     order = np.lexsort((ids, e_sid))
@@ -90,13 +91,13 @@ def update_index(index, ch: Changes):
     # tables and partition ids: copied once, grown; the changed ads' own bitmask rows appended first
     bm_words = index.layout.words
     ch_rows = np.ascontiguousarray(ch.rows[a])
-    uniq, inv = np.unique(ch_rows[:, :bm_words], axis=0, return_inverse=True)
+    uniq, inv = _unique_rows(ch_rows[:, :bm_words])
     U = index.bitmask_table.shape[0]
     room = len(a) * (L + 1)  # at most one new union row a node of each path
     bm_table = _grow_table(np.asarray(index.bitmask_table), len(uniq) + room)
     bm_table[U:U + len(uniq)] = uniq
     new.ad_bitmask_ids = np.empty(n_new, np.int32)
-    gather_rows(np.asarray(index.ad_bitmask_ids), (U + inv.reshape(-1)).astype(np.int32), src, new.ad_bitmask_ids)
+    gather_rows(read_only(index.ad_bitmask_ids), (U + inv.reshape(-1)).astype(np.int32), src, new.ad_bitmask_ids)
     bm_used = np.array([U + len(uniq)], np.int64)
     nb = len(index.bloom)
     words = np.array([b["words"] for b in index.bloom], np.int64)
@@ -112,9 +113,10 @@ def update_index(index, ch: Changes):
     part_bloom = _writable(index, "part_bloom_ids") if nb else np.zeros((len(part_bm), 0), np.int32)
     layout = index.partition_layout
     jagged = layout["kind"] == "jagged"
+    by_leaf = np.argsort(ch.leaves[a], kind="stable")  # paths walked in trie order: neighbours share pages
     report.unions_grown = int(grow_unions(
-        ch.leaves[a], ch_rows, bm_words, starts, words, np.asarray(index.node_offsets, np.int64), jagged,
-        np.asarray(index.part_offsets if jagged else np.zeros(1), np.int64), np.asarray(index.level_offsets, np.int64),
+        ch.leaves[a][by_leaf], ch_rows[by_leaf], bm_words, starts, words, read_only(index.node_offsets, np.int64), jagged,
+        read_only(index.part_offsets if jagged else np.zeros(1), np.int64), read_only(index.level_offsets, np.int64),
         np.asarray(layout.get("level_base", [0] * (L + 2)), np.int64),
         np.asarray(layout.get("level_width", [0] * (L + 1)), np.int64),
         part_bm, part_bloom, bm_table, bm_used, bloom_table, bases, bloom_used))
@@ -133,6 +135,29 @@ def update_index(index, ch: Changes):
     new._version = f"{base}+{rec['updates']}"
     report.version = new.version
     return new, report
+
+
+def _find(sorted_ids, ids):
+    """np.searchsorted(sorted_ids, ids), with the ids looked up in ascending order: each search then starts where
+    the last ended (numpy keeps that bound for ascending keys), so the large array is read mostly in order."""
+    by_id = np.argsort(ids, kind="stable")
+    pos = np.empty(len(ids), np.int64)
+    pos[by_id] = np.searchsorted(sorted_ids, ids[by_id])
+    return pos
+
+
+def _unique_rows(rows):
+    """(distinct rows, index of each row's among them), as np.unique(rows, axis=0, return_inverse=True) but by a
+    lexsort of the columns (np.unique sorts the rows as opaque records, several times slower)."""
+    if len(rows) == 0:
+        return rows[:0], np.zeros(0, np.int64)
+    order = np.lexsort(rows.T[::-1])
+    srt = rows[order]
+    first = np.ones(len(rows), bool)
+    first[1:] = (srt[1:] != srt[:-1]).any(axis=1)
+    inv = np.empty(len(rows), np.int64)
+    inv[order] = np.cumsum(first) - 1
+    return srt[first], inv
 
 
 def _writable(index, name: str) -> np.ndarray:

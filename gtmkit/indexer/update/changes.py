@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..._arrays import read_only
 from ...errors import CatalogError
 from ...formats.catalog import read_catalog
 from ...formats.schema import parse_schema
@@ -55,7 +56,7 @@ def read_changes(index, changes, progress=None) -> Changes:
     else:
         cat = read_catalog(changes, schema, progress)
     n = cat.num_ads
-    leaves = walk(np.asarray(index.node_offsets, np.int64), np.asarray(index.child_tokens),
+    leaves = walk(read_only(index.node_offsets, np.int64), read_only(index.child_tokens),
                   cat.sids.astype(np.int64))
     rows = rows_in_layout(cat, schema, index.layout, [b["words"] for b in index.bloom], np.arange(n))
     nbm = len(schema.bitmask)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..._arrays import read_only
 from ...threads import parallel_njit
 
 
@@ -88,8 +89,8 @@ def _copy_lists(o_off, o_codes, c_off, c_codes, src, off, out):
 def gather_lists(old: tuple, new: tuple, src: np.ndarray) -> tuple:
     """CSR lists (offsets, codes) of the rows src names, from the index's lists and the changes' (as they are:
     both are sorted and distinct already)."""
-    o_off, o_codes = (np.asarray(x) for x in old)
-    c_off, c_codes = (np.asarray(x) for x in new)
+    o_off, o_codes = (read_only(x) for x in old)
+    c_off, c_codes = (read_only(x) for x in new)
     off = np.empty(len(src) + 1, np.int64)
     _lengths(o_off, c_off, src, off)
     out = np.empty(int(off[-1]), np.int32)
