@@ -191,9 +191,12 @@ def _trie(did) -> None:
 def _server(did) -> None:
     from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
 
-    trie, tokens, logp = _small_trie()
-    # the resident kernel polls for work: under racecheck an answer takes minutes, not the default 10 s
-    with TrieSearchServer(trie, 100, 6, 600, timeout=600.0) as srv:
+    from gtmkit.synth.proposals import synth_proposals
+
+    trie = _small_trie()[0]
+    tokens, logp = synth_proposals(trie, 2, 3, 16, seed=5)
+    # the resident kernel polls for work and racecheck slows every access of it: a small beam and a long timeout
+    with TrieSearchServer(trie, 8, 3, 16, timeout=400.0) as srv:
         srv.search(tokens[0], logp[0])
         srv.search(tokens[1], logp[1])
     did("trie server")
