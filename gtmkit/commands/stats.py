@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..errors import ArtifactError
 from ._common import echo_json, handle_errors
 
 
@@ -12,7 +13,18 @@ def _mb(b) -> str:
 
 
 def print_summary(s: dict) -> None:
-    e = click.echo
+    """The statistics as a table. They come from the artifact's manifest, which may have been edited: a
+    malformed figure is one ArtifactError, raised before anything is printed."""
+    lines = []
+    try:
+        _summary(s, lines.append)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise ArtifactError(f"{s.get('path', 'index')}: the manifest's statistics are malformed "
+                            f"({type(exc).__name__}: {exc})") from None
+    click.echo("\n".join(lines))
+
+
+def _summary(s: dict, e) -> None:
     e(f"{'index':<14}{s.get('path', '')}")
     e(f"{'SIDs':<14}{s['sids']:,}   ads {s['ads']:,}   nodes {s['nodes']:,}   L={s['sid_length']} V={s['vocab']}")
     q = s["ads_per_sid"]
@@ -108,7 +120,11 @@ def command(index_dir, as_json, plot_path):
 
     s = load_index(index_dir, verify=False).stats()
     if plot_path:
-        plot(s, plot_path)
+        try:
+            plot(s, plot_path)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise ArtifactError(f"{index_dir}: the manifest's statistics cannot be plotted "
+                                f"({type(exc).__name__}: {exc})") from None
     if as_json:
         echo_json(s)
     else:

@@ -479,3 +479,31 @@ def test_random_tries_accepted(tmp_path, keys):
     trie.save(d)
     back = SuccinctTrie.load(d)
     assert [back.lookup(k) for k in keys] == [trie.lookup(k) for k in keys]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(sorted(LAYOUTS)), pick=st.integers(0, 10**6), value=JSON_VALUES, delete=st.booleans())
+def test_random_stats_edits_give_one_line_from_gtmkit_stats(built, tmp_path, kind, pick, value, delete):
+    """The manifest's statistics are reported, not served from: any edit of them (digest recomputed) is printed
+    by `gtmkit stats` or refused with one line naming the index, before anything is printed."""
+    from click.testing import CliRunner
+    from gtmkit.cli import cli
+
+    d = tmp_path / f"s{pick}_{kind}"
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(built[kind], d)
+    d = manifest_path(d).parent
+    m = _manifest(d)
+    *parent, key = [p for p in _paths(m["stats"]) if p][pick % sum(1 for p in _paths(m["stats"]) if p)]
+    node = m["stats"]
+    for k in parent:
+        node = node[k]
+    if delete:
+        del node[key]
+    else:
+        node[key] = value
+    _save_manifest(d, m)
+    r = CliRunner().invoke(cli, ["stats", str(d)])
+    assert r.exit_code in (0, 1) and not isinstance(r.exception, (KeyError, TypeError, ValueError, IndexError))
+    if r.exit_code == 1:
+        assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and "statistics" in r.stderr
