@@ -76,15 +76,20 @@ def command(index_dir, changes, pause_file, resume_file, as_json, silent):
             resume = _read_ids(resume_file) if resume_file else np.zeros(0, np.int64)
             updated.ad_rows(np.concatenate([pause, resume]))  # RequestError naming the first unknown id
             paused = np.setdiff1d(np.union1d(paused, pause), resume)
-        if updated is index:  # pauses alone: the same arrays, a new version
-            updated = copy.copy(index)
-            u = update_state(index.manifest)
-            updated.manifest = {**index.manifest, "updates": {**u, "updates": u["updates"] + 1}}
-        updated.paused_ad_ids = paused
-        write_updated(updated, bar)
-    out = {"index": index_dir, **rep.as_dict(), "paused_ads": int(len(paused))}
+        written = updated is not index or not np.array_equal(paused, index.paused_ad_ids)
+        if written:
+            if updated is index:  # pauses alone: the same arrays, a new version
+                updated = copy.copy(index)
+                u = update_state(index.manifest)
+                updated.manifest = {**index.manifest, "updates": {**u, "updates": u["updates"] + 1}}
+            updated.paused_ad_ids = paused
+            write_updated(updated, bar)
+    out = {"index": index_dir, **rep.as_dict(), "paused_ads": int(len(paused)), "written": bool(written)}
     if as_json:
         echo_json(out)
+        return
+    if not written:  # an empty change set, or pauses of paused ads: no new version
+        click.echo(f"{index_dir}: nothing to apply; the index is unchanged ({len(paused)} paused)")
         return
     click.echo(f"{index_dir}: {rep.edited} ads edited, {rep.added} added, {rep.unions_grown} partition unions "
                f"grown, {len(paused)} paused; {rep.slack_left} more new ads before a rebuild")

@@ -151,3 +151,24 @@ def test_paused_ads_are_kept_by_the_artifact(tmp_path):
         assert r.exit_code == 1 and what in r.output and "Traceback" not in r.output
     assert run("update", out).exit_code == 1
     assert gtmkit.load_index(out).version == version
+
+
+def test_an_empty_change_set_changes_nothing(tmp_path):
+    """A period without changes (a change file with the catalog's columns and no rows) is not an error: nothing is
+    applied and no version written; a change file without the catalog's columns still is."""
+    sd = schema_dict(L=3, V=5)
+    table = random_catalog(6, n_ads=60, L=3, V=5, n_sids=20)
+    out = tmp_path / "idx"
+    assert run("build", write(tmp_path, table, sd), "-o", out, "-s").exit_code == 0
+    version = gtmkit.load_index(out).version
+    pq.write_table(table.slice(0, 0), tmp_path / "none.parquet")
+    r = run("update", out, tmp_path / "none.parquet", "--json")
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["written"] is False and (rep["edited"], rep["added"]) == (0, 0) and rep["version"] == version
+    assert gtmkit.load_index(out).version == version
+    m = Matcher(gtmkit.load_index(out))
+    assert m.update_ads(table.slice(0, 0)).version == version and m.version == version
+    pq.write_table(table.slice(0, 0).drop_columns(["age"]), tmp_path / "bad.parquet")
+    r = CliRunner().invoke(cli, ["update", str(out), str(tmp_path / "bad.parquet")])
+    assert r.exit_code == 1 and "age" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..._arrays import read_only
 from ...errors import CatalogError
-from ...formats.catalog import read_catalog
+from ...formats.catalog import open_catalog, read_catalog
 from ...formats.schema import parse_schema
 from ..adindex import reorder_lists
 from ..rows import rows_in_layout
@@ -50,11 +50,13 @@ def read_changes(index, changes, progress=None) -> Changes:
             path = Path(tmp) / "changes.parquet"
             pq.write_table(changes, path)
             try:
-                cat = read_catalog(path, schema, progress)
+                cat = _read(path, schema, progress)
             except CatalogError as exc:
                 raise CatalogError(str(exc).replace(str(path), "changes table")) from None
     else:
-        cat = read_catalog(changes, schema, progress)
+        cat = _read(changes, schema, progress)
+    if cat is None:  # an empty change set (a period without changes): nothing to apply
+        return _no_changes(index)
     n = cat.num_ads
     leaves = walk(read_only(index.node_offsets, np.int64), read_only(index.child_tokens),
                   cat.sids.astype(np.int64))
@@ -77,3 +79,18 @@ def read_changes(index, changes, progress=None) -> Changes:
         exclude.append(coded[1])
         dictionaries.append(d)
     return Changes(np.asarray(cat.ad_ids, np.int64), leaves, rows, allow, exclude, dictionaries)
+
+
+def _read(path, schema, progress):
+    """The changes as a Catalog, or None when the input's columns are right but it has no rows."""
+    if open_catalog(path, schema).num_rows == 0:
+        return None
+    return read_catalog(path, schema, progress)
+
+
+def _no_changes(index) -> Changes:
+    width = index.layout.words + sum(b["words"] for b in index.bloom)
+    empty = (np.zeros(1, np.int64), np.zeros(0, np.int32))
+    nb = len(index.bloom)
+    return Changes(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, width), np.uint64), [empty] * nb,
+                   [empty] * nb, list(index.bloom_dictionaries))
