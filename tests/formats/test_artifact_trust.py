@@ -317,6 +317,29 @@ def _paths(obj, prefix=()):
         yield from _paths(v, prefix + (k,))
 
 
+def _edited_copy(src: Path, d: Path, within: tuple, pick: int, value, delete: bool, skip=()) -> Path:
+    """A copy of the artifact src at d whose manifest has one value below the key path `within` (the pick-th,
+    top-level keys in skip left out) set to value, or deleted; its digest recomputed. -> the version's directory."""
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(src, d)
+    d = manifest_path(d).parent
+    m = _manifest(d)
+    top = m
+    for k in within:
+        top = top[k]
+    paths = [p for p in _paths(top) if p and p[0] not in skip]
+    *parent, key = paths[pick % len(paths)]
+    node = top
+    for k in parent:
+        node = node[k]
+    if delete:
+        del node[key]
+    else:
+        node[key] = value
+    _save_manifest(d, m)
+    return d
+
+
 JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64), st.floats(allow_nan=False, allow_infinity=False),
                         st.text(max_size=4), st.lists(st.integers(-3, 3), max_size=3), st.just({}))
 
@@ -326,21 +349,8 @@ JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64), st
 def test_random_manifest_edits_give_one_line(built, tmp_path, kind, pick, value, delete):
     """Any value anywhere in the manifest (digest recomputed): refused with one line, or served; never
     another exception, from the loader or from `verify`."""
-    d = tmp_path / f"r{pick}_{kind}"
-    shutil.rmtree(d, ignore_errors=True)
-    shutil.copytree(built[kind], d)
-    d = manifest_path(d).parent
-    m = _manifest(d)
-    paths = [p for p in _paths(m) if p and p[0] not in ("manifest_sha256", "stats", "created", "source")]
-    *parent, key = paths[pick % len(paths)]
-    node = m
-    for k in parent:
-        node = node[k]
-    if delete:
-        del node[key]
-    else:
-        node[key] = value
-    _save_manifest(d, m)
+    d = _edited_copy(built[kind], tmp_path / f"r{pick}_{kind}", (), pick, value, delete,
+                     skip=("manifest_sha256", "stats", "created", "source"))
     try:
         gtmkit.load_index(d)
     except ArtifactError as e:
@@ -489,20 +499,7 @@ def test_random_stats_edits_give_one_line_from_gtmkit_stats(built, tmp_path, kin
     from click.testing import CliRunner
     from gtmkit.cli import cli
 
-    d = tmp_path / f"s{pick}_{kind}"
-    shutil.rmtree(d, ignore_errors=True)
-    shutil.copytree(built[kind], d)
-    d = manifest_path(d).parent
-    m = _manifest(d)
-    *parent, key = [p for p in _paths(m["stats"]) if p][pick % sum(1 for p in _paths(m["stats"]) if p)]
-    node = m["stats"]
-    for k in parent:
-        node = node[k]
-    if delete:
-        del node[key]
-    else:
-        node[key] = value
-    _save_manifest(d, m)
+    d = _edited_copy(built[kind], tmp_path / f"s{pick}_{kind}", ("stats",), pick, value, delete)
     r = CliRunner().invoke(cli, ["stats", str(d)])
     assert r.exit_code in (0, 1) and not isinstance(r.exception, (KeyError, TypeError, ValueError, IndexError))
     if r.exit_code == 1:
