@@ -13,10 +13,8 @@ from ._common import StderrProgress, echo_json, handle_errors
 def _read_ids(path) -> np.ndarray:
     """Ad ids from a text file, one a line (blank lines and lines starting with # skipped)."""
     from ..errors import GtmkitError
-    try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GtmkitError(f"{path}: cannot read ad ids ({exc.__class__.__name__}: {exc})") from None
+    from ..formats.inputs import read_text
+    lines = read_text(path, GtmkitError, "file of ad ids").splitlines()  # a FIFO or device would block
     out = []
     for i, line in enumerate(lines, 1):
         line = line.strip()

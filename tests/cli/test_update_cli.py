@@ -172,3 +172,21 @@ def test_an_empty_change_set_changes_nothing(tmp_path):
     pq.write_table(table.slice(0, 0).drop_columns(["age"]), tmp_path / "bad.parquet")
     r = CliRunner().invoke(cli, ["update", str(out), str(tmp_path / "bad.parquet")])
     assert r.exit_code == 1 and "age" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_id_files_that_are_not_regular_text_files_are_refused(tmp_path):
+    """--pause / --resume read regular UTF-8 files only: a FIFO (which would block the command forever), a
+    directory or undecodable bytes are one line each."""
+    import os
+
+    sd = schema_dict(L=3, V=5)
+    out = tmp_path / "idx"
+    assert run("build", write(tmp_path, random_catalog(7, n_ads=30, L=3, V=5, n_sids=10), sd), "-o", out,
+               "-s").exit_code == 0
+    os.mkfifo(tmp_path / "ids.fifo")
+    (tmp_path / "bad.txt").write_bytes(b"\xff\xfe\n")
+    for path, what in ((tmp_path / "ids.fifo", "not a regular file"), (tmp_path / "bad.txt", "not UTF-8"),
+                       (tmp_path, "directory")):
+        r = CliRunner().invoke(cli, ["update", str(out), "--pause", str(path)])
+        assert r.exit_code in (1, 2) and what in r.stderr, r.stderr
+        assert r.stderr.strip().splitlines()[-1].startswith("Error:")
