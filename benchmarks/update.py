@@ -1,7 +1,8 @@
 """Catalog updates and index swaps under load, on the ~10M-SID index, side by side in one run:
 
-- a full build of the catalog (in a child process), then `Matcher.update_ads` of 1% of its ads (half edits of targeting, half new ads
-  on existing SIDs) and `gtmkit update`'s write of the result: their seconds over the build's;
+- a full build of the catalog (in a child process), then `Matcher.update_ads` of 1% of its ads (half edits of
+  targeting, half new ads on existing SIDs) and `gtmkit update`'s write of the result: their seconds over the
+  build's;
 - the whole 4-step search with post-filter before and after the update (interleaved rounds, median): the ratio;
 - a stream of whole searches from one thread, steady, then while another thread swaps the matcher every quarter
   second between two loads of the index (each swap builds the new matcher beside the old): p99 latency during

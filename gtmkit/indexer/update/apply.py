@@ -54,7 +54,7 @@ def update_index(index, ch: Changes):
     report = UpdateReport(new_sids=ch.ad_ids[ch.leaves < 0].tolist())
     a = np.flatnonzero(ch.leaves >= 0)  # the entries applied
     sorted_ids = read_only(index.ad_ids_sorted, np.int64)
-    ids = ch.ad_ids[a]
+    ids, leaves = ch.ad_ids[a], ch.leaves[a]
     pos = _find(sorted_ids, ids)
     exists = (pos < N) & (sorted_ids[np.minimum(pos, N - 1)] == ids)
     report.edited, report.added = int(exists.sum()), int((~exists).sum())
@@ -70,7 +70,7 @@ def update_index(index, ch: Changes):
     off = read_only(index.sid_ad_offsets, np.int64)
     sid_ids = read_only(index.sid_ad_ids, np.int64)
     removed = np.sort(rows_by_id[pos[exists]].astype(np.int64))  # an edited ad's row is replaced by its new one
-    e_sid = ch.leaves[a] - index.first_leaf
+    e_sid = leaves - index.first_leaf
     order = np.lexsort((ids, e_sid))
     src, entry_row, new_of_old = merge_plan(off, sid_ids, removed, e_sid, ids, order)
     n_new = len(src)
@@ -113,9 +113,9 @@ def update_index(index, ch: Changes):
     part_bloom = _writable(index, "part_bloom_ids") if nb else np.zeros((len(part_bm), 0), np.int32)
     layout = index.partition_layout
     jagged = layout["kind"] == "jagged"
-    by_leaf = np.argsort(ch.leaves[a], kind="stable")  # paths walked in trie order: neighbours share pages
+    by_leaf = np.argsort(leaves, kind="stable")  # paths walked in trie order: neighbours share pages
     report.unions_grown = int(grow_unions(
-        ch.leaves[a][by_leaf], ch_rows[by_leaf], bm_words, starts, words, read_only(index.node_offsets, np.int64), jagged,
+        leaves[by_leaf], ch_rows[by_leaf], bm_words, starts, words, read_only(index.node_offsets, np.int64), jagged,
         read_only(index.part_offsets if jagged else np.zeros(1), np.int64), read_only(index.level_offsets, np.int64),
         np.asarray(layout.get("level_base", [0] * (L + 2)), np.int64),
         np.asarray(layout.get("level_width", [0] * (L + 1)), np.int64),
