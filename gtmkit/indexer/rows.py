@@ -112,6 +112,12 @@ def _bloom_attr(rows, order, a_off, a_codes, sigs, start):
                     rows[i, start + w] |= sigs[c, w]
 
 
+def add_bloom_words(rows, offsets, codes, sigs, start: int) -> None:
+    """rows[i, start:start+W] |= the signatures of list i's codes (offsets, codes: CSR lists of n rows; sigs:
+    bloom_signatures of the codes' strings); all ones for an empty list."""
+    _bloom_attr(rows, np.arange(len(offsets) - 1), offsets, codes, sigs, start)
+
+
 def bloom_signatures(dictionary: list, bits: int, hashes: int, seed: int) -> np.ndarray:
     """uint64 [len(dictionary), bits/64]: one signature per distinct string (hashed once each)."""
     out = np.zeros((len(dictionary), bits // 64), np.uint64)

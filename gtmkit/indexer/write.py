@@ -32,13 +32,14 @@ class Timer:
 
 def write_index(w, catalog, schema, layout, rl, trie, matchers: tuple, tables, level_stats, ad_level, ads: dict,
                 ad_lists: list, timer: Timer, progress: Progress = None, build: dict = None,
-                slack: float = None) -> None:
+                slack: float = None, updates: dict = None) -> None:
     """The index's arrays, statistics and manifest into the open writer w, committed: shared by the
     single-process and the sharded build, which differ only in how they reach these pieces. trie: level_offsets,
     node_offsets, child_tokens, max_degree, num_sids, num_nodes; matchers: (the nodes' partition id arrays, their
     layout); ads: the SID->ad map and ad-id lookup; ad_lists: per Bloom attribute ((allow offsets, codes),
     (exclude offsets, codes), dictionary); build: how it was built; slack: the new ads `gtmkit update` may add,
-    as a share of the ads (None: the default). Arrays the writer already holds (streamed
+    as a share of the ads (None: the default); updates: the update record to keep (a rebuild of an updated index's
+    subtrees), instead of a fresh one. Arrays the writer already holds (streamed
     into it) are not written again."""
     L = schema.sid_length
     part_arrays, part_layout = matchers
@@ -69,8 +70,8 @@ def write_index(w, catalog, schema, layout, rl, trie, matchers: tuple, tables, l
         "partition_layout": part_layout,
         "stats": stats,
         "build": build or {"mode": "single-process"},
-        "updates": {"slack_ads": fmt.default_slack_ads(counts["ads"]) if slack is None else int(slack * counts["ads"]),
-                    "added": 0, "updates": 0},
+        "updates": updates or {"slack_ads": fmt.default_slack_ads(counts["ads"]) if slack is None
+                               else int(slack * counts["ads"]), "added": 0, "updates": 0},
     }
     for i, (name, arr) in enumerate(arrays.items()):
         if not w.has(name):
@@ -80,6 +81,6 @@ def write_index(w, catalog, schema, layout, rl, trie, matchers: tuple, tables, l
         w.add_table(fmt.bloom_dict(b), pa.table({"value": pa.array(dictionary, pa.string())}))
     timer.lap("write")
     stats["build_seconds"] = {**{k: round(v, 4) for k, v in timer.seconds.items()}, "total": round(timer.total(), 4)}
-    if build:
+    if build and "shards" in build:
         stats["shards"] = build["shards"]
     w.commit(manifest)

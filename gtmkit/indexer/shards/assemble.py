@@ -51,22 +51,41 @@ def _first_met(ids, remap, out):
     return k
 
 
+class ShardFiles:
+    """The shards' pieces as their tasks left them in the staging area: load(s, name) maps one; tables(s) is
+    (a key, shard s's local matcher tables), shards of one key sharing their local ids."""
+
+    def __init__(self, stage, n_tables: int):
+        self.stage, self.n_tables = stage, n_tables
+
+    def load(self, s: int, name: str) -> np.ndarray:
+        return np.load(shard_dir(self.stage, s) / f"{name}.npy", mmap_mode="r")
+
+    def tables(self, s: int) -> tuple:
+        return s, [self.load(s, f"table{t}") for t in range(self.n_tables)]
+
+
 class GlobalTables:
     """One deduplicating table a matcher table; shard s's local row ids map to global ones on first sight."""
 
-    def __init__(self, stage, n_shards: int, slices: list):
+    def __init__(self, pieces, n_shards: int, slices: list):
         self.dedupers = [RowDeduper(x.stop - x.start) for x in slices]
         self.slices = slices
-        self.local = [[np.load(shard_dir(stage, s) / f"table{t}.npy", mmap_mode="r") for t in range(len(slices))]
-                      for s in range(n_shards)]
-        self.remap = [[np.full(len(tab), -1, np.int32) for tab in tabs] for tabs in self.local]
+        self.local, self.remap, self.key = {}, {}, []
+        for s in range(n_shards):
+            key, tabs = pieces.tables(s)
+            self.key.append(key)
+            if key not in self.local:
+                self.local[key] = tabs
+                self.remap[key] = [np.full(len(tab), -1, np.int32) for tab in tabs]
 
     def merge(self, s: int, t: int, ids: np.ndarray) -> np.ndarray:
-        remap = self.remap[s][t]
+        key = self.key[s]
+        remap = self.remap[key][t]
         new = np.empty(len(ids), np.int32)
         k = _first_met(ids, remap, new)
         if k:
-            remap[new[:k]] = self.dedupers[t].add(np.asarray(self.local[s][t][new[:k]]))
+            remap[new[:k]] = self.dedupers[t].add(np.asarray(self.local[key][t][new[:k]]))
         return remap[ids]
 
     def tables(self) -> list:
@@ -171,19 +190,21 @@ class Streamer:
         return np.load(out.path, mmap_mode="r") if read else None
 
 
-def assemble(stage, metas: list, schema, rl, dictionaries: list, source, w) -> dict:
+def assemble(stage, metas: list, schema, rl, dictionaries: list, source, w, pieces=None) -> dict:
     """Every array and statistic write_index takes, from the shards' pieces; the large arrays are streamed
     into the writer w as they are made (mapped views come back). source: the catalog's ParquetInput (a repeated
-    ad id is named by its file and row there); dictionaries: the global ones."""
+    ad id is named by its file and row there); dictionaries: the global ones; pieces: where shard s's pieces
+    are read (ShardFiles, the default, or an index cut into subtrees by an update's rebuild)."""
     L, V, spec = schema.sid_length, schema.vocab, schema.partition
     P = len(metas)
-    load = lambda s, name: np.load(shard_dir(stage, s) / f"{name}.npy", mmap_mode="r")  # noqa: E731
+    slices = rl.slices()
+    pieces = pieces or ShardFiles(stage, len(slices))
+    load = pieces.load
     out = Streamer(w)
     trie = _topology(out, load, metas, L, V)
     ads = _ads(out, load, P, schema, source)
-    slices = rl.slices()
     widths = [x.stop - x.start for x in slices]
-    g = GlobalTables(stage, P, slices)
+    g = GlobalTables(pieces, P, slices)
     ads["ad_bitmask_ids"] = out.pieces("ad_bitmask_ids", np.int32,
                                        [g.merge(s, 0, load(s, "ad_ids0")) for s in range(P)])
     root = np.bitwise_or.reduce(np.stack([m["union"] for m in metas]), axis=0)[None, :]

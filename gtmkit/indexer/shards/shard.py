@@ -66,27 +66,43 @@ def build_shard(stage, s: int, lo: int, hi: int, starts: list, schema) -> dict:
     split_last_rows) for the assembler, which partitions the whole node when another shard holds the rest."""
     cat, input_rows = gather(stage, lo, hi, starts, schema)
     V = schema.vocab
-    split_first, split_last = lo % V != 0, hi % V != 0 and hi < V * V
-    spec, L = schema.partition, schema.sid_length
-    trie = build_trie(cat.sids, schema.vocab)
-    S, N = trie.num_sids, cat.num_ads
-    order, sid_ad_offsets, sid_ad_ids, _, _ = sid_ad_map(trie.ad_sid, cat.ad_ids, S)
+    trie = build_trie(cat.sids, V)
+    order, sid_ad_offsets, sid_ad_ids, _, _ = sid_ad_map(trie.ad_sid, cat.ad_ids, trie.num_sids)
     del trie.ad_sid
     layout, code_bits, rl = resolve_layout(cat, schema)
     rows = ad_rows(cat, schema, layout, code_bits, rl, order)
-    slices = rl.slices()
     out = task_dir(shard_dir(stage, s))
+    nbm = len(schema.bitmask)
+    lists = [((al.offsets, al.codes), (ex.offsets, ex.codes))
+             for al, ex in zip(cat.allowed[nbm:], cat.excluded[nbm:])]
+    save_ads(out, order, sid_ad_offsets, sid_ad_ids, input_rows, lists)
+    del cat, lists
+    meta = save_matchers(out, trie, rows, sid_ad_offsets, schema, rl, lo % V != 0, hi % V != 0 and hi < V * V)
+    publish(out, shard_dir(stage, s))
+    return meta
+
+
+def save_ads(out: Path, order, sid_ad_offsets, sid_ad_ids, input_rows, lists: list) -> None:
+    """A shard's SID->ad map, its rows' places in the input and its ads' Bloom lists (per attribute: (allowed,
+    excluded), each (offsets, codes) in input order) into its task directory, in SID order."""
     save = lambda name, arr: np.save(out / f"{name}.npy", arr)  # noqa: E731
     save("sid_ad_offsets", sid_ad_offsets)
     save("sid_ad_ids", sid_ad_ids)
     save("input_rows", input_rows[order])
-    nbm = len(schema.bitmask)
-    for b in range(len(schema.bloom)):
-        for kind, lists in (("allowed", cat.allowed[nbm + b]), ("excluded", cat.excluded[nbm + b])):
-            off, codes = reorder_lists(lists.offsets, lists.codes, order)
+    for b, pair in enumerate(lists):
+        for kind, (offsets, codes) in zip(("allowed", "excluded"), pair):
+            off, codes = reorder_lists(offsets, codes, order)
             save(f"ad_{kind}{b}_offsets", off)
             save(f"ad_{kind}{b}_codes", codes)
-    del cat
+
+
+def save_matchers(out: Path, trie, rows, sid_ad_offsets, schema, rl, split_first: bool, split_last: bool) -> dict:
+    """A shard's trie levels and matchers (rows: its ads' combined rows in SID order) into its task directory;
+    returns its sizes and its SIDs' union (the shard's meta)."""
+    spec, L = schema.partition, schema.sid_length
+    S, N = trie.num_sids, len(rows)
+    slices = rl.slices()
+    save = lambda name, arr: np.save(out / f"{name}.npy", arr)  # noqa: E731
     dedupers = [RowDeduper(x.stop - x.start) for x in slices]
     save("ad_ids0", dedupers[0].add(rows[:, slices[0]]))
     _, sid_rows = level_partitions(rows, sid_ad_offsets[:-1], sid_ad_offsets[1:])
@@ -112,6 +128,5 @@ def build_shard(stage, s: int, lo: int, hi: int, starts: list, schema) -> dict:
         del parts
     for t, dd in enumerate(dedupers):
         save(f"table{t}", dd.table())
-    publish(out, shard_dir(stage, s))
     return {"sids": S, "ads": N, "levels": levels, "max_degree": max_degree, "union": union,
             "first_token": int(trie.child_tokens[0]), "last_token": int(trie.child_tokens[levels[0] - 1])}

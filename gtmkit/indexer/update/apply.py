@@ -32,12 +32,13 @@ class UpdateReport:
     version: str = ""
     new_sids: list = field(default_factory=list)
     empty_sids: int = 0  # SIDs left without ads by this or an earlier update (CD prunes them)
+    rebuilt: dict = None  # a shard rebuild's record (rebuild.py), when ads on new SIDs were added by one
 
     def as_dict(self) -> dict:
         return {"edited": self.edited, "added": self.added, "unions_grown": self.unions_grown,
                 "slack_left": self.slack_left, "version": self.version, "empty_sids": self.empty_sids,
                 "ads_on_new_sids": len(self.new_sids),
-                "new_sid_ad_ids": [int(x) for x in self.new_sids]}
+                "new_sid_ad_ids": [int(x) for x in self.new_sids], "rebuilt": self.rebuilt}
 
 
 def _grow_table(table, extra: int) -> np.ndarray:
@@ -125,8 +126,8 @@ def update_index(index, ch: Changes):
     new.bloom_tables = [bloom_table[bases[b]:bases[b] + bloom_used[b], :words[b]] for b in range(nb)]
 
     # exact lists: the index's rows and the changes', gathered in the new row order
-    new.ad_allow = [gather_lists(index.ad_allow[b], _select(ch.allow[b], a), src) for b in range(nb)]
-    new.ad_exclude = [gather_lists(index.ad_exclude[b], _select(ch.exclude[b], a), src) for b in range(nb)]
+    new.ad_allow = [gather_lists(index.ad_allow[b], select_lists(ch.allow[b], a), src) for b in range(nb)]
+    new.ad_exclude = [gather_lists(index.ad_exclude[b], select_lists(ch.exclude[b], a), src) for b in range(nb)]
     new._exact_lists = None
     new.__dict__["bloom_dictionaries"] = ch.dictionaries
     rec = {"slack_ads": state["slack_ads"], "added": state["added"] + report.added, "updates": state["updates"] + 1}
@@ -169,7 +170,7 @@ def _writable(index, name: str) -> np.ndarray:
     return np.array(arr)
 
 
-def _select(lists, a):
+def select_lists(lists, a):
     """CSR lists (offsets, codes) of entries a, in that order."""
     off, codes = lists
     off = np.asarray(off, np.int64)

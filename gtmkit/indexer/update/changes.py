@@ -22,12 +22,14 @@ from ..verify import walk
 
 @dataclass
 class Changes:
-    """n changed ads in input order. ad_ids int64 [n]; leaves int64 [n] (-1: the SID has no path in the trie);
+    """n changed ads in input order. ad_ids int64 [n]; sids int64 [n, L]; leaves int64 [n] (-1: the SID has no
+    path in the trie);
     rows uint64 [n, width] (bitmask words, then each Bloom attribute's); allow / exclude: per Bloom attribute
     (offsets int64 [n+1], codes int32) sorted distinct index codes; dictionaries: per Bloom attribute the
     index's {string: code}, or a larger copy when the changes brought new strings."""
 
     ad_ids: np.ndarray
+    sids: np.ndarray
     leaves: np.ndarray
     rows: np.ndarray
     allow: list
@@ -58,8 +60,8 @@ def read_changes(index, changes, progress=None) -> Changes:
     if cat is None:  # an empty change set (a period without changes): nothing to apply
         return _no_changes(index)
     n = cat.num_ads
-    leaves = walk(read_only(index.node_offsets, np.int64), read_only(index.child_tokens),
-                  cat.sids.astype(np.int64))
+    sids = cat.sids.astype(np.int64)
+    leaves = walk(read_only(index.node_offsets, np.int64), read_only(index.child_tokens), sids)
     rows = rows_in_layout(cat, schema, index.layout, [b["words"] for b in index.bloom], np.arange(n))
     nbm = len(schema.bitmask)
     allow, exclude, dictionaries = [], [], []
@@ -78,7 +80,7 @@ def read_changes(index, changes, progress=None) -> Changes:
         allow.append(coded[0])
         exclude.append(coded[1])
         dictionaries.append(d)
-    return Changes(np.asarray(cat.ad_ids, np.int64), leaves, rows, allow, exclude, dictionaries)
+    return Changes(np.asarray(cat.ad_ids, np.int64), sids, leaves, rows, allow, exclude, dictionaries)
 
 
 def _read(path, schema, progress):
@@ -92,5 +94,6 @@ def _no_changes(index) -> Changes:
     width = index.layout.words + sum(b["words"] for b in index.bloom)
     empty = (np.zeros(1, np.int64), np.zeros(0, np.int32))
     nb = len(index.bloom)
-    return Changes(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, width), np.uint64), [empty] * nb,
+    return Changes(np.zeros(0, np.int64), np.zeros((0, index.sid_length), np.int64), np.zeros(0, np.int64),
+                   np.zeros((0, width), np.uint64), [empty] * nb,
                    [empty] * nb, list(index.bloom_dictionaries))

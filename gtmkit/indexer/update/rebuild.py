@@ -1,0 +1,201 @@
+"""A shard rebuild (docs/design.md §9): an update whose ads include SIDs the trie lacks, written as the artifact's new
+version without a full build. Changes on SIDs the trie holds are applied in place (apply.py); the depth-1 subtrees
+(first tokens) that the other ads fall in, and those that edited ones among them leave, are built again from the
+index's own rows plus those ads, as a sharded build's tasks build shards (in this process or on Dask workers); every
+other subtree's arrays are cut from the index as they are (subtrees.py), and the sharded build's assembler joins
+both into the new version's arrays."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+
+from ..._arrays import join_offsets, read_only
+from ...formats import index_format as fmt
+from ...formats.artifact import ArtifactWriter
+from ...formats.index_checks import PAUSED
+from ...formats.schema import parse_schema
+from ...progress import Progress, report
+from ..adindex import sid_ad_map
+from ..rows import RowLayout, add_bloom_words, bloom_signatures
+from ..shards.assemble import assemble
+from ..shards.shard import save_ads, save_matchers, shard_dir
+from ..shards.split import gather_lists, publish, task_dir
+from ..trie import build_trie
+from ..write import Timer, write_index
+from .apply import select_lists, update_index
+from .changes import Changes
+from .subtrees import RebuildPieces, Run, subtree_bounds
+
+
+def row_layout(index) -> RowLayout:
+    """The combined-row layout the index was built with."""
+    return RowLayout(index.layout.words, tuple(b["words"] for b in index.bloom),
+                     index.layout.n_bits + sum(b["bits"] for b in index.bloom))
+
+
+def rebuild_shards(index, changes, client=None, workers: int = None, progress: Progress = None, paused=None):
+    """Write an index with its changed ads as its artifact's new version, ads on SIDs its trie lacks included: the
+    first-token subtrees those SIDs fall in (and those that edited ads moving to them leave) are built again from
+    the index's arrays plus the changes; every other subtree is kept as it is, with changes on its SIDs applied in
+    place as `Matcher.update_ads` applies them.
+
+    index: an Index or an index directory; changes: as `Matcher.update_ads` takes them (a Parquet path or a
+    pyarrow Table in the catalog's schema); client / workers: build the subtrees on a Dask cluster (a Client, or
+    a LocalCluster of that many processes), else here; paused: the ad ids the new version serves paused (default:
+    the index's). Processes that loaded the index keep serving it until they load the new version.
+    -> (the new version, loaded; UpdateReport with `rebuilt` set). UpdateError (nothing written) when the new ads
+    applied in place would pass the index's slack."""
+    from ...index import Index, load_index
+    from ..shards.run import count_arg, runner
+    from .changes import read_changes
+    if not isinstance(index, Index):
+        index = load_index(index)
+    workers = None if workers is None else count_arg(workers, "workers", 1)
+    ch = read_changes(index, changes, progress)
+    run = runner(client, workers)
+    try:
+        return _rebuild(index, ch, run, progress, paused, load_index)
+    finally:
+        run.close()
+
+
+def _rebuild(index, ch: Changes, run, progress, paused, load_index):
+    timer = Timer()
+    base, rep = update_index(index, ch)  # SIDs the trie holds: in place; the rest is left to the rebuild
+    entries = np.flatnonzero(ch.leaves < 0)
+    timer.lap("in place")
+    schema = parse_schema(base.manifest["schema"])
+    rl = row_layout(base)
+    strings = [sorted(d, key=d.get) for d in ch.dictionaries]  # by code: the index's, then the changes' new ones
+    with ArtifactWriter(base.path, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=True) as w:
+        stage = w.staging / "subtrees"
+        stage.mkdir()
+        try:
+            plan = _plan(base, ch, entries)
+            todo = [s for s, x in enumerate(plan["shards"]) if x is None]
+            for k, s in enumerate(todo):
+                _write_inputs(stage / f"input-{s:05d}", base, ch, *plan["inputs"][k], strings)
+            timer.lap("cut")
+            metas = [None if x is None else x.meta(rl.slices()) for x in plan["shards"]]
+            built = run.map(build_subtrees, [(str(stage), s, schema, rl) for s in todo], progress, "subtrees")
+            for s, meta in zip(todo, built):
+                metas[s] = meta
+            timer.lap("subtrees")
+            nbm = len(schema.bitmask)
+            parts = assemble(stage, metas, schema, rl, [None] * nbm + strings, None, w,
+                             RebuildPieces(stage, base, plan["shards"]))
+            shutil.rmtree(stage)  # the version holds only its own files when committed
+            timer.lap("assemble")
+        except BaseException:
+            run.close()  # workers stop before the files they write are removed
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        keep = base.paused_ad_ids if paused is None else paused
+        if len(keep):
+            w.add_array(PAUSED, np.asarray(keep, np.int64))
+        u = fmt.update_state(index.manifest)
+        updates = {**u, "added": u["added"] + rep.added, "updates": u["updates"] + 1}
+        moved = int(plan["moved"])
+        rebuilt = {"from_version": index.version, "subtrees": len(plan["tokens"]), "of": plan["subtrees"],
+                   "ads": int(sum(metas[s]["ads"] for s in todo)), "tasks": len(todo), "workers": run.workers}
+        write_index(w, base.manifest["source"]["catalog"], schema, base.layout, rl, parts["trie"], parts["matchers"],
+                    parts["tables"], parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer,
+                    progress, {**base.manifest.get("build", {}), "rebuilt": rebuilt}, updates=updates)
+    new = load_index(base.path, verify=False)
+    rep.edited += moved
+    rep.added += len(entries) - moved
+    rep.new_sids, rep.version, rep.empty_sids, rep.rebuilt = [], new.version, new.empty_sids, rebuilt
+    report(progress, 1, 1, "rebuilt")
+    return new, rep
+
+
+def _plan(index, ch: Changes, entries: np.ndarray) -> dict:
+    """Which depth-1 subtrees are rebuilt, the shards (runs of subtrees kept or rebuilt, in token order: a kept
+    run as its Run, a rebuilt one as None with its first tokens and the index rows it keeps), and how many of
+    the entries are edits moving an ad of the index."""
+    L = index.sid_length
+    R = subtree_bounds(index)
+    first = np.asarray(index.child_tokens)[R[1][:-1] - 1].astype(np.int64)  # each subtree's token, ascending
+    sorted_ids = read_only(index.ad_ids_sorted, np.int64)
+    ids = ch.ad_ids[entries]
+    pos = np.minimum(np.searchsorted(sorted_ids, ids), max(len(sorted_ids) - 1, 0))
+    moved = (pos < len(sorted_ids)) & (sorted_ids[pos] == ids) if len(sorted_ids) else np.zeros(len(ids), bool)
+    old_rows = np.sort(np.asarray(index.ad_rows_by_id)[pos[moved]].astype(np.int64))
+    old_sid = np.searchsorted(np.asarray(index.sid_ad_offsets), old_rows, side="right") - 1
+    left = np.searchsorted(R[L], old_sid + index.first_leaf, side="right") - 1  # subtrees those ads leave
+    tokens = np.union1d(first[left], ch.sids[entries, 0])
+    present = np.union1d(first, tokens)
+    rebuilt = np.isin(present, tokens)
+    shards, inputs = [], []
+    cuts = np.flatnonzero(np.diff(rebuilt.astype(np.int8))) + 1
+    for seg in np.split(np.arange(len(present)), cuts):
+        toks = present[seg]
+        have = np.searchsorted(first, toks)
+        have = have[(have < len(first)) & (first[np.minimum(have, len(first) - 1)] == toks)]
+        i0, i1 = (int(have[0]), int(have[-1]) + 1) if len(have) else (0, 0)
+        if not rebuilt[seg[0]]:
+            shards.append(Run(index, R, i0, i1))
+            continue
+        run = Run(index, R, i0, i1) if len(have) else None
+        rows = np.arange(*run.rows) if run else np.zeros(0, np.int64)
+        rows = rows[~np.isin(rows, old_rows)]
+        mine = entries[np.isin(ch.sids[entries, 0], toks)]
+        if len(rows) + len(mine) == 0:  # every ad of these subtrees moved away
+            continue
+        shards.append(None)
+        inputs.append((run, rows, mine))
+    return {"shards": shards, "inputs": inputs, "tokens": tokens, "subtrees": len(present), "moved": moved.sum()}
+
+
+def _write_inputs(d, index, ch: Changes, run, rows: np.ndarray, mine: np.ndarray, strings: list) -> None:
+    """The ads of a rebuilt shard into its input directory d, as its task reads them: the index's rows it keeps
+    (rows, of the subtrees `run`), then its entries (mine): ids, SIDs, combined rows and Bloom lists."""
+    d.mkdir()
+    sids = np.zeros((0, index.sid_length), np.int32)
+    if run is not None:
+        per_sid = np.diff(np.asarray(index.sid_ad_offsets)[run.sids[0]:run.sids[1] + 1])
+        sids = np.repeat(run.leaf_sids(), per_sid, axis=0)[rows - run.rows[0]]
+    np.save(d / "ad_ids.npy", np.concatenate([np.asarray(index.sid_ad_ids)[rows], ch.ad_ids[mine]]))
+    np.save(d / "sids.npy", np.ascontiguousarray(np.concatenate([sids, ch.sids[mine].astype(np.int32)])))
+    np.save(d / "rows.npy", np.concatenate([_index_rows(index, rows, strings), ch.rows[mine]]))
+    for b in range(len(index.bloom)):
+        for kind, lists, changed in (("allowed", index.ad_allow[b], ch.allow[b]),
+                                     ("excluded", index.ad_exclude[b], ch.exclude[b])):
+            a = gather_lists(np.asarray(lists[0]), np.asarray(lists[1]), rows)
+            c = select_lists(changed, mine)
+            np.save(d / f"{kind}{b}_offsets.npy", join_offsets([a[0], c[0]]))
+            np.save(d / f"{kind}{b}_codes.npy", np.concatenate([a[1], c[1]]).astype(np.int32))
+
+
+def _index_rows(index, rows: np.ndarray, strings: list) -> np.ndarray:
+    """Combined rows (bitmask words, then each Bloom attribute's) of the index's ad rows `rows`: the bitmask words
+    are the ads' table rows, the Bloom words made again from their allowed strings, as the build makes them."""
+    rl = row_layout(index)
+    out = np.zeros((len(rows), rl.width), np.uint64)
+    out[:, :rl.bitmask_words] = np.asarray(index.bitmask_table)[np.asarray(index.ad_bitmask_ids)[rows]]
+    for b, attr in enumerate(index.bloom):
+        off, codes = gather_lists(np.asarray(index.ad_allow[b][0]), np.asarray(index.ad_allow[b][1]), rows)
+        used, local = np.unique(codes, return_inverse=True)
+        sigs = bloom_signatures([strings[b][c] for c in used], attr["bits"], attr["hashes"], attr["seed"])
+        add_bloom_words(out, off, local.astype(np.int32), sigs, rl.bloom_starts[b])
+    return out
+
+
+def build_subtrees(stage, s: int, schema, rl) -> dict:
+    """Task: rebuilt shard s from its inputs (_write_inputs) into shard_dir(stage, s), as a sharded build's task
+    builds a shard; returns its meta."""
+    from pathlib import Path
+    d = Path(stage) / f"input-{s:05d}"
+    ad_ids, sids, rows = (np.load(d / f"{n}.npy") for n in ("ad_ids", "sids", "rows"))
+    lists = [tuple((np.load(d / f"{kind}{b}_offsets.npy"), np.load(d / f"{kind}{b}_codes.npy"))
+                   for kind in ("allowed", "excluded")) for b in range(len(schema.bloom))]
+    trie = build_trie(sids, schema.vocab)
+    order, sid_ad_offsets, sid_ad_ids, _, _ = sid_ad_map(trie.ad_sid, ad_ids, trie.num_sids)
+    del trie.ad_sid
+    out = task_dir(shard_dir(stage, s))
+    save_ads(out, order, sid_ad_offsets, sid_ad_ids, np.arange(len(ad_ids), dtype=np.int64), lists)
+    meta = save_matchers(out, trie, rows[order], sid_ad_offsets, schema, rl, False, False)
+    publish(out, shard_dir(stage, s))
+    return meta
