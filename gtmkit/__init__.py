@@ -8,6 +8,7 @@ from ._version import __version__
 from .errors import ArtifactError, CatalogError, GtmkitError, RequestError, SchemaError
 from .index import Index, load_index
 from .indexer.build import build_index
+from .indexer.update.rebuild import rebuild_shards
 from .indexer.succinct.trie import SuccinctTrie
 from .matcher.succinct.search import TrieBeamStepper, trie_beam_search, trie_beam_stepper
 from .matcher.succinct.server_cuda import TrieSearchServer
@@ -16,5 +17,5 @@ from .matcher.matcher import IndexMatcher, Step
 from .matcher.served import Matcher
 from .targeting.semantics import Request
 
-__all__ = ["__version__", "build_index", "load_index", "Index", "Request", "Matcher", "IndexMatcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
+__all__ = ["__version__", "build_index", "rebuild_shards", "load_index", "Index", "Request", "Matcher", "IndexMatcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
            "SchemaError", "ArtifactError", "RequestError"]

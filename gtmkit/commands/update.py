@@ -1,12 +1,11 @@
-"""`gtmkit update`: changed ads and paused ads written into an index as its new version, without a rebuild."""
+"""`gtmkit update`: changed ads and paused ads written into an index as its new version, without a full build."""
 
 from __future__ import annotations
-
-import copy
 
 import click
 import numpy as np
 
+from ._cluster import check_cluster, dask_client
 from ._common import StderrProgress, echo_json, handle_errors
 
 
@@ -36,52 +35,60 @@ def _read_ids(path) -> np.ndarray:
 @click.option("--pause", "pause_file", type=click.Path(dir_okay=False),
               help="Ad ids to serve paused (a text file, one a line), kept in the new version.")
 @click.option("--resume", "resume_file", type=click.Path(dir_okay=False), help="Ad ids to serve again (same form).")
+@click.option("--rebuild-shards", is_flag=True, help="Add ads on SIDs the index lacks too, by rebuilding the "
+              "first-token subtrees they fall in (the others are kept as they are).")
+@click.option("--workers", type=click.IntRange(min=1), help="With --rebuild-shards: rebuild the subtrees on a local "
+              "Dask cluster of this many worker processes (extra dist).")
+@click.option("--scheduler", help="With --rebuild-shards: rebuild the subtrees on the Dask cluster at this address "
+              "(its workers must see the index's directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
-def command(index_dir, changes, pause_file, resume_file, as_json, silent):
+def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers, scheduler, as_json, silent):
     """Apply changed ads (CHANGES: a Parquet file, folder or glob in the index's catalog schema: edits of ads it
     holds, by ad id, and new ads) and paused ads, and write the result as the index's new version; processes
     that loaded the old version keep serving it until they reload.
 
-    Ads whose SID is not in the index's trie are left out and listed: a build adds them. Fails, changing
-    nothing, when the new ads would pass the index's slack (set by `gtmkit build --slack`) or an id to pause or
-    resume is not an ad of the index.
+    Ads whose SID is not in the index's trie are left out and listed (a build adds them), or, with
+    --rebuild-shards, added by rebuilding only the first-token subtrees those SIDs fall in. Fails, changing
+    nothing, when the new ads applied in place would pass the index's slack (set by `gtmkit build --slack`) or
+    an id to pause or resume is not an ad of the index.
 
     \b
     Example:
         gtmkit update index/ changes.parquet
+        gtmkit update index/ changes.parquet --rebuild-shards --workers 4
         gtmkit update index/ --pause paused.txt --resume resumed.txt --json
     """
     from ..errors import GtmkitError
-    from ..formats.index_format import update_state
     from ..index import load_index
-    from ..indexer.update import UpdateReport, read_changes, update_index
-    from ..indexer.update.write import write_updated
+    from ..indexer.update import read_changes
+    from ..indexer.update.write import write_changes
 
     if changes is None and pause_file is None and resume_file is None:
         raise GtmkitError("nothing to update: give CHANGES, --pause or --resume")
+    if (workers or scheduler) and not rebuild_shards:
+        raise click.UsageError("--workers and --scheduler go with --rebuild-shards")
+    check_cluster(workers, scheduler)
+    pause = _read_ids(pause_file) if pause_file else np.zeros(0, np.int64)
+    resume = _read_ids(resume_file) if resume_file else np.zeros(0, np.int64)
     with StderrProgress(silent or as_json) as bar:
         index = load_index(index_dir)
-        if changes is not None:
-            updated, rep = update_index(index, read_changes(index, changes, bar))
-        else:
-            u = update_state(index.manifest)
-            updated, rep = index, UpdateReport(version=index.version, slack_left=u["slack_ads"] - u["added"])
         paused = np.asarray(index.paused_ad_ids, np.int64)
         if pause_file or resume_file:
-            pause = _read_ids(pause_file) if pause_file else np.zeros(0, np.int64)
-            resume = _read_ids(resume_file) if resume_file else np.zeros(0, np.int64)
-            updated.ad_rows(np.concatenate([pause, resume]))  # RequestError naming the first unknown id
             paused = np.setdiff1d(np.union1d(paused, pause), resume)
-        written = updated is not index or not np.array_equal(paused, index.paused_ad_ids)
-        if written:
-            if updated is index:  # pauses alone: the same arrays, a new version
-                updated = copy.copy(index)
-                u = update_state(index.manifest)
-                updated.manifest = {**index.manifest, "updates": {**u, "updates": u["updates"] + 1}}
-            updated.paused_ad_ids = paused
-            write_updated(updated, bar)
+        ch = read_changes(index, changes, bar) if changes is not None else None
+        if rebuild_shards and ch is not None and (ch.leaves < 0).any():
+            from ..indexer.update.rebuild import check_ids, rebuild_changes
+            check_ids(index, ch, np.concatenate([pause, resume]))  # before anything is written
+            with dask_client(scheduler) as client:
+                _, rep = rebuild_changes(index, ch, client, workers, bar, paused)
+            return _print(index_dir, rep, paused, True, as_json)
+        _, rep, written = write_changes(index, ch, paused, bar, np.concatenate([pause, resume]))
+    _print(index_dir, rep, paused, written, as_json)
+
+
+def _print(index_dir, rep, paused, written: bool, as_json: bool) -> None:
     out = {"index": index_dir, **rep.as_dict(), "paused_ads": int(len(paused)), "written": bool(written)}
     if as_json:
         echo_json(out)
@@ -93,4 +100,9 @@ def command(index_dir, changes, pause_file, resume_file, as_json, silent):
                f"grown, {len(paused)} paused; {rep.slack_left} more new ads before a rebuild")
     if rep.new_sids:
         shown = ", ".join(str(x) for x in rep.new_sids[:10]) + (" ..." if len(rep.new_sids) > 10 else "")
-        click.echo(f"{len(rep.new_sids)} ads on SIDs the index lacks were left out (a build adds them): {shown}")
+        click.echo(f"{len(rep.new_sids)} ads on SIDs the index lacks were left out (a build or --rebuild-shards adds "
+                   f"them): {shown}")
+    if rep.rebuilt:
+        r = rep.rebuilt
+        click.echo(f"rebuilt {r['subtrees']} of {r['of']} first-token subtrees ({r['ads']} ads) in {r['tasks']} "
+                   f"tasks; the rest kept")

@@ -26,6 +26,7 @@ from ..trie import build_trie
 from ..write import Timer, write_index
 from .apply import select_lists, update_index
 from .changes import Changes
+from .write import write_changes
 from .subtrees import RebuildPieces, Run, subtree_bounds
 
 
@@ -48,20 +49,42 @@ def rebuild_shards(index, changes, client=None, workers: int = None, progress: P
     -> (the new version, loaded; UpdateReport with `rebuilt` set). UpdateError (nothing written) when the new ads
     applied in place would pass the index's slack."""
     from ...index import Index, load_index
-    from ..shards.run import count_arg, runner
     from .changes import read_changes
     if not isinstance(index, Index):
         index = load_index(index)
+    return rebuild_changes(index, read_changes(index, changes, progress), client, workers, progress, paused)
+
+
+def rebuild_changes(index, ch: Changes, client=None, workers: int = None, progress: Progress = None, paused=None):
+    """rebuild_shards with the changes read (read_changes)."""
+    from ..shards.run import count_arg, runner
     workers = None if workers is None else count_arg(workers, "workers", 1)
-    ch = read_changes(index, changes, progress)
+    if paused is not None:
+        check_ids(index, ch, paused)
+    if not (ch.leaves < 0).any():  # every SID is in the trie: in place, nothing to rebuild
+        from ...index import load_index
+        keep = index.paused_ad_ids if paused is None else paused
+        updated, rep, written = write_changes(index, ch, np.unique(np.asarray(keep, np.int64)), progress)
+        return (load_index(index.path, verify=False) if written else index), rep
     run = runner(client, workers)
     try:
-        return _rebuild(index, ch, run, progress, paused, load_index)
+        return _rebuild(index, ch, run, progress, paused)
     finally:
         run.close()
 
 
-def _rebuild(index, ch: Changes, run, progress, paused, load_index):
+def check_ids(index, ch: Changes, ids) -> None:
+    """RequestError naming the first of `ids` that is neither an ad of the index nor one of the changes'."""
+    from ...errors import RequestError
+    ids = np.asarray(ids, np.int64)
+    known = np.union1d(np.asarray(index.ad_ids_sorted), ch.ad_ids)
+    unknown = ids[~np.isin(ids, known)]
+    if len(unknown):
+        raise RequestError(f"unknown ad id {int(unknown[0])}")
+
+
+def _rebuild(index, ch: Changes, run, progress, paused):
+    from ...index import load_index
     timer = Timer()
     base, rep = update_index(index, ch)  # SIDs the trie holds: in place; the rest is left to the rebuild
     entries = np.flatnonzero(ch.leaves < 0)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+import copy
+
 from ...formats import index_format as fmt
 from ...formats.artifact import ArtifactWriter
 from ...formats.index_checks import PAUSED
@@ -46,3 +48,26 @@ def write_updated(index, progress: Progress = None):
             w.add_table(fmt.bloom_dict(b), pa.table({"value": pa.array(strings, pa.string())}))
         w.commit(manifest)
     return index.path
+
+
+def write_changes(index, ch, paused, progress: Progress = None, check=None) -> tuple:
+    """`index` with the changes ch (Changes, or None) applied in place and the ads `paused` (sorted ids) paused,
+    written as its artifact's new version when that changes anything. check: ad ids that must be ads of the
+    updated index (a RequestError before anything is written). -> (the updated index, UpdateReport, written)."""
+    from .apply import UpdateReport, update_index
+    if ch is not None:
+        updated, rep = update_index(index, ch)
+    else:
+        u = fmt.update_state(index.manifest)
+        updated, rep = index, UpdateReport(version=index.version, slack_left=u["slack_ads"] - u["added"])
+    if check is not None and len(check):
+        updated.ad_rows(check)  # RequestError naming the first unknown id
+    written = updated is not index or not np.array_equal(paused, index.paused_ad_ids)
+    if written:
+        if updated is index:  # pauses alone: the same arrays, a new version
+            updated = copy.copy(index)
+            u = fmt.update_state(index.manifest)
+            updated.manifest = {**index.manifest, "updates": {**u, "updates": u["updates"] + 1}}
+        updated.paused_ad_ids = paused
+        write_updated(updated, progress)
+    return updated, rep, written
