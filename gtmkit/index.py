@@ -258,6 +258,9 @@ class Index:
         u = fmt.update_state(self.manifest)
         s["updates"] = {"applied": u["updates"], "ads_added": u["added"], "slack_ads": u["slack_ads"],
                         "slack_left": u["slack_ads"] - u["added"], "paused_ads": int(len(self.paused_ad_ids))}
+        build = self.manifest.get("build")
+        if isinstance(build, dict) and build.get("rebuilt") is not None:
+            s["rebuilt"] = build["rebuilt"]  # the last shard rebuild (indexer/update/rebuild.py)
         return s
 
     def __repr__(self) -> str:

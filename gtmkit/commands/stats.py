@@ -63,7 +63,11 @@ def _summary(s: dict, e) -> None:
     if "updates" in s:
         u = s["updates"]
         e(f"{'updates':<14}{u['applied']} applied since the build, {u['ads_added']:,} ads added, "
-          f"{u['slack_left']:,} of {u['slack_ads']:,} new ads left before a rebuild")
+          f"{u['slack_left']:,} of {u['slack_ads']:,} new ads left before a rebuild, {u['paused_ads']:,} paused")
+    if "rebuilt" in s:
+        r = s["rebuilt"]
+        e(f"{'rebuilt':<14}{r['subtrees']:,} of {r['of']:,} first-token subtrees ({r['ads']:,} ads, {r['tasks']} "
+          f"tasks) from version {r['from_version']}")
 
 
 def plot(s: dict, path: str) -> None:

@@ -190,3 +190,37 @@ def test_id_files_that_are_not_regular_text_files_are_refused(tmp_path):
         r = CliRunner().invoke(cli, ["update", str(out), "--pause", str(path)])
         assert r.exit_code in (1, 2) and what in r.stderr, r.stderr
         assert r.stderr.strip().splitlines()[-1].startswith("Error:")
+
+
+def test_rebuild_shards_adds_ads_on_new_sids_and_verifies(tmp_path):
+    """--rebuild-shards: the ads on SIDs the index lacks are added (their subtrees rebuilt), edits and new ads on
+    known SIDs applied in place; the version verifies against the whole changed catalog; pauses of new ads given
+    in the same command are kept, an unknown id is refused before anything is written."""
+    sd = schema_dict(L=3, V=8)
+    schema = parse_schema(sd)
+    table = random_catalog(5, n_ads=200, L=3, V=8, n_sids=50)
+    cat = write(tmp_path, table, sd)
+    out = tmp_path / "idx"
+    assert run("build", cat, "-o", out, "--partition", "static", "--k", "2,2,2", "-s").exit_code == 0
+    changes, _, left_out = changes_for(catalog_rows(table, schema), schema, 8, 10, 10, 5, L=3, V=8)
+    pq.write_table(changes, tmp_path / "changes.parquet")
+    (tmp_path / "bad.txt").write_text(f"{left_out[0]}\n777\n")
+    before = gtmkit.load_index(out).version
+    r = run("update", out, tmp_path / "changes.parquet", "--rebuild-shards", "--pause", tmp_path / "bad.txt")
+    assert r.exit_code == 1 and "unknown ad id 777" in r.output and gtmkit.load_index(out).version == before
+    (tmp_path / "pause.txt").write_text(f"{left_out[0]}\n")
+    r = run("update", out, tmp_path / "changes.parquet", "--rebuild-shards", "--pause", tmp_path / "pause.txt",
+            "--json")
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["written"] and rep["ads_on_new_sids"] == 0 and (rep["edited"], rep["added"]) == (10, 15)
+    assert rep["rebuilt"]["subtrees"] >= 1 and rep["rebuilt"]["tasks"] >= 1 and rep["paused_ads"] == 1
+    write(tmp_path, _updated_catalog(table, changes, []), sd, "updated.parquet")
+    r = run("verify", out, "--catalog", tmp_path / "updated.parquet")
+    assert r.exit_code == 0, r.output
+    idx = gtmkit.load_index(out)
+    assert idx.paused_ad_ids.tolist() == [left_out[0]] and idx.manifest["build"]["rebuilt"]["from_version"] == before
+    s = run("stats", out)
+    assert s.exit_code == 0 and "1 paused" in s.output and "first-token subtrees" in s.output
+    r = run("update", out, tmp_path / "changes.parquet", "--workers", "2")
+    assert r.exit_code == 2 and "--rebuild-shards" in r.output

@@ -151,7 +151,7 @@ def _plan(index, ch: Changes, entries: np.ndarray) -> dict:
     tokens = np.union1d(first[left], ch.sids[entries, 0])
     present = np.union1d(first, tokens)
     rebuilt = np.isin(present, tokens)
-    shards, inputs = [], []
+    shards, inputs, gone = [], [], 0
     cuts = np.flatnonzero(np.diff(rebuilt.astype(np.int8))) + 1
     for seg in np.split(np.arange(len(present)), cuts):
         toks = present[seg]
@@ -166,10 +166,11 @@ def _plan(index, ch: Changes, entries: np.ndarray) -> dict:
         rows = rows[~np.isin(rows, old_rows)]
         mine = entries[np.isin(ch.sids[entries, 0], toks)]
         if len(rows) + len(mine) == 0:  # every ad of these subtrees moved away
+            gone += len(toks)
             continue
         shards.append(None)
         inputs.append((run, rows, mine))
-    return {"shards": shards, "inputs": inputs, "tokens": tokens, "subtrees": len(present), "moved": moved.sum()}
+    return {"shards": shards, "inputs": inputs, "tokens": tokens, "subtrees": len(present) - gone, "moved": moved.sum()}
 
 
 def _write_inputs(d, index, ch: Changes, run, rows: np.ndarray, mine: np.ndarray, strings: list) -> None:
