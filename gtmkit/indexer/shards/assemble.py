@@ -272,12 +272,20 @@ def _ads(out: Streamer, load, P: int, schema, source) -> dict:
     offsets = out.pieces("sid_ad_offsets", np.int64, [load(s, "sid_ad_offsets") for s in range(P)], shift=True)
     ids = _concat([load(s, "sid_ad_ids") for s in range(P)], np.int64)
     by_id = _argsort_distinct(ids)
-    dup = any(np.any(ids[by_id[a + 1:b]] == ids[by_id[a:b - 1]]) for a, b in _chunks(len(by_id)))
-    if dup:
+    n = len(by_id)
+
+    def ascending(a, b):  # a chunk of the sorted ids, checked against its neighbour one past it
+        x = ids[by_id[a:min(n, b + 1)]]
+        if np.any(x[1:] == x[:-1]):
+            raise _Repeated
+        return x[:b - a]
+    try:
+        out.mapped("ad_ids_sorted", np.int64, n, ascending, read=False)
+    except _Repeated:
         in_file_order = np.empty(len(ids), np.int64)
         in_file_order[_concat([load(s, "input_rows") for s in range(P)], np.int64)] = ids
         check_unique(in_file_order, schema.ad_id_column, source)
-    out.mapped("ad_ids_sorted", np.int64, len(by_id), lambda a, b: ids[by_id[a:b]], read=False)
+        raise
     out.mapped("ad_rows_by_id", np.int32, len(by_id), lambda a, b: by_id[a:b], read=False)
     written = out.mapped("sid_ad_ids", np.int64, len(ids), lambda a, b: ids[a:b])
     return {"sid_ad_offsets": offsets, "sid_ad_ids": written, "ad_ids_sorted": _Sized(out.w, "ad_ids_sorted"),
@@ -303,10 +311,8 @@ def _argsort_distinct(ids: np.ndarray) -> np.ndarray:
     return packed.view(np.int64)
 
 
-def _chunks(n: int):
-    """[a, b) steps over [0, n) that overlap by one, so adjacent pairs are all seen."""
-    for a in range(0, max(n - 1, 0), CHUNK):
-        yield a, min(n, a + CHUNK + 1)
+class _Repeated(Exception):
+    """An ad id twice among the shards' ads (named by check_unique)."""
 
 
 def _matcher_columns(out: Streamer, stage, spec, root, level_offsets, L: int, n_tables: int) -> tuple:

@@ -121,7 +121,8 @@ def _rebuild(index, ch: Changes, run, progress, paused):
         u = fmt.update_state(index.manifest)
         updates = {**u, "added": u["added"] + rep.added, "updates": u["updates"] + 1}
         moved = int(plan["moved"])
-        rebuilt = {"from_version": index.version, "subtrees": len(plan["tokens"]), "of": plan["subtrees"],
+        lo = parts["trie"].level_offsets
+        rebuilt = {"from_version": index.version, "subtrees": len(plan["tokens"]), "of": int(lo[2] - lo[1]),
                    "ads": int(sum(metas[s]["ads"] for s in todo)), "tasks": len(todo), "workers": run.workers}
         write_index(w, base.manifest["source"]["catalog"], schema, base.layout, rl, parts["trie"], parts["matchers"],
                     parts["tables"], parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer,
@@ -151,7 +152,7 @@ def _plan(index, ch: Changes, entries: np.ndarray) -> dict:
     tokens = np.union1d(first[left], ch.sids[entries, 0])
     present = np.union1d(first, tokens)
     rebuilt = np.isin(present, tokens)
-    shards, inputs, gone = [], [], 0
+    shards, inputs = [], []
     cuts = np.flatnonzero(np.diff(rebuilt.astype(np.int8))) + 1
     for seg in np.split(np.arange(len(present)), cuts):
         toks = present[seg]
@@ -166,11 +167,10 @@ def _plan(index, ch: Changes, entries: np.ndarray) -> dict:
         rows = rows[~np.isin(rows, old_rows)]
         mine = entries[np.isin(ch.sids[entries, 0], toks)]
         if len(rows) + len(mine) == 0:  # every ad of these subtrees moved away
-            gone += len(toks)
             continue
         shards.append(None)
         inputs.append((run, rows, mine))
-    return {"shards": shards, "inputs": inputs, "tokens": tokens, "subtrees": len(present) - gone, "moved": moved.sum()}
+    return {"shards": shards, "inputs": inputs, "tokens": tokens, "moved": moved.sum()}
 
 
 def _write_inputs(d, index, ch: Changes, run, rows: np.ndarray, mine: np.ndarray, strings: list) -> None:
@@ -187,7 +187,7 @@ def _write_inputs(d, index, ch: Changes, run, rows: np.ndarray, mine: np.ndarray
     for b in range(len(index.bloom)):
         for kind, lists, changed in (("allowed", index.ad_allow[b], ch.allow[b]),
                                      ("excluded", index.ad_exclude[b], ch.exclude[b])):
-            a = gather_lists(np.asarray(lists[0]), np.asarray(lists[1]), rows)
+            a = _rows_lists(lists, rows)
             c = select_lists(changed, mine)
             np.save(d / f"{kind}{b}_offsets.npy", join_offsets([a[0], c[0]]))
             np.save(d / f"{kind}{b}_codes.npy", np.concatenate([a[1], c[1]]).astype(np.int32))
@@ -200,11 +200,21 @@ def _index_rows(index, rows: np.ndarray, strings: list) -> np.ndarray:
     out = np.zeros((len(rows), rl.width), np.uint64)
     out[:, :rl.bitmask_words] = np.asarray(index.bitmask_table)[np.asarray(index.ad_bitmask_ids)[rows]]
     for b, attr in enumerate(index.bloom):
-        off, codes = gather_lists(np.asarray(index.ad_allow[b][0]), np.asarray(index.ad_allow[b][1]), rows)
+        off, codes = _rows_lists(index.ad_allow[b], rows)
         used, local = np.unique(codes, return_inverse=True)
         sigs = bloom_signatures([strings[b][c] for c in used], attr["bits"], attr["hashes"], attr["seed"])
         add_bloom_words(out, off, local.astype(np.int32), sigs, rl.bloom_starts[b])
     return out
+
+
+def _rows_lists(lists, rows: np.ndarray) -> tuple:
+    """(offsets, codes) of the CSR lists of the ad rows `rows` (ascending), read from the span they lie in only."""
+    if len(rows) == 0:
+        return np.zeros(1, np.int64), np.zeros(0, np.int32)
+    a, b = int(rows[0]), int(rows[-1]) + 1
+    off = np.asarray(lists[0])[a:b + 1]
+    codes = np.asarray(lists[1])[int(off[0]):int(off[-1])]
+    return gather_lists(off - off[0], codes, rows - a)
 
 
 def build_subtrees(stage, s: int, schema, rl) -> dict:

@@ -32,6 +32,7 @@ class Run:
         self.sids = (a - index.first_leaf, b - index.first_leaf)
         off = np.asarray(index.sid_ad_offsets)
         self.rows = (int(off[self.sids[0]]), int(off[self.sids[1]]))
+        self._level = (None, None)  # the last level's partitions: the assembler reads a level's pieces in a row
 
     def leaf_sids(self) -> np.ndarray:
         """int32 [SIDs, L]: the tokens of the run's SIDs, in leaf order."""
@@ -49,6 +50,11 @@ class Run:
 
     def partitions(self, d: int) -> tuple:
         """(partitions a node, per matcher table the partitions' ids) of the run's depth-d nodes (d >= 1)."""
+        if self._level[0] != d:
+            self._level = (d, self._partitions(d))
+        return self._level[1]
+
+    def _partitions(self, d: int) -> tuple:
         idx, (a, b) = self.index, self.nodes[d]
         bm = np.asarray(idx.part_bitmask_ids)
         bloom = np.asarray(idx.part_bloom_ids) if idx.bloom else np.zeros((len(bm), 0), np.int32)
