@@ -1,6 +1,6 @@
 """Paused ads, updates and swaps on the CPU matcher, against brute force over the active catalog: a hypothesis state
 machine pauses and resumes random ads, updates ads (edits of targeting and SID, new ads on existing SIDs and on
-SIDs the trie lacks) and swaps to another catalog's index; after every change, for random users, the
+SIDs the trie lacks, those left out in place and added by a shard rebuild) and swaps to another catalog's index; after every change, for random users, the
 post-filter returns exactly the eligible active ads, step and mask prune exactly the prefixes with no active ad
 (with GTM on and off, in both top-k selections), and every prefix of an eligible active ad still passes GTM."""
 
@@ -67,6 +67,18 @@ class PauseMachine(RuleBasedStateMachine):
         assert report.edited + report.added == table.num_rows - len(left_out)
         self.ids = [ad["ad_id"] for ad in self.rows]
         self.idx = self.m.current().index
+
+    @rule(seed=st.integers(0, 2**32 - 1), edits=st.integers(0, 4), new=st.integers(0, 4), off_trie=st.integers(1, 3))
+    def rebuild(self, seed, edits, new, off_trie):
+        """The same kinds of changes with ads on SIDs the trie lacks added too, by a shard rebuild of the index
+        serving now, written as the artifact's new version with the paused ads; the matcher swaps to it."""
+        table, rows, left_out = changes_for(self.rows, self.schema, seed, edits, new, off_trie, L=3, V=5)
+        index, report = gtmkit.rebuild_shards(self.m.current().index, table, paused=sorted(self.paused))
+        assert report.new_sids == [] and report.edited + report.added == table.num_rows
+        self.rows = rows + [ad for ad in catalog_rows(table, self.schema) if ad["ad_id"] in set(left_out)]
+        self.ids = [ad["ad_id"] for ad in self.rows]
+        assert self.m.swap(index) == index.version
+        self.idx = index
 
     @rule(pick=st.lists(st.integers(0, N_ADS - 1), max_size=40))
     def pause(self, pick):

@@ -22,6 +22,11 @@ def subtree_bounds(index) -> list:
     return out
 
 
+def _span(arr, a: int, b: int) -> np.ndarray:
+    """arr[a:b] as int64: the slice converted, not the whole (mapped) array."""
+    return np.asarray(arr)[a:b].astype(np.int64)
+
+
 class Run:
     """Depth-1 subtrees [i0, i1) of an index: their nodes a level, SIDs and ad rows."""
 
@@ -38,13 +43,12 @@ class Run:
         """int32 [SIDs, L]: the tokens of the run's SIDs, in leaf order."""
         idx = self.index
         tokens = np.asarray(idx.child_tokens)
-        no = np.asarray(idx.node_offsets, np.int64)
         a, b = self.nodes[1]
         out = tokens[a - 1:b - 1].astype(np.int32)[:, None]
         for d in range(2, self.L + 1):
             pa, pb = self.nodes[d - 1]
             a, b = self.nodes[d]
-            parent = np.repeat(np.arange(pb - pa), np.diff(no[pa:pb + 1]))
+            parent = np.repeat(np.arange(pb - pa), np.diff(_span(idx.node_offsets, pa, pb + 1)))
             out = np.concatenate([out[parent], tokens[a - 1:b - 1].astype(np.int32)[:, None]], axis=1)
         return out
 
@@ -60,9 +64,9 @@ class Run:
         bloom = np.asarray(idx.part_bloom_ids) if idx.bloom else np.zeros((len(bm), 0), np.int32)
         lay = idx.partition_layout
         if lay["kind"] == "jagged":
-            po = np.asarray(idx.part_offsets, np.int64)
-            p, q = int(po[a]), int(po[b])
-            return np.diff(po[a:b + 1]), [bm[p:q]] + [bloom[p:q, t] for t in range(bloom.shape[1])]
+            po = _span(idx.part_offsets, a, b + 1)
+            p, q = int(po[0]), int(po[-1])
+            return np.diff(po), [bm[p:q]] + [bloom[p:q, t] for t in range(bloom.shape[1])]
         w = int(lay["level_width"][d])
         p = int(lay["level_base"][d]) + (a - int(idx.level_offsets[d])) * w
         q = p + (b - a) * w
@@ -74,7 +78,6 @@ class Run:
     def meta(self, slices: list) -> dict:
         """What a shard task returns of its shard (shards/shard.py save_matchers)."""
         idx, L = self.index, self.L
-        no = np.asarray(idx.node_offsets, np.int64)
         tables = [idx.bitmask_table] + list(idx.bloom_tables)
         union = np.zeros(slices[-1].stop, np.uint64)
         for t, ids in enumerate(self.partitions(1)[1]):
@@ -83,7 +86,7 @@ class Run:
         (a1, b1) = self.nodes[1]
         return {"sids": self.sids[1] - self.sids[0], "ads": self.rows[1] - self.rows[0],
                 "levels": [b - a for a, b in self.nodes[1:]],
-                "max_degree": [0] + [int(np.diff(no[a:b + 1]).max()) for a, b in self.nodes[1:L]],
+                "max_degree": [0] + [int(np.diff(_span(idx.node_offsets, a, b + 1)).max()) for a, b in self.nodes[1:L]],
                 "union": union, "first_token": int(tokens[a1 - 1]), "last_token": int(tokens[b1 - 2])}
 
     def load(self, name: str) -> np.ndarray:
@@ -97,7 +100,7 @@ class Run:
             if kind == "tokens":
                 return np.asarray(idx.child_tokens)[a - 1:b - 1]
             if kind == "degrees":
-                return np.diff(np.asarray(idx.node_offsets, np.int64)[a:b + 1])
+                return np.diff(_span(idx.node_offsets, a, b + 1))
             counts, ids = self.partitions(d)
             return counts if kind == "counts" else ids[t]
         if name == "sid_ad_offsets":
