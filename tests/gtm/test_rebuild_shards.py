@@ -20,10 +20,11 @@ from gtmkit.errors import RequestError, UpdateError
 from gtmkit.formats.schema import parse_schema
 from gtmkit.indexer.update import rebuild as rebuild_mod
 from gtmkit.matcher.served import Matcher
-from gtmkit.testing.gtm import catalog_rows, eligible
+from gtmkit.testing.gtm import catalog_rows
 
 from support.catalogs import random_catalog, random_user, schema_dict, write
 from support.indexes import MODES
+from support.exact import serves_exactly
 from support.pause_cases import changes_for
 
 
@@ -94,8 +95,7 @@ def test_a_subtree_whose_ads_all_move_away_is_gone(tmp_path):
     V, L = 8, 3
     table = random_catalog(3, n_ads=60, L=L, V=V, n_sids=20)
     sd = schema_dict(L=L, V=V)
-    idx = gtmkit.build_index(write(tmp_path, table, sd, "c0.parquet"), tmp_path / "idx", partition="static",
-                             k=[2, 3, 2])
+    gtmkit.build_index(write(tmp_path, table, sd, "c0.parquet"), tmp_path / "idx", partition="static", k=[2, 3, 2])
     d = table.to_pydict()
     gone = d["sid"][0][0]
     have = {tuple(s) for s in d["sid"]}
@@ -114,19 +114,7 @@ def test_a_subtree_whose_ads_all_move_away_is_gone(tmp_path):
 
 
 def _brute_force(m, rows, schema, rng, paused=()):
-    idx = m.current().index
-    users = [random_user(rng) for _ in range(5)]
-    reqs = [idx.encode_request(u) for u in users]
-    leaves = np.tile(np.arange(idx.first_leaf, idx.num_nodes), (len(users), 1))
-    for b, (ads, rank) in enumerate(m.postfilter(leaves, reqs)):
-        want = sorted((idx.find(ad["sid"]) - idx.first_leaf, ad["ad_id"]) for ad in rows
-                      if ad["ad_id"] not in paused and eligible(ad, users[b], schema))
-        assert list(zip(rank.tolist(), ads.tolist())) == want
-        for _, ad_id in want:
-            n = 0
-            for tok in next(ad["sid"] for ad in rows if ad["ad_id"] == ad_id):
-                n = idx.child(n, tok)
-                assert idx.node_passes(n, reqs[b])
+    serves_exactly(m, rows, schema, [random_user(rng) for _ in range(5)], paused)
 
 
 @pytest.mark.parametrize("mode,kw", MODES)
@@ -229,3 +217,19 @@ def test_dask_workers_rebuild_the_same_arrays(tmp_path):
         out.append(_checksums(new))
         assert rep.rebuilt["tasks"] >= 1
     assert out[0] == out[1]
+
+
+def test_rebuilt_subtrees_cut_into_tasks_give_the_same_arrays(tmp_path, monkeypatch):
+    """Tasks of one subtree each (a tiny memory budget) rebuild what one task does."""
+    V, L = 12, 3
+    table, sd = random_catalog(9, n_ads=150, L=L, V=V, n_sids=60), schema_dict(L=L, V=V)
+    changes, _ = _to_new_sids(table, 4, 6, 10, V, L)
+    out = []
+    for name, task_ads in (("one", None), ("many", 1)):
+        gtmkit.build_index(write(tmp_path, table, sd), tmp_path / name, partition="static", k=[2, 3, 2])
+        if task_ads:
+            monkeypatch.setattr(rebuild_mod, "_task_ads", lambda workers: task_ads)
+        new, rep = gtmkit.rebuild_shards(tmp_path / name, changes)
+        out.append((_checksums(new), rep.rebuilt["tasks"]))
+    assert out[0][0] == out[1][0] and out[1][1] > out[0][1]
+    assert out[1][1] == rep.rebuilt["subtrees"]  # one task a rebuilt subtree (none of them emptied here)

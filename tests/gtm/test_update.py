@@ -12,10 +12,11 @@ import gtmkit
 from gtmkit.errors import CatalogError, GtmkitError
 from gtmkit.formats.schema import parse_schema
 from gtmkit.matcher.served import Matcher
-from gtmkit.testing.gtm import catalog_rows, eligible
+from gtmkit.testing.gtm import catalog_rows
 
 from support.catalogs import LOCATIONS, random_catalog, random_user, schema_dict, write
 from support.indexes import MODES
+from support.exact import serves_exactly
 from support.pause_cases import changes_for
 
 
@@ -35,23 +36,12 @@ def _with_blooms(table, nb: int, seed: int):
 
 
 def _check(m, rows, schema, rng, extra_users=()):
-    idx = m.current().index
     names = {a.name for a in (*schema.bitmask, *schema.bloom)}
     users = [{k: v for k, v in random_user(rng).items() if k in names} for _ in range(4)] + list(extra_users)
     for u in users:
         if "region" in [a.name for a in schema.bloom] and rng.random() < 0.7:
             u["region"] = [str(rng.choice(LOCATIONS + ["IT:RM"]))]
-    reqs = [idx.encode_request(u) for u in users]
-    leaves = np.tile(np.arange(idx.first_leaf, idx.num_nodes), (len(users), 1))
-    for b, (ads, rank) in enumerate(m.postfilter(leaves, reqs)):
-        want = sorted((idx.find(ad["sid"]) - idx.first_leaf, ad["ad_id"]) for ad in rows
-                      if eligible(ad, users[b], schema))
-        assert list(zip(rank.tolist(), ads.tolist())) == want
-        for _, ad_id in want:
-            n = 0
-            for tok in next(ad["sid"] for ad in rows if ad["ad_id"] == ad_id):
-                n = idx.child(n, tok)
-                assert idx.node_passes(n, reqs[b])
+    serves_exactly(m, rows, schema, users)
 
 
 @pytest.mark.parametrize("nb", [0, 1, 2])

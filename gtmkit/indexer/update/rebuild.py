@@ -96,7 +96,7 @@ def _rebuild(index, ch: Changes, run, progress, paused):
         stage = w.staging / "subtrees"
         stage.mkdir()
         try:
-            plan = _plan(base, ch, entries)
+            plan = _plan(base, ch, entries, run.workers)
             todo = [s for s, x in enumerate(plan["shards"]) if x is None]
             for k, s in enumerate(todo):
                 _write_inputs(stage / f"input-{s:05d}", base, ch, *plan["inputs"][k], strings)
@@ -115,9 +115,9 @@ def _rebuild(index, ch: Changes, run, progress, paused):
             run.close()  # workers stop before the files they write are removed
             shutil.rmtree(stage, ignore_errors=True)
             raise
-        keep = base.paused_ad_ids if paused is None else paused
+        keep = np.unique(np.asarray(base.paused_ad_ids if paused is None else paused, np.int64))
         if len(keep):
-            w.add_array(PAUSED, np.asarray(keep, np.int64))
+            w.add_array(PAUSED, keep)
         u = fmt.update_state(index.manifest)
         updates = {**u, "added": u["added"] + rep.added, "updates": u["updates"] + 1}
         moved = int(plan["moved"])
@@ -135,10 +135,11 @@ def _rebuild(index, ch: Changes, run, progress, paused):
     return new, rep
 
 
-def _plan(index, ch: Changes, entries: np.ndarray) -> dict:
+def _plan(index, ch: Changes, entries: np.ndarray, workers: int = 1) -> dict:
     """Which depth-1 subtrees are rebuilt, the shards (runs of subtrees kept or rebuilt, in token order: a kept
     run as its Run, a rebuilt one as None with its first tokens and the index rows it keeps), and how many of
-    the entries are edits moving an ad of the index."""
+    the entries are edits moving an ad of the index. A run of rebuilt subtrees is cut into tasks of about equal
+    ads, at least one a worker and each within a worker's memory (a subtree is never cut)."""
     L = index.sid_length
     R = subtree_bounds(index)
     first = np.asarray(index.child_tokens)[R[1][:-1] - 1].astype(np.int64)  # each subtree's token, ascending
@@ -152,25 +153,53 @@ def _plan(index, ch: Changes, entries: np.ndarray) -> dict:
     tokens = np.union1d(first[left], ch.sids[entries, 0])
     present = np.union1d(first, tokens)
     rebuilt = np.isin(present, tokens)
+    # ads a rebuilt subtree will hold: the index's, less those moving out, plus the entries on its token
+    where = np.searchsorted(first, present)
+    held = where < len(first)
+    held[held] = first[where[held]] == present[held]
+    leaf_rows = np.asarray(index.sid_ad_offsets)[R[L] - index.first_leaf]
+    ads = np.zeros(len(present), np.int64)
+    ads[held] = np.diff(leaf_rows)[where[held]] - np.bincount(left, minlength=len(first))[where[held]]
+    ads += np.bincount(np.searchsorted(present, ch.sids[entries, 0]), minlength=len(present))
+    cap = max(1, min(int(ads[rebuilt].sum()) // max(1, workers) + 1, _task_ads(workers)))
     shards, inputs = [], []
     cuts = np.flatnonzero(np.diff(rebuilt.astype(np.int8))) + 1
     for seg in np.split(np.arange(len(present)), cuts):
-        toks = present[seg]
-        have = np.searchsorted(first, toks)
-        have = have[(have < len(first)) & (first[np.minimum(have, len(first) - 1)] == toks)]
-        i0, i1 = (int(have[0]), int(have[-1]) + 1) if len(have) else (0, 0)
         if not rebuilt[seg[0]]:
-            shards.append(Run(index, R, i0, i1))
+            shards.append(Run(index, R, int(where[seg[0]]), int(where[seg[-1]]) + 1))
             continue
-        run = Run(index, R, i0, i1) if len(have) else None
-        rows = np.arange(*run.rows) if run else np.zeros(0, np.int64)
-        rows = rows[~np.isin(rows, old_rows)]
-        mine = entries[np.isin(ch.sids[entries, 0], toks)]
-        if len(rows) + len(mine) == 0:  # every ad of these subtrees moved away
-            continue
-        shards.append(None)
-        inputs.append((run, rows, mine))
+        for part in _cut(seg, ads, cap):
+            toks = present[part]
+            have = where[part][held[part]]
+            run = Run(index, R, int(have[0]), int(have[-1]) + 1) if len(have) else None
+            rows = np.arange(*run.rows) if run else np.zeros(0, np.int64)
+            rows = rows[~np.isin(rows, old_rows)]
+            mine = entries[np.isin(ch.sids[entries, 0], toks)]
+            if len(rows) + len(mine) == 0:  # every ad of these subtrees moved away
+                continue
+            shards.append(None)
+            inputs.append((run, rows, mine))
     return {"shards": shards, "inputs": inputs, "tokens": tokens, "moved": moved.sum()}
+
+
+def _task_ads(workers: int) -> int:
+    """The ads one rebuild task may hold: a worker's share of this machine's memory (that of a sharded build)."""
+    from ..budget import physical_memory
+    from ..shards.plan import SHARD_BYTES_PER_AD
+    mem = physical_memory()
+    return mem // (workers + 1) // SHARD_BYTES_PER_AD if mem else 1 << 62
+
+
+def _cut(seg: np.ndarray, ads: np.ndarray, cap: int) -> list:
+    """seg (consecutive subtrees) in consecutive parts of at most `cap` ads each (a larger subtree alone)."""
+    parts, start, acc = [], 0, 0
+    for i, n in enumerate(ads[seg]):
+        if acc and acc + n > cap:
+            parts.append(seg[start:i])
+            start, acc = i, 0
+        acc += int(n)
+    parts.append(seg[start:])
+    return parts
 
 
 def _write_inputs(d, index, ch: Changes, run, rows: np.ndarray, mine: np.ndarray, strings: list) -> None:
