@@ -39,7 +39,8 @@ BUILD = """import json, resource, sys, time
 import gtmkit
 t = time.perf_counter()
 gtmkit.build_index(sys.argv[1], sys.argv[2], partition="static", k=[1, 4, 4, 2])
-print(json.dumps({"seconds": time.perf_counter() - t, "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+print(json.dumps({"seconds": time.perf_counter() - t, "peak_rss_gib": rss}))
 """
 
 REBUILD = """import json, resource, sys, time

@@ -43,7 +43,8 @@ def _changes(rng, ctx, fixture: pa.Table) -> tuple:
     new_ids = list(dict.fromkeys(new_ids))  # edits of one ad once
     t = t.slice(0, len(new_ids))
     sids = sids[:len(new_ids)]
-    t = t.set_column(0, "ad_id", pa.array(new_ids, pa.int64())).set_column(1, "sid", pa.array(sids, pa.list_(pa.int32())))
+    t = t.set_column(0, "ad_id", pa.array(new_ids, pa.int64()))
+    t = t.set_column(1, "sid", pa.array(sids, pa.list_(pa.int32())))
     flaws = []
     if t.num_rows and rng.random() < 0.35:
         flaw = str(rng.choice(FLAWS))

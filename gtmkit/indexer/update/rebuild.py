@@ -11,29 +11,19 @@ import shutil
 
 import numpy as np
 
-from ..._arrays import join_offsets, read_only
+from ..._arrays import read_only
 from ...formats import index_format as fmt
 from ...formats.artifact import ArtifactWriter
 from ...formats.index_checks import PAUSED
 from ...formats.schema import parse_schema
 from ...progress import Progress, report
-from ..adindex import sid_ad_map
-from ..rows import RowLayout, add_bloom_words, bloom_signatures
 from ..shards.assemble import assemble
-from ..shards.shard import save_ads, save_matchers, shard_dir
-from ..shards.split import gather_lists, publish, task_dir
-from ..trie import build_trie
 from ..write import Timer, write_index
-from .apply import select_lists, update_index
+from .apply import update_index
 from .changes import Changes
-from .write import write_changes
+from .subtree_task import build_subtrees, row_layout, write_inputs
 from .subtrees import RebuildPieces, Run, subtree_bounds
-
-
-def row_layout(index) -> RowLayout:
-    """The combined-row layout the index was built with."""
-    return RowLayout(index.layout.words, tuple(b["words"] for b in index.bloom),
-                     index.layout.n_bits + sum(b["bits"] for b in index.bloom))
+from .write import write_changes
 
 
 def rebuild_shards(index, changes, client=None, workers: int = None, progress: Progress = None, paused=None):
@@ -99,7 +89,7 @@ def _rebuild(index, ch: Changes, run, progress, paused):
             plan = _plan(base, ch, entries, run.workers)
             todo = [s for s, x in enumerate(plan["shards"]) if x is None]
             for k, s in enumerate(todo):
-                _write_inputs(stage / f"input-{s:05d}", base, ch, *plan["inputs"][k], strings)
+                write_inputs(stage / f"input-{s:05d}", base, ch, *plan["inputs"][k], strings)
             timer.lap("cut")
             metas = [None if x is None else x.meta(rl.slices()) for x in plan["shards"]]
             built = run.map(build_subtrees, [(str(stage), s, schema, rl) for s in todo], progress, "subtrees")
@@ -200,65 +190,3 @@ def _cut(seg: np.ndarray, ads: np.ndarray, cap: int) -> list:
         acc += int(n)
     parts.append(seg[start:])
     return parts
-
-
-def _write_inputs(d, index, ch: Changes, run, rows: np.ndarray, mine: np.ndarray, strings: list) -> None:
-    """The ads of a rebuilt shard into its input directory d, as its task reads them: the index's rows it keeps
-    (rows, of the subtrees `run`), then its entries (mine): ids, SIDs, combined rows and Bloom lists."""
-    d.mkdir()
-    sids = np.zeros((0, index.sid_length), np.int32)
-    if run is not None:
-        per_sid = np.diff(np.asarray(index.sid_ad_offsets)[run.sids[0]:run.sids[1] + 1])
-        sids = np.repeat(run.leaf_sids(), per_sid, axis=0)[rows - run.rows[0]]
-    np.save(d / "ad_ids.npy", np.concatenate([np.asarray(index.sid_ad_ids)[rows], ch.ad_ids[mine]]))
-    np.save(d / "sids.npy", np.ascontiguousarray(np.concatenate([sids, ch.sids[mine].astype(np.int32)])))
-    np.save(d / "rows.npy", np.concatenate([_index_rows(index, rows, strings), ch.rows[mine]]))
-    for b in range(len(index.bloom)):
-        for kind, lists, changed in (("allowed", index.ad_allow[b], ch.allow[b]),
-                                     ("excluded", index.ad_exclude[b], ch.exclude[b])):
-            a = _rows_lists(lists, rows)
-            c = select_lists(changed, mine)
-            np.save(d / f"{kind}{b}_offsets.npy", join_offsets([a[0], c[0]]))
-            np.save(d / f"{kind}{b}_codes.npy", np.concatenate([a[1], c[1]]).astype(np.int32))
-
-
-def _index_rows(index, rows: np.ndarray, strings: list) -> np.ndarray:
-    """Combined rows (bitmask words, then each Bloom attribute's) of the index's ad rows `rows`: the bitmask words
-    are the ads' table rows, the Bloom words made again from their allowed strings, as the build makes them."""
-    rl = row_layout(index)
-    out = np.zeros((len(rows), rl.width), np.uint64)
-    out[:, :rl.bitmask_words] = np.asarray(index.bitmask_table)[np.asarray(index.ad_bitmask_ids)[rows]]
-    for b, attr in enumerate(index.bloom):
-        off, codes = _rows_lists(index.ad_allow[b], rows)
-        used, local = np.unique(codes, return_inverse=True)
-        sigs = bloom_signatures([strings[b][c] for c in used], attr["bits"], attr["hashes"], attr["seed"])
-        add_bloom_words(out, off, local.astype(np.int32), sigs, rl.bloom_starts[b])
-    return out
-
-
-def _rows_lists(lists, rows: np.ndarray) -> tuple:
-    """(offsets, codes) of the CSR lists of the ad rows `rows` (ascending), read from the span they lie in only."""
-    if len(rows) == 0:
-        return np.zeros(1, np.int64), np.zeros(0, np.int32)
-    a, b = int(rows[0]), int(rows[-1]) + 1
-    off = np.asarray(lists[0])[a:b + 1]
-    codes = np.asarray(lists[1])[int(off[0]):int(off[-1])]
-    return gather_lists(off - off[0], codes, rows - a)
-
-
-def build_subtrees(stage, s: int, schema, rl) -> dict:
-    """Task: rebuilt shard s from its inputs (_write_inputs) into shard_dir(stage, s), as a sharded build's task
-    builds a shard; returns its meta."""
-    from pathlib import Path
-    d = Path(stage) / f"input-{s:05d}"
-    ad_ids, sids, rows = (np.load(d / f"{n}.npy") for n in ("ad_ids", "sids", "rows"))
-    lists = [tuple((np.load(d / f"{kind}{b}_offsets.npy"), np.load(d / f"{kind}{b}_codes.npy"))
-                   for kind in ("allowed", "excluded")) for b in range(len(schema.bloom))]
-    trie = build_trie(sids, schema.vocab)
-    order, sid_ad_offsets, sid_ad_ids, _, _ = sid_ad_map(trie.ad_sid, ad_ids, trie.num_sids)
-    del trie.ad_sid
-    out = task_dir(shard_dir(stage, s))
-    save_ads(out, order, sid_ad_offsets, sid_ad_ids, np.arange(len(ad_ids), dtype=np.int64), lists)
-    meta = save_matchers(out, trie, rows[order], sid_ad_offsets, schema, rl, False, False)
-    publish(out, shard_dir(stage, s))
-    return meta
