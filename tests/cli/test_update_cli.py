@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from click.testing import CliRunner
 
 import gtmkit
@@ -224,3 +225,22 @@ def test_rebuild_shards_adds_ads_on_new_sids_and_verifies(tmp_path):
     assert s.exit_code == 0 and "1 paused" in s.output and "first-token subtrees" in s.output
     r = run("update", out, tmp_path / "changes.parquet", "--workers", "2")
     assert r.exit_code == 2 and "--rebuild-shards" in r.output
+
+
+@pytest.mark.slow  # starts a LocalCluster of two worker processes
+def test_rebuild_shards_on_local_dask_workers_writes_the_same_arrays(tmp_path):
+    pytest.importorskip("distributed")
+    sd = schema_dict(L=3, V=8)
+    schema = parse_schema(sd)
+    table = random_catalog(6, n_ads=150, L=3, V=8, n_sids=40)
+    cat = write(tmp_path, table, sd)
+    changes, _, _ = changes_for(catalog_rows(table, schema), schema, 3, 6, 6, 8, L=3, V=8)
+    pq.write_table(changes, tmp_path / "changes.parquet")
+    sums = []
+    for name, extra in (("here", []), ("dask", ["--workers", "2"])):
+        assert run("build", cat, "-o", tmp_path / name, "-s").exit_code == 0
+        r = run("update", tmp_path / name, tmp_path / "changes.parquet", "--rebuild-shards", "--json", *extra)
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["rebuilt"]["workers"] == (2 if extra else 1)
+        sums.append({k: v["sha256"] for k, v in gtmkit.load_index(tmp_path / name).manifest["files"].items()})
+    assert sums[0] == sums[1]
