@@ -37,6 +37,8 @@ def dask_client(address):
         client = Client(address, timeout=10)
     except (OSError, TimeoutError) as exc:
         raise GtmkitError(f"--scheduler {address}: cannot reach a Dask scheduler there ({exc})") from None
+    except ValueError as exc:  # a malformed address (no port, an unknown scheme)
+        raise GtmkitError(f"--scheduler {address}: not a Dask scheduler address ({exc})") from None
     try:
         yield client
     finally:

@@ -72,7 +72,8 @@ def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers
     check_cluster(workers, scheduler)
     pause = _read_ids(pause_file) if pause_file else np.zeros(0, np.int64)
     resume = _read_ids(resume_file) if resume_file else np.zeros(0, np.int64)
-    with StderrProgress(silent or as_json) as bar:
+    # a cluster named by --scheduler is reached first: a bad address fails before anything is read
+    with dask_client(scheduler) as client, StderrProgress(silent or as_json) as bar:
         index = load_index(index_dir)
         paused = np.asarray(index.paused_ad_ids, np.int64)
         if pause_file or resume_file:
@@ -81,10 +82,10 @@ def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers
         if rebuild_shards and ch is not None and (ch.leaves < 0).any():
             from ..indexer.update.rebuild import check_ids, rebuild_changes
             check_ids(index, ch, np.concatenate([pause, resume]))  # before anything is written
-            with dask_client(scheduler) as client:
-                _, rep = rebuild_changes(index, ch, client, workers, bar, paused)
-            return _print(index_dir, rep, paused, True, as_json)
-        _, rep, written = write_changes(index, ch, paused, bar, np.concatenate([pause, resume]))
+            _, rep = rebuild_changes(index, ch, client, workers, bar, paused)
+            written = True
+        else:
+            _, rep, written = write_changes(index, ch, paused, bar, np.concatenate([pause, resume]))
     _print(index_dir, rep, paused, written, as_json)
 
 

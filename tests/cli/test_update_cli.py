@@ -225,6 +225,9 @@ def test_rebuild_shards_adds_ads_on_new_sids_and_verifies(tmp_path):
     assert s.exit_code == 0 and "1 paused" in s.output and "first-token subtrees" in s.output
     r = run("update", out, tmp_path / "changes.parquet", "--workers", "2")
     assert r.exit_code == 2 and "--rebuild-shards" in r.output
+    for address in ("not a url", "foo://bar"):  # refused in one line before anything is read
+        r = run("update", out, tmp_path / "changes.parquet", "--rebuild-shards", "--scheduler", address)
+        assert r.exit_code == 1 and "not a Dask scheduler address" in r.output and "Traceback" not in r.output
 
 
 @pytest.mark.slow  # starts a LocalCluster of two worker processes

@@ -84,7 +84,7 @@ def test_rebuilt_version_equals_a_fresh_build_of_the_changed_catalog(tmp_path_fa
     assert r["ads_on_new_sids"] == 0 and rep.edited == len(moved_from)
     assert rep.added == changes.num_rows - rep.edited
     if changes.num_rows:
-        assert r["rebuilt"]["subtrees"] == len(touched)
+        assert r["rebuilt"]["subtrees"] + r["rebuilt"]["dropped"] == len(touched)
         assert r["rebuilt"]["of"] == len({s[0] for s in after.column("sid").to_pylist()})
         assert new_idx.manifest["updates"]["updates"] == 1 and new_idx.version != idx.version
     assert idx.num_ads == n_ads  # the old version still serves while open
@@ -111,6 +111,7 @@ def test_a_subtree_whose_ads_all_move_away_is_gone(tmp_path):
                                k=[2, 3, 2])
     assert _checksums(new) == _checksums(fresh)
     assert gone not in new.children(0)[0].tolist() and rep.edited == len(rows) and rep.added == 0
+    assert rep.rebuilt["dropped"] == 1 and rep.rebuilt["of"] == len(new.children(0)[0])
 
 
 def _brute_force(m, rows, schema, rng, paused=()):
@@ -160,6 +161,7 @@ def test_changes_all_on_known_sids_are_applied_in_place(tmp_path):
     changes, after, left_out = changes_for(catalog_rows(table, schema), schema, 3, 5, 5, 0, L=3, V=6)
     new, rep = gtmkit.rebuild_shards(idx, changes)
     assert rep.rebuilt is None and left_out == [] and rep.edited == 5 and rep.added == 5
+    assert rep.version == new.version == gtmkit.load_index(tmp_path / "idx").version
     _brute_force(Matcher(new), after, schema, np.random.default_rng(1))
 
 
@@ -232,4 +234,4 @@ def test_rebuilt_subtrees_cut_into_tasks_give_the_same_arrays(tmp_path, monkeypa
         new, rep = gtmkit.rebuild_shards(tmp_path / name, changes)
         out.append((_checksums(new), rep.rebuilt["tasks"]))
     assert out[0][0] == out[1][0] and out[1][1] > out[0][1]
-    assert out[1][1] == rep.rebuilt["subtrees"]  # one task a rebuilt subtree (none of them emptied here)
+    assert out[1][1] == rep.rebuilt["subtrees"] and rep.rebuilt["dropped"] == 0  # one task a rebuilt subtree

@@ -54,8 +54,12 @@ def rebuild_changes(index, ch: Changes, client=None, workers: int = None, progre
     if not (ch.leaves < 0).any():  # every SID is in the trie: in place, nothing to rebuild
         from ...index import load_index
         keep = index.paused_ad_ids if paused is None else paused
-        updated, rep, written = write_changes(index, ch, np.unique(np.asarray(keep, np.int64)), progress)
-        return (load_index(index.path, verify=False) if written else index), rep
+        _, rep, written = write_changes(index, ch, np.unique(np.asarray(keep, np.int64)), progress)
+        if not written:
+            return index, rep
+        new = load_index(index.path, verify=False)
+        rep.version = new.version  # the version written, as a rebuild reports it
+        return new, rep
     run = runner(client, workers)
     try:
         return _rebuild(index, ch, run, progress, paused)
@@ -67,8 +71,10 @@ def check_ids(index, ch: Changes, ids) -> None:
     """RequestError naming the first of `ids` that is neither an ad of the index nor one of the changes'."""
     from ...errors import RequestError
     ids = np.asarray(ids, np.int64)
-    known = np.union1d(np.asarray(index.ad_ids_sorted), ch.ad_ids)
-    unknown = ids[~np.isin(ids, known)]
+    sorted_ids = read_only(index.ad_ids_sorted, np.int64)
+    pos = np.minimum(np.searchsorted(sorted_ids, ids), max(len(sorted_ids) - 1, 0))
+    held = (sorted_ids[pos] == ids) if len(sorted_ids) else np.zeros(len(ids), bool)
+    unknown = ids[~held & ~np.isin(ids, ch.ad_ids)]
     if len(unknown):
         raise RequestError(f"unknown ad id {int(unknown[0])}")
 
@@ -112,7 +118,9 @@ def _rebuild(index, ch: Changes, run, progress, paused):
         updates = {**u, "added": u["added"] + rep.added, "updates": u["updates"] + 1}
         moved = int(plan["moved"])
         lo = parts["trie"].level_offsets
-        rebuilt = {"from_version": index.version, "subtrees": len(plan["tokens"]), "of": int(lo[2] - lo[1]),
+        kept = np.isin(plan["tokens"], np.asarray(parts["trie"].child_tokens[:int(lo[2] - lo[1])]))
+        rebuilt = {"from_version": index.version, "subtrees": int(kept.sum()), "dropped": int((~kept).sum()),
+                   "of": int(lo[2] - lo[1]),
                    "ads": int(sum(metas[s]["ads"] for s in todo)), "tasks": len(todo), "workers": run.workers}
         write_index(w, base.manifest["source"]["catalog"], schema, base.layout, rl, parts["trie"], parts["matchers"],
                     parts["tables"], parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer,

@@ -69,7 +69,7 @@ def _rows_lists(lists, rows: np.ndarray) -> tuple:
 
 
 def build_subtrees(stage, s: int, schema, rl) -> dict:
-    """Task: rebuilt shard s from its inputs (_write_inputs) into shard_dir(stage, s), as a sharded build's task
+    """Task: rebuilt shard s from its inputs (write_inputs) into shard_dir(stage, s), as a sharded build's task
     builds a shard; returns its meta."""
     d = Path(stage) / f"input-{s:05d}"
     ad_ids, sids, rows = (np.load(d / f"{n}.npy") for n in ("ad_ids", "sids", "rows"))

@@ -15,10 +15,10 @@ from ..shards.assemble import ShardFiles
 def subtree_bounds(index) -> list:
     """[None, R1, ..., RL]: Rd[i] is the first depth-d node of depth-1 subtree i, Rd[-1] the level's end."""
     lo = np.asarray(index.level_offsets, np.int64)
-    no = np.asarray(index.node_offsets, np.int64)
+    no = np.asarray(index.node_offsets)
     out = [None, np.arange(lo[1], lo[2] + 1, dtype=np.int64)]
     for _ in range(2, index.sid_length + 1):
-        out.append(no[out[-1]] + 1)  # a node's first child; child j of the CSR is node j + 1
+        out.append(no[out[-1]].astype(np.int64) + 1)  # a node's first child; child j of the CSR is node j + 1
     return out
 
 
