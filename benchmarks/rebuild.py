@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE.parent))
 import gtmkit  # noqa: E402
 
 from _common import HOST_HELP, child, machine, result_paths  # noqa: E402
-from step_cpu import DEFAULT_ADS, ensure_index, log  # noqa: E402
+from step_cpu import DEFAULT_ADS, catalog_path, ensure_index, log  # noqa: E402
 from update import changes_table  # noqa: E402
 
 BUILD = """import json, resource, sys, time
@@ -107,8 +107,7 @@ def main():
     args = ap.parse_args()
     work = Path(args.workdir)
     idx = ensure_index(work, args.ads)
-    tag = "" if args.ads == DEFAULT_ADS else f"_{args.ads}"
-    catalog = work / f"c{tag}.parquet"
+    catalog = catalog_path(work, args.ads)
     tmp = Path(tempfile.mkdtemp(prefix="gtmkit-rebuild-", dir=work))
     cases = []
     try:

@@ -56,11 +56,16 @@ def log(*a):
 
 # --- index ---------------------------------------------------------------------------------------
 
+def catalog_path(work: Path, n_ads: int) -> Path:
+    """The synthetic catalog of n_ads ads that ensure_index keeps in work."""
+    return work / ("c.parquet" if n_ads == DEFAULT_ADS else f"c_{n_ads}.parquet")
+
+
 def ensure_index(work: Path, n_ads: int):
     """Synth catalog + static-partition index in work (reused when present)."""
     work.mkdir(parents=True, exist_ok=True)
-    tag = "" if n_ads == DEFAULT_ADS else f"_{n_ads}"
-    cat, out = work / f"c{tag}.parquet", work / f"idx{tag}"
+    cat = catalog_path(work, n_ads)
+    out = work / cat.stem.replace("c", "idx", 1)
     if not cat.exists():
         t = time.perf_counter()
         write_catalog(cat, n_ads, seed=1)

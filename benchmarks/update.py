@@ -42,7 +42,7 @@ from gtmkit.synth import synth_users  # noqa: E402
 from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
 
 from _common import HOST_HELP, machine, result_paths  # noqa: E402
-from step_cpu import DEFAULT_ADS, ensure_index, log  # noqa: E402
+from step_cpu import DEFAULT_ADS, catalog_path, ensure_index, log  # noqa: E402
 
 SIZES = (1, 512, 1024, 1024)
 B = 16
@@ -200,8 +200,7 @@ def main():
     args = ap.parse_args()
     work = Path(args.workdir)
     idx = ensure_index(work, args.ads)
-    tag = "" if args.ads == DEFAULT_ADS else f"_{args.ads}"
-    catalog = work / f"c{tag}.parquet"
+    catalog = catalog_path(work, args.ads)
     tmp = Path(tempfile.mkdtemp(prefix="gtmkit-update-", dir=work))
     try:
         build_s = _build_in_child(catalog, tmp / "idx")

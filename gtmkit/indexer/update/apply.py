@@ -51,13 +51,12 @@ def update_index(index, ch: Changes):
     """-> (updated Index, UpdateReport); with nothing to apply, (index, report). UpdateError when the new ads
     would pass the index's slack (nothing changes then)."""
     state = fmt.update_state(index.manifest)
-    N, S, L = index.num_ads, index.num_sids, index.sid_length
+    S, L = index.num_sids, index.sid_length
     report = UpdateReport(new_sids=ch.ad_ids[ch.leaves < 0].tolist())
     a = np.flatnonzero(ch.leaves >= 0)  # the entries applied
     sorted_ids = read_only(index.ad_ids_sorted, np.int64)
     ids, leaves = ch.ad_ids[a], ch.leaves[a]
-    pos = _find(sorted_ids, ids)
-    exists = (pos < N) & (sorted_ids[np.minimum(pos, N - 1)] == ids)
+    pos, exists = find_ids(sorted_ids, ids)
     report.edited, report.added = int(exists.sum()), int((~exists).sum())
     left = state["slack_ads"] - state["added"]
     if report.added > left:
@@ -138,13 +137,16 @@ def update_index(index, ch: Changes):
     return new, report
 
 
-def _find(sorted_ids, ids):
-    """np.searchsorted(sorted_ids, ids), with the ids looked up in ascending order: each search then starts where
-    the last ended (numpy keeps that bound for ascending keys), so the large array is read mostly in order."""
+def find_ids(sorted_ids, ids) -> tuple:
+    """(np.searchsorted(sorted_ids, ids), whether each id is there), with the ids looked up in ascending order: each
+    search then starts where the last ended (numpy keeps that bound for ascending keys), so the large array is read
+    mostly in order."""
     by_id = np.argsort(ids, kind="stable")
     pos = np.empty(len(ids), np.int64)
     pos[by_id] = np.searchsorted(sorted_ids, ids[by_id])
-    return pos
+    n = len(sorted_ids)
+    found = (pos < n) & (sorted_ids[np.minimum(pos, n - 1)] == ids) if n else np.zeros(len(ids), bool)
+    return pos, found
 
 
 def _unique_rows(rows):

@@ -19,7 +19,7 @@ from ...formats.schema import parse_schema
 from ...progress import Progress, report
 from ..shards.assemble import assemble
 from ..write import Timer, write_index
-from .apply import update_index
+from .apply import find_ids, update_index
 from .changes import Changes
 from .subtree_task import build_subtrees, row_layout, write_inputs
 from .subtrees import RebuildPieces, Run, subtree_bounds
@@ -71,9 +71,7 @@ def check_ids(index, ch: Changes, ids) -> None:
     """RequestError naming the first of `ids` that is neither an ad of the index nor one of the changes'."""
     from ...errors import RequestError
     ids = np.asarray(ids, np.int64)
-    sorted_ids = read_only(index.ad_ids_sorted, np.int64)
-    pos = np.minimum(np.searchsorted(sorted_ids, ids), max(len(sorted_ids) - 1, 0))
-    held = (sorted_ids[pos] == ids) if len(sorted_ids) else np.zeros(len(ids), bool)
+    _, held = find_ids(read_only(index.ad_ids_sorted, np.int64), ids)
     unknown = ids[~held & ~np.isin(ids, ch.ad_ids)]
     if len(unknown):
         raise RequestError(f"unknown ad id {int(unknown[0])}")
@@ -141,10 +139,7 @@ def _plan(index, ch: Changes, entries: np.ndarray, workers: int = 1) -> dict:
     L = index.sid_length
     R = subtree_bounds(index)
     first = np.asarray(index.child_tokens)[R[1][:-1] - 1].astype(np.int64)  # each subtree's token, ascending
-    sorted_ids = read_only(index.ad_ids_sorted, np.int64)
-    ids = ch.ad_ids[entries]
-    pos = np.minimum(np.searchsorted(sorted_ids, ids), max(len(sorted_ids) - 1, 0))
-    moved = (pos < len(sorted_ids)) & (sorted_ids[pos] == ids) if len(sorted_ids) else np.zeros(len(ids), bool)
+    pos, moved = find_ids(read_only(index.ad_ids_sorted, np.int64), ch.ad_ids[entries])
     old_rows = np.sort(np.asarray(index.ad_rows_by_id)[pos[moved]].astype(np.int64))
     old_sid = np.searchsorted(np.asarray(index.sid_ad_offsets), old_rows, side="right") - 1
     left = np.searchsorted(R[L], old_sid + index.first_leaf, side="right") - 1  # subtrees those ads leave
