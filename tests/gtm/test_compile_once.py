@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import gtmkit
 from gtmkit.formats.schema import parse_schema
-from gtmkit.indexer.update.apply import _find, _unique_rows
+from gtmkit.indexer.update.apply import _unique_rows, find_ids
 from gtmkit.matcher.cpu import step as step_cpu
 from gtmkit.matcher.served import Matcher
 from gtmkit.testing.gtm import catalog_rows
@@ -64,4 +64,4 @@ def test_unique_rows_equals_numpy(n, width, values, seed):
 def test_find_equals_searchsorted(sorted_ids, ids):
     a = np.sort(np.array(sorted_ids, np.int64))
     q = np.array(ids, np.int64)
-    assert np.array_equal(_find(a, q), np.searchsorted(a, q))
+    assert np.array_equal(find_ids(a, q)[0], np.searchsorted(a, q))
