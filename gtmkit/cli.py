@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 import click
 
@@ -74,13 +76,28 @@ def _register():
 _register()
 
 
+def _interrupt_once(signum, frame):
+    """The first Ctrl-C stops the command; later ones are ignored so its cleanup (removing a half-written
+    index, stopping its workers) runs to the end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    own = threading.current_thread() is threading.main_thread() \
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not when embedded with its own
+    if own:
+        signal.signal(signal.SIGINT, _interrupt_once)
     key = _pending["key"] = _command_key(argv)
     silent = any(a in ("-s", "--silent") for a in argv)  # -s: nothing on stderr but errors
     if key in FIRST_COMPILE_SECONDS and not silent and not _marker(key).exists():
         click.echo(f"gtmkit: compiling kernels, once per install, ~{FIRST_COMPILE_SECONDS[key]} s", err=True)
-    return cli.main(args=argv, prog_name="gtmkit")
+    try:
+        return cli.main(args=argv, prog_name="gtmkit")
+    finally:
+        if own and signal.getsignal(signal.SIGINT) is _interrupt_once:  # once interrupted, the exit stays quiet
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 if __name__ == "__main__":  # pragma: no cover
