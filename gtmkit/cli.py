@@ -76,19 +76,27 @@ def _register():
 _register()
 
 
-def _interrupt_once(signum, frame):
-    """The first Ctrl-C stops the command; later ones are ignored so its cleanup (removing a half-written
-    index, stopping its workers) runs to the end."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _stop_once(signum, frame):
+    """The first Ctrl-C or SIGTERM stops the command; later ones are ignored so its cleanup (removing a
+    half-written index, stopping its workers) runs to the end."""
+    for s in _STOPS:
+        signal.signal(s, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)  # unwinds like an error, so the same cleanup runs
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    default = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
     own = threading.current_thread() is threading.main_thread() \
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not when embedded with its own
+        and all(signal.getsignal(s) is default[s] for s in _STOPS)  # not when embedded with handlers of its own
     if own:
-        signal.signal(signal.SIGINT, _interrupt_once)
+        for s in _STOPS:
+            signal.signal(s, _stop_once)
     key = _pending["key"] = _command_key(argv)
     silent = any(a in ("-s", "--silent") for a in argv)  # -s: nothing on stderr but errors
     if key in FIRST_COMPILE_SECONDS and not silent and not _marker(key).exists():
@@ -96,8 +104,9 @@ def main(argv=None):
     try:
         return cli.main(args=argv, prog_name="gtmkit")
     finally:
-        if own and signal.getsignal(signal.SIGINT) is _interrupt_once:  # once interrupted, the exit stays quiet
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if own and signal.getsignal(signal.SIGINT) is _stop_once:  # once stopped, the exit stays quiet
+            for s in _STOPS:
+                signal.signal(s, default[s])
 
 
 if __name__ == "__main__":  # pragma: no cover

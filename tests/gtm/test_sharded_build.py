@@ -272,9 +272,10 @@ def test_cli_unreachable_scheduler_is_one_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_a_sharded_build_leaves_nothing(tmp_path):
-    """SIGINT to a real `gtmkit build --shards` process once its shards' working files exist: it exits with an
-    error and the output path is gone again (it did not exist before)."""
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_during_a_sharded_build_leaves_nothing(tmp_path, stop):
+    """SIGINT (Ctrl-C) or SIGTERM (a job scheduler) to a real `gtmkit build --shards` process once its shards'
+    working files exist: it exits with an error and the output path is gone again (it did not exist before)."""
     import signal
     import subprocess
     import sys
@@ -287,7 +288,7 @@ def test_ctrl_c_during_a_sharded_build_leaves_nothing(tmp_path):
     end, sent = time.monotonic() + 120, False
     while time.monotonic() < end and proc.poll() is None:
         if sent or any((d / "shards").is_dir() for d in out.glob(".staging-*")):
-            proc.send_signal(signal.SIGINT)  # again until it exits: one may land where Python defers it
+            proc.send_signal(getattr(signal, stop))  # again until it exits: one may land where Python defers it
             sent = True
         time.sleep(0.001 if sent else 0.01)  # a hammered Ctrl-C, as an impatient user gives it
     _, err = proc.communicate(timeout=120)
