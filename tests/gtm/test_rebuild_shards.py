@@ -91,6 +91,56 @@ def test_rebuilt_version_equals_a_fresh_build_of_the_changed_catalog(tmp_path_fa
     idx.close()
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), n_ads=st.integers(2, 150), moved=st.integers(0, 8), new=st.integers(1, 8),
+       task_ads=st.integers(1, 40), hot=st.floats(0.0, 1.0), bloom=st.booleans(), mode=st.sampled_from(MODES))
+def test_a_hot_subtree_cut_between_second_tokens_equals_a_fresh_build(tmp_path_factory, seed, n_ads, moved, new,
+                                                                      task_ads, hot, bloom, mode):
+    """A share `hot` of the ads on one first token and tasks of at most `task_ads` ads: a subtree larger than that
+    is rebuilt by several tasks cut between its second tokens, and the version is still a fresh build's."""
+    tmp = tmp_path_factory.mktemp("h")
+    V, L = 12, 3
+    table, sd = random_catalog(seed, n_ads=n_ads, L=L, V=V, n_sids=max(1, n_ads // 2)), schema_dict(L=L, V=V)
+    if not bloom:
+        table, sd = _no_bloom(table, sd)
+    rng = np.random.default_rng(seed)
+    sids = [[0] + s[1:] if rng.random() < hot else s for s in table.column("sid").to_pylist()]
+    table = table.set_column(table.schema.get_field_index("sid"), "sid", pa.array(sids, table.schema.field("sid").type))
+    idx = gtmkit.build_index(write(tmp, table, sd, "c0.parquet"), tmp / "idx", partition=mode[0], **mode[1])
+    changes, after = _to_new_sids(table, seed, moved, new, V, L)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rebuild_mod, "_task_ads", lambda workers: task_ads)
+        new_idx, rep = gtmkit.rebuild_shards(idx, changes)
+    fresh = gtmkit.build_index(write(tmp, after, sd, "c1.parquet"), tmp / "fresh", partition=mode[0], **mode[1])
+    a, b = _checksums(new_idx), _checksums(fresh)
+    assert {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} == set()
+    idx.close()
+
+
+def test_one_hot_first_token_is_rebuilt_by_several_tasks(tmp_path, monkeypatch):
+    """Every ad on first token 0: the one rebuilt subtree is cut between its second tokens into tasks of about the
+    budget's ads, and the version equals a fresh build's."""
+    V, L = 12, 3
+    table, sd = random_catalog(5, n_ads=200, L=L, V=V, n_sids=90), schema_dict(L=L, V=V)
+    sids = [[0] + s[1:] for s in table.column("sid").to_pylist()]
+    table = table.set_column(table.schema.get_field_index("sid"), "sid", pa.array(sids, table.schema.field("sid").type))
+    idx = gtmkit.build_index(write(tmp_path, table, sd, "c0.parquet"), tmp_path / "idx", partition="static", k=[2, 3, 2])
+    changes, _ = _to_new_sids(table, 6, 0, 5, V, L)
+    have = {tuple(s) for s in sids}
+    missing = [[0, a, b] for a in range(V) for b in range(V) if (0, a, b) not in have]
+    fresh_sids = [missing[i] for i in np.linspace(0, len(missing) - 1, 5).astype(int)]  # SIDs the trie lacks
+    changes = changes.set_column(changes.schema.get_field_index("sid"), "sid",
+                                 pa.array(fresh_sids, changes.schema.field("sid").type))
+    after = pa.concat_tables([table, changes])
+    monkeypatch.setattr(rebuild_mod, "_task_ads", lambda workers: 40)
+    new, rep = gtmkit.rebuild_shards(idx, changes)
+    fresh = gtmkit.build_index(write(tmp_path, after, sd, "c1.parquet"), tmp_path / "fresh", partition="static",
+                               k=[2, 3, 2])
+    assert _checksums(new) == _checksums(fresh)
+    assert rep.rebuilt["subtrees"] == 1 and rep.rebuilt["ads"] == 205
+    assert 2 <= rep.rebuilt["tasks"] <= -(-205 // 40)  # cut between second tokens, each task about 40 ads
+
+
 def test_a_subtree_whose_ads_all_move_away_is_gone(tmp_path):
     V, L = 8, 3
     table = random_catalog(3, n_ads=60, L=L, V=V, n_sids=20)
@@ -222,7 +272,8 @@ def test_dask_workers_rebuild_the_same_arrays(tmp_path):
 
 
 def test_rebuilt_subtrees_cut_into_tasks_give_the_same_arrays(tmp_path, monkeypatch):
-    """Tasks of one subtree each (a tiny memory budget) rebuild what one task does."""
+    """Tasks of one subtree or less each (a tiny memory budget: every subtree is cut between its second tokens)
+    rebuild what one task does."""
     V, L = 12, 3
     table, sd = random_catalog(9, n_ads=150, L=L, V=V, n_sids=60), schema_dict(L=L, V=V)
     changes, _ = _to_new_sids(table, 4, 6, 10, V, L)
@@ -234,4 +285,4 @@ def test_rebuilt_subtrees_cut_into_tasks_give_the_same_arrays(tmp_path, monkeypa
         new, rep = gtmkit.rebuild_shards(tmp_path / name, changes)
         out.append((_checksums(new), rep.rebuilt["tasks"]))
     assert out[0][0] == out[1][0] and out[1][1] > out[0][1]
-    assert out[1][1] == rep.rebuilt["subtrees"] and rep.rebuilt["dropped"] == 0  # one task a rebuilt subtree
+    assert out[1][1] > rep.rebuilt["subtrees"] and rep.rebuilt["dropped"] == 0  # subtrees cut into several tasks

@@ -96,7 +96,8 @@ def _rebuild(index, ch: Changes, run, progress, paused):
                 write_inputs(stage / f"input-{s:05d}", base, ch, *plan["inputs"][k], strings)
             timer.lap("cut")
             metas = [None if x is None else x.meta(rl.slices()) for x in plan["shards"]]
-            built = run.map(build_subtrees, [(str(stage), s, schema, rl) for s in todo], progress, "subtrees")
+            built = run.map(build_subtrees, [(str(stage), s, schema, rl, *plan["splits"][k]) for k, s in enumerate(todo)],
+                            progress, "subtrees")
             for s, meta in zip(todo, built):
                 metas[s] = meta
             timer.lap("subtrees")
@@ -135,7 +136,8 @@ def _plan(index, ch: Changes, entries: np.ndarray, workers: int = 1) -> dict:
     """Which depth-1 subtrees are rebuilt, the shards (runs of subtrees kept or rebuilt, in token order: a kept
     run as its Run, a rebuilt one as None with its first tokens and the index rows it keeps), and how many of
     the entries are edits moving an ad of the index. A run of rebuilt subtrees is cut into tasks of about equal
-    ads, at least one a worker and each within a worker's memory (a subtree is never cut)."""
+    ads, at least one a worker and each within a worker's memory; a subtree larger than that (a hot first token) is
+    cut between its second tokens, as a sharded build cuts it."""
     L = index.sid_length
     R = subtree_bounds(index)
     first = np.asarray(index.child_tokens)[R[1][:-1] - 1].astype(np.int64)  # each subtree's token, ascending
@@ -155,7 +157,7 @@ def _plan(index, ch: Changes, entries: np.ndarray, workers: int = 1) -> dict:
     ads[held] = np.diff(leaf_rows)[where[held]] - np.bincount(left, minlength=len(first))[where[held]]
     ads += np.bincount(np.searchsorted(present, ch.sids[entries, 0]), minlength=len(present))
     cap = max(1, min(int(ads[rebuilt].sum()) // max(1, workers) + 1, _task_ads(workers)))
-    shards, inputs = [], []
+    shards, inputs, splits = [], [], []
     cuts = np.flatnonzero(np.diff(rebuilt.astype(np.int8))) + 1
     for seg in np.split(np.arange(len(present)), cuts):
         if not rebuilt[seg[0]]:
@@ -170,9 +172,31 @@ def _plan(index, ch: Changes, entries: np.ndarray, workers: int = 1) -> dict:
             mine = entries[np.isin(ch.sids[entries, 0], toks)]
             if len(rows) + len(mine) == 0:  # every ad of these subtrees moved away
                 continue
-            shards.append(None)
-            inputs.append((run, rows, mine))
-    return {"shards": shards, "inputs": inputs, "tokens": tokens, "moved": moved.sum()}
+            hot = len(part) == 1 and ads[part[0]] > cap and L > 1
+            for r, m, first, last in (_split_hot(index, run, rows, ch.sids, mine, cap) if hot
+                                      else [(rows, mine, False, False)]):
+                shards.append(None)
+                inputs.append((run, r, m))
+                splits.append((first, last))
+    return {"shards": shards, "inputs": inputs, "splits": splits, "tokens": tokens, "moved": moved.sum()}
+
+
+def _split_hot(index, run, rows: np.ndarray, sids: np.ndarray, mine: np.ndarray, cap: int) -> list:
+    """One subtree's ads (the index's rows, the entries mine) in tasks of about `cap` ads each, cut between second
+    tokens (plan.shard_bounds): per task (rows, entries, shares its depth-1 node with the task before, with the
+    one after)."""
+    from ..shards.plan import shard_bounds
+    V = index.vocab_size
+    second = np.zeros(0, np.int64)
+    if run is not None:
+        per_sid = np.diff(np.asarray(index.sid_ad_offsets)[run.sids[0]:run.sids[1] + 1])
+        second = np.repeat(run.leaf_sids()[:, 1].astype(np.int64), per_sid)[rows - run.rows[0]]
+    new = sids[mine, 1].astype(np.int64)
+    counts = np.bincount(second, minlength=V) + np.bincount(new, minlength=V)
+    bounds = shard_bounds(counts, -(-int(counts.sum()) // cap))
+    n = len(bounds) - 1
+    return [(rows[(second >= lo) & (second < hi)], mine[(new >= lo) & (new < hi)], i > 0, i < n - 1)
+            for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
 
 
 def _task_ads(workers: int) -> int:

@@ -68,9 +68,10 @@ def _rows_lists(lists, rows: np.ndarray) -> tuple:
     return gather_lists(off - off[0], codes, rows - a)
 
 
-def build_subtrees(stage, s: int, schema, rl) -> dict:
+def build_subtrees(stage, s: int, schema, rl, split_first: bool = False, split_last: bool = False) -> dict:
     """Task: rebuilt shard s from its inputs (write_inputs) into shard_dir(stage, s), as a sharded build's task
-    builds a shard; returns its meta."""
+    builds a shard; returns its meta. split_first / split_last: its first / last depth-1 node is shared with the
+    shard before / after it (a hot first token cut between tasks)."""
     d = Path(stage) / f"input-{s:05d}"
     ad_ids, sids, rows = (np.load(d / f"{n}.npy") for n in ("ad_ids", "sids", "rows"))
     lists = [tuple((np.load(d / f"{kind}{b}_offsets.npy"), np.load(d / f"{kind}{b}_codes.npy"))
@@ -80,6 +81,6 @@ def build_subtrees(stage, s: int, schema, rl) -> dict:
     del trie.ad_sid
     out = task_dir(shard_dir(stage, s))
     save_ads(out, order, sid_ad_offsets, sid_ad_ids, np.arange(len(ad_ids), dtype=np.int64), lists)
-    meta = save_matchers(out, trie, rows[order], sid_ad_offsets, schema, rl, False, False)
+    meta = save_matchers(out, trie, rows[order], sid_ad_offsets, schema, rl, split_first, split_last)
     publish(out, shard_dir(stage, s))
     return meta
