@@ -124,7 +124,8 @@ def test_one_hot_first_token_is_rebuilt_by_several_tasks(tmp_path, monkeypatch):
     table, sd = random_catalog(5, n_ads=200, L=L, V=V, n_sids=90), schema_dict(L=L, V=V)
     sids = [[0] + s[1:] for s in table.column("sid").to_pylist()]
     table = table.set_column(table.schema.get_field_index("sid"), "sid", pa.array(sids, table.schema.field("sid").type))
-    idx = gtmkit.build_index(write(tmp_path, table, sd, "c0.parquet"), tmp_path / "idx", partition="static", k=[2, 3, 2])
+    idx = gtmkit.build_index(write(tmp_path, table, sd, "c0.parquet"), tmp_path / "idx", partition="static",
+                             k=[2, 3, 2])
     changes, _ = _to_new_sids(table, 6, 0, 5, V, L)
     have = {tuple(s) for s in sids}
     missing = [[0, a, b] for a in range(V) for b in range(V) if (0, a, b) not in have]

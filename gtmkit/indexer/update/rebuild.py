@@ -96,8 +96,8 @@ def _rebuild(index, ch: Changes, run, progress, paused):
                 write_inputs(stage / f"input-{s:05d}", base, ch, *plan["inputs"][k], strings)
             timer.lap("cut")
             metas = [None if x is None else x.meta(rl.slices()) for x in plan["shards"]]
-            built = run.map(build_subtrees, [(str(stage), s, schema, rl, *plan["splits"][k]) for k, s in enumerate(todo)],
-                            progress, "subtrees")
+            args = [(str(stage), s, schema, rl, *plan["splits"][k]) for k, s in enumerate(todo)]
+            built = run.map(build_subtrees, args, progress, "subtrees")
             for s, meta in zip(todo, built):
                 metas[s] = meta
             timer.lap("subtrees")
@@ -173,11 +173,11 @@ def _plan(index, ch: Changes, entries: np.ndarray, workers: int = 1) -> dict:
             if len(rows) + len(mine) == 0:  # every ad of these subtrees moved away
                 continue
             hot = len(part) == 1 and ads[part[0]] > cap and L > 1
-            for r, m, first, last in (_split_hot(index, run, rows, ch.sids, mine, cap) if hot
-                                      else [(rows, mine, False, False)]):
+            for r, m, shares_before, shares_after in (_split_hot(index, run, rows, ch.sids, mine, cap) if hot
+                                                      else [(rows, mine, False, False)]):
                 shards.append(None)
                 inputs.append((run, r, m))
-                splits.append((first, last))
+                splits.append((shares_before, shares_after))
     return {"shards": shards, "inputs": inputs, "splits": splits, "tokens": tokens, "moved": moved.sum()}
 
 
