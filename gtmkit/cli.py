@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+import time
 
 import click
 
@@ -76,27 +78,33 @@ def _register():
 _register()
 
 
-_STOPS = (signal.SIGINT, signal.SIGTERM)
+_STOPS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}  # and their defaults
+FORCE_AFTER_S = 10.0  # a stop repeated this long after the first no longer waits for the cleanup
+_stopped = {"at": None}
 
 
-def _stop_once(signum, frame):
-    """The first Ctrl-C or SIGTERM stops the command; later ones are ignored so its cleanup (removing a
-    half-written index, stopping its workers) runs to the end."""
-    for s in _STOPS:
-        signal.signal(s, signal.SIG_IGN)
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise SystemExit(128 + signum)  # unwinds like an error, so the same cleanup runs
+def _stop(signum, frame):
+    """The first Ctrl-C or SIGTERM stops the command by an error, so its cleanup (removing a half-written index,
+    stopping its workers) runs; repeats are ignored while that runs, unless the first came FORCE_AFTER_S ago."""
+    now = time.monotonic()
+    if _stopped["at"] is None:
+        _stopped["at"] = now
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)  # unwinds like an error, so the same cleanup runs
+    if now - _stopped["at"] >= FORCE_AFTER_S:  # the cleanup hangs, or the first stop was swallowed: stop now
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    default = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-    own = threading.current_thread() is threading.main_thread() \
-        and all(signal.getsignal(s) is default[s] for s in _STOPS)  # not when embedded with handlers of its own
-    if own:
-        for s in _STOPS:
-            signal.signal(s, _stop_once)
+    on_main = threading.current_thread() is threading.main_thread()
+    # a signal the embedding program handles, or ignores (a background job's SIGINT), is left to it
+    own = [s for s, default in _STOPS.items() if on_main and signal.getsignal(s) is default]
+    _stopped["at"] = None
+    for s in own:
+        signal.signal(s, _stop)
     key = _pending["key"] = _command_key(argv)
     silent = any(a in ("-s", "--silent") for a in argv)  # -s: nothing on stderr but errors
     if key in FIRST_COMPILE_SECONDS and not silent and not _marker(key).exists():
@@ -104,9 +112,9 @@ def main(argv=None):
     try:
         return cli.main(args=argv, prog_name="gtmkit")
     finally:
-        if own and signal.getsignal(signal.SIGINT) is _stop_once:  # once stopped, the exit stays quiet
-            for s in _STOPS:
-                signal.signal(s, default[s])
+        if _stopped["at"] is None:  # once stopped, repeats stay ignored through the interpreter's exit
+            for s in own:
+                signal.signal(s, _STOPS[s])
 
 
 if __name__ == "__main__":  # pragma: no cover

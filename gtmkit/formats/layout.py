@@ -12,6 +12,7 @@ import os
 import pathlib
 import re
 import secrets
+import shutil
 import time
 from contextlib import contextmanager
 
@@ -24,6 +25,7 @@ WRITE_LOCK = ".gtmkit-lock"
 VERSION = re.compile(r"v-[0-9]{1,20}-[0-9a-f]{8}")
 STAGING = re.compile(r"\.staging-[0-9]{1,20}-[0-9a-f]{8}")
 POINTER_TMP = re.compile(r"\.CURRENT\.tmp-[0-9a-f]{8}")
+WORK_DIRS = ("shards", "subtrees")  # a sharded build's and a shard rebuild's working folders in their staging
 MEMBER = re.compile(r"[A-Za-z0-9_]+\.(npy|parquet)")
 OPEN_TRIES = 1000
 
@@ -166,8 +168,13 @@ def _unlink_members(d: pathlib.Path, names=None) -> None:
 
 
 def remove_dir(d: pathlib.Path) -> None:
-    """Delete a version or staging directory of gtmkit's: its member files, then the directory."""
+    """Delete a version or staging directory of gtmkit's: its member files, the working folders a sharded build or
+    a rebuild keeps in its staging directory, then the directory."""
     _unlink_members(d)
+    for name in WORK_DIRS:
+        w = d / name
+        if w.is_dir() and not w.is_symlink():
+            shutil.rmtree(w, ignore_errors=True)
     try:
         os.rmdir(d)
     except OSError:

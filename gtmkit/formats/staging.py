@@ -56,10 +56,21 @@ class Staging:
             return
         self._active = False
         try:
+            if self._served():  # stopped after the pointer switched: the version is whole and served
+                self.published = True
+                return
             layout.remove_dir(self.dir)
         finally:
             self._lock.close()
         self._forget_root()
+
+    def _served(self) -> bool:
+        if not layout.VERSION.fullmatch(self.dir.name):
+            return False
+        try:
+            return layout.current(self.root) == self.dir
+        except ArtifactError:
+            return False
 
     def _forget_root(self) -> None:
         if not self._created:
