@@ -189,8 +189,7 @@ def _split_hot(index, run, rows: np.ndarray, sids: np.ndarray, mine: np.ndarray,
     V = index.vocab_size
     second = np.zeros(0, np.int64)
     if run is not None:
-        per_sid = np.diff(np.asarray(index.sid_ad_offsets)[run.sids[0]:run.sids[1] + 1])
-        second = np.repeat(run.leaf_sids()[:, 1].astype(np.int64), per_sid)[rows - run.rows[0]]
+        second = run.row_sids(rows)[:, 1].astype(np.int64)
     new = sids[mine, 1].astype(np.int64)
     counts = np.bincount(second, minlength=V) + np.bincount(new, minlength=V)
     bounds = shard_bounds(counts, -(-int(counts.sum()) // cap))

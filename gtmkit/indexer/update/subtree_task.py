@@ -30,8 +30,7 @@ def write_inputs(d, index, ch: Changes, run, rows: np.ndarray, mine: np.ndarray,
     d.mkdir()
     sids = np.zeros((0, index.sid_length), np.int32)
     if run is not None:
-        per_sid = np.diff(np.asarray(index.sid_ad_offsets)[run.sids[0]:run.sids[1] + 1])
-        sids = np.repeat(run.leaf_sids(), per_sid, axis=0)[rows - run.rows[0]]
+        sids = run.row_sids(rows)
     np.save(d / "ad_ids.npy", np.concatenate([np.asarray(index.sid_ad_ids)[rows], ch.ad_ids[mine]]))
     np.save(d / "sids.npy", np.ascontiguousarray(np.concatenate([sids, ch.sids[mine].astype(np.int32)])))
     np.save(d / "rows.npy", np.concatenate([_index_rows(index, rows, strings), ch.rows[mine]]))

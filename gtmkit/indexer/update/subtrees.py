@@ -38,9 +38,20 @@ class Run:
         off = np.asarray(index.sid_ad_offsets)
         self.rows = (int(off[self.sids[0]]), int(off[self.sids[1]]))
         self._level = (None, None)  # the last level's partitions: the assembler reads a level's pieces in a row
+        self._leaf_sids = None
 
     def leaf_sids(self) -> np.ndarray:
-        """int32 [SIDs, L]: the tokens of the run's SIDs, in leaf order."""
+        """int32 [SIDs, L]: the tokens of the run's SIDs, in leaf order (made once: a hot subtree's tasks share it)."""
+        if self._leaf_sids is None:
+            self._leaf_sids = self._make_leaf_sids()
+        return self._leaf_sids
+
+    def row_sids(self, rows: np.ndarray) -> np.ndarray:
+        """int32 [len(rows), L]: the SIDs of the run's ad rows `rows`."""
+        off = np.asarray(self.index.sid_ad_offsets)[self.sids[0]:self.sids[1] + 1]
+        return self.leaf_sids()[np.searchsorted(off, rows, side="right") - 1]
+
+    def _make_leaf_sids(self) -> np.ndarray:
         idx = self.index
         tokens = np.asarray(idx.child_tokens)
         a, b = self.nodes[1]
