@@ -30,8 +30,8 @@ from gtmkit.matcher.served import Matcher  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
 from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
 
-from _common import HOST_HELP, gpu_name, machine, result_paths  # noqa: E402
-from step_cpu import DEFAULT_ADS, ensure_index, log  # noqa: E402
+from _common import gpu_name, machine, result_paths  # noqa: E402
+from step_cpu import ensure_index, index_options, log  # noqa: E402
 
 SIZES = (1, 512, 1024, 1024)
 B = 16
@@ -102,14 +102,11 @@ def markdown(r: dict) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workdir", default="/tmp/gtmkit-stepcpu")
-    ap.add_argument("--ads", type=int, default=DEFAULT_ADS)
+    index_options(ap)
     ap.add_argument("--pause", type=int, default=100_000, help="ads paused at once")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--searches", type=int, default=7)
     ap.add_argument("--devices", default="auto", help="cpu, cuda or auto (cpu, and cuda when CuPy sees a GPU)")
-    ap.add_argument("--out", default=str(HERE / "results"))
-    ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()
     idx = ensure_index(Path(args.workdir), args.ads)
     devices = ["cpu"] + (["cuda"] if cuda_available() else []) if args.devices == "auto" else args.devices.split(",")

@@ -31,8 +31,8 @@ sys.path.insert(0, str(HERE.parent))
 
 import gtmkit  # noqa: E402
 
-from _common import HOST_HELP, child, machine, result_paths  # noqa: E402
-from step_cpu import DEFAULT_ADS, catalog_path, ensure_index, log  # noqa: E402
+from _common import child, machine, result_paths  # noqa: E402
+from step_cpu import catalog_path, ensure_index, index_options, log  # noqa: E402
 from update import changes_table  # noqa: E402
 
 BUILD = """import json, resource, sys, time
@@ -100,10 +100,7 @@ def markdown(r: dict) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workdir", default="/tmp/gtmkit-stepcpu")
-    ap.add_argument("--ads", type=int, default=DEFAULT_ADS)
-    ap.add_argument("--out", default=str(HERE / "results"))
-    ap.add_argument("--host", help=HOST_HELP)
+    index_options(ap)
     args = ap.parse_args()
     work = Path(args.workdir)
     idx = ensure_index(work, args.ads)

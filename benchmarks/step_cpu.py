@@ -56,6 +56,14 @@ def log(*a):
 
 # --- index ---------------------------------------------------------------------------------------
 
+def index_options(ap) -> None:
+    """The options of the benchmarks that run on this index (--workdir, --ads) and of where results go."""
+    ap.add_argument("--workdir", default="/tmp/gtmkit-stepcpu", help="catalog + index cache")
+    ap.add_argument("--ads", type=int, default=DEFAULT_ADS, help="synth catalog size (15M ads ~ 10M SIDs)")
+    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--host", help=HOST_HELP)
+
+
 def catalog_path(work: Path, n_ads: int) -> Path:
     """The synthetic catalog of n_ads ads that ensure_index keeps in work."""
     return work / ("c.parquet" if n_ads == DEFAULT_ADS else f"c_{n_ads}.parquet")
@@ -314,9 +322,7 @@ def same_topk(ours, theirs, what):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workdir", default="/tmp/gtmkit-stepcpu", help="catalog + index cache")
-    ap.add_argument("--ads", type=int, default=DEFAULT_ADS, help="synth catalog size (15M ads ~ 10M SIDs)")
-    ap.add_argument("--out", default=str(HERE / "results"))
+    index_options(ap)
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--beams", default="1,512,1024,1024")
     ap.add_argument("--reps", type=int, default=20, help="timed rounds (ours, and per-step rounds)")
@@ -324,7 +330,6 @@ def main():
     ap.add_argument("--genre-sample", type=int, default=0,
                     help="time (b)'s per-beam loop on this many rows per step and extrapolate (0: all rows)")
     ap.add_argument("--seed", type=int, default=7, help="synthetic decoder seed")
-    ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()
     sizes = tuple(int(x) for x in args.beams.split(","))
     B = args.requests

@@ -41,8 +41,8 @@ from gtmkit.matcher.served import Matcher  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
 from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
 
-from _common import HOST_HELP, machine, result_paths  # noqa: E402
-from step_cpu import DEFAULT_ADS, catalog_path, ensure_index, log  # noqa: E402
+from _common import machine, result_paths  # noqa: E402
+from step_cpu import catalog_path, ensure_index, index_options, log  # noqa: E402
 
 SIZES = (1, 512, 1024, 1024)
 B = 16
@@ -189,14 +189,11 @@ def markdown(r: dict) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workdir", default="/tmp/gtmkit-stepcpu")
-    ap.add_argument("--ads", type=int, default=DEFAULT_ADS)
+    index_options(ap)
     ap.add_argument("--share", type=float, default=0.01, help="ads changed, as a share of the catalog")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--stream-seconds", type=float, default=10.0)
     ap.add_argument("--swap-interval", type=float, default=0.25)
-    ap.add_argument("--out", default=str(HERE / "results"))
-    ap.add_argument("--host", help=HOST_HELP)
     args = ap.parse_args()
     work = Path(args.workdir)
     idx = ensure_index(work, args.ads)
