@@ -4,7 +4,10 @@ Arrays are memory-mapped from the artifact directory; see docs/format.md for eve
 
 from __future__ import annotations
 
+import hashlib
+import json
 from functools import cached_property
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -74,16 +77,18 @@ class Index:
         return int(self.level_offsets[self.sid_length])
 
     def depth(self, node: int) -> int:
-        self._check_node(node)
+        node = self._check_node(node)
         return int(np.searchsorted(self.level_offsets, node, side="right") - 1)
 
-    def _check_node(self, node: int) -> None:
+    def _check_node(self, node: int) -> int:
+        node = _int_id(node, "node")  # a string or float node compares or indexes wrongly below
         if not 0 <= node < self.num_nodes:
             raise GtmkitError(f"node {node} outside [0, {self.num_nodes})")
+        return node
 
     def children(self, node: int) -> tuple:
         """(tokens int32 [deg], child node ids int32 [deg]) of a node; empty for a leaf."""
-        self._check_node(node)
+        node = self._check_node(node)
         if node >= self.first_leaf:
             return np.zeros(0, np.int32), np.zeros(0, np.int32)
         a, b = int(self.node_offsets[node]), int(self.node_offsets[node + 1])
@@ -91,30 +96,36 @@ class Index:
 
     def child(self, node: int, token: int) -> int:
         """Child of node reached by token, or -1."""
-        self._check_node(node)
+        node = self._check_node(node)
+        token = _int_id(token, "token")
         if node >= self.first_leaf:
+            return -1
+        if not 0 <= token < self.vocab_size:  # (also keeps ids past int64 out of searchsorted)
             return -1
         a, b = int(self.node_offsets[node]), int(self.node_offsets[node + 1])
         j = a + int(np.searchsorted(self.child_tokens[a:b], token))
         return j + 1 if j < b and int(self.child_tokens[j]) == token else -1
 
     def parent(self, node: int) -> int:
-        self._check_node(node)
+        node = self._check_node(node)
         if node == 0:
             return -1
         return int(np.searchsorted(self.node_offsets, node - 1, side="right") - 1)
 
     def find(self, sid) -> int:
-        """Node of a SID or SID prefix (sequence of tokens), or -1."""
+        """Node of a SID or SID prefix (sequence of integer tokens), or -1."""
+        if isinstance(sid, (str, bytes)) or not hasattr(sid, "__iter__"):  # "12" would read as tokens 1, 2
+            raise RequestError(f"sid must be a sequence of integer tokens, got {sid!r:.60}")
         node = 0
         for t in sid:
-            node = self.child(node, int(t))
+            node = self.child(node, t)
             if node < 0:
                 return -1
         return node
 
     def leaf_sid(self, node: int) -> tuple:
         """The SID (tuple of L ints) of a leaf node."""
+        node = _int_id(node, "node")
         if not self.first_leaf <= node < self.num_nodes:
             raise GtmkitError(f"node {node} is not a leaf (leaves are {self.first_leaf}..{self.num_nodes - 1})")
         out = []
@@ -125,6 +136,7 @@ class Index:
 
     def sid_ads(self, leaf_node: int) -> np.ndarray:
         """int64 ad ids of a leaf's SID (ascending)."""
+        leaf_node = _int_id(leaf_node, "leaf_node")
         if not self.first_leaf <= leaf_node < self.num_nodes:
             raise GtmkitError(f"node {leaf_node} is not a leaf")
         s = leaf_node - self.first_leaf
@@ -133,7 +145,7 @@ class Index:
     # --- matchers ---------------------------------------------------------------------------
     def node_partitions(self, node: int) -> np.ndarray:
         """Indices into part_bitmask_ids / part_bloom_ids of the node's partitions (padding dropped)."""
-        self._check_node(node)
+        node = self._check_node(node)
         if self.part_offsets is not None:
             idx = np.arange(int(self.part_offsets[node]), int(self.part_offsets[node + 1]))
         else:
@@ -157,7 +169,7 @@ class Index:
         return start, start + w[depth]
 
     def _check_request(self, request) -> Request:
-        return check_request(request, 0, len(self.layout.names), self.layout.words,
+        return check_request(self.follow(request), 0, len(self.layout.names), self.layout.words,
                              [t.shape[1] for t in self.bloom_tables])
 
     def node_passes(self, node: int, request: Request) -> bool:
@@ -184,11 +196,32 @@ class Index:
             out.append({s: i for i, s in enumerate(values)})
         return out
 
+    @cached_property
+    def fingerprint(self) -> str:
+        """What a request encoded against this index depends on: the bit layout, the Bloom parameters and the string
+        dictionaries (their members' checksums; an update that appends strings extends it, indexer/update). Two
+        indexes with one fingerprint encode every user identically (docs/design.md §9)."""
+        files = self.manifest.get("files", {})
+        dicts = [str(files.get(fmt.bloom_dict(b), {}).get("sha256")) for b in range(len(self.bloom))]
+        return encoding_fingerprint(self.layout, self.bloom, dicts)
+
     def encode_request(self, user: dict) -> Request:
-        """user: attribute -> value or list of values, e.g. {"country": "US", "location": ["US", "US:CA"]}."""
+        """user: attribute -> value or list of values, e.g. {"country": "US", "location": ["US", "US:CA"]}.
+        The request records this index's fingerprint and a copy of the attributes (see follow)."""
         lookups = [lambda vals, d=d: [d.get(s, -1) for s in vals] for d in self.bloom_dictionaries]
         return encode_request(user, self.layout, [(b["bits"], b["hashes"], b["seed"]) for b in self.bloom],
-                              [b["name"] for b in self.bloom], lookups)
+                              [b["name"] for b in self.bloom], lookups, self.fingerprint)
+
+    def follow(self, request):
+        """The request as this index encodes it: one encoded against another fingerprint (an index before a swap,
+        update or rebuild) is encoded again from the attributes it records, so its bits and codes are this
+        index's; any other input is returned as it is (a request made by hand is taken as encoded here)."""
+        fp = getattr(request, "fingerprint", None) if isinstance(request, Request) else None
+        if fp is None or fp == self.fingerprint:
+            return request
+        if not isinstance(request.user, dict):
+            raise RequestError("a request encoded for another index carries no attributes to encode it again")
+        return self.encode_request(request.user)
 
     def ad_rows(self, ad_ids) -> np.ndarray:
         """Ad-level row (position in sid_ad_ids) of each ad id; RequestError for unknown ids and for ids
@@ -266,6 +299,25 @@ class Index:
     def __repr__(self) -> str:
         return (f"Index({str(self.path)!r}, sids={self.num_sids}, ads={self.num_ads}, "
                 f"L={self.sid_length}, V={self.vocab_size}, partition={self.partition_layout['kind']})")
+
+
+def encoding_fingerprint(layout: BitmaskLayout, bloom: list, dictionaries: list) -> str:
+    """16 hex digits over the layout's attributes and domains, each Bloom attribute's parameters, and one digest per
+    string dictionary."""
+    text = json.dumps({"layout": layout.to_dict(), "bloom": [[b["name"], b["bits"], b["hashes"], b["seed"]]
+                                                             for b in bloom], "dictionaries": list(dictionaries)},
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def extended_fingerprint(fingerprint: str, before: list, after: list) -> str:
+    """The fingerprint of an index whose string dictionaries `after` extend `before` (codes kept, strings appended):
+    the old one when nothing was appended."""
+    added = [list(islice(reversed(a), len(a) - len(b)))[::-1] for b, a in zip(before, after)]
+    if not any(added):
+        return fingerprint
+    text = json.dumps([fingerprint, added], separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _int_id(x, what: str) -> int:

@@ -112,9 +112,22 @@ class RequestBatch(NamedTuple):
 
 class _Stacked(RequestBatch):
     """A RequestBatch that stack_requests built or checked: trusted by the kernels after an O(1) check of its
-    widths against the index (a hand-made RequestBatch is checked whole on every use)."""
+    widths against the index. It also keeps the requests it holds and the fingerprint they were encoded against, so
+    an index with another fingerprint stacks them again. Only stack_requests seals one: a copy made by `_replace`,
+    `_make` or the constructor is a hand-made batch, checked whole on every use."""
 
-    __slots__ = ()
+    def sealed(self) -> bool:
+        return self.__dict__.get("_seal") is _SEAL
+
+
+_SEAL = object()
+
+
+def _seal(q: _Stacked, fingerprint, requests) -> _Stacked:
+    for a in q:  # the kernels index by these: an edit in place could point them outside the arrays
+        a.flags.writeable = False
+    q.__dict__.update(_seal=_SEAL, fingerprint=fingerprint, requests=requests)
+    return q
 
 
 def _offsets(off, name: str, B: int, nb: int, n: int) -> None:
@@ -149,16 +162,21 @@ def _check_batch(q: RequestBatch, n_bitmask: int, words: int, n_bloom: int, bloo
 
 
 def stack_requests(requests, n_bitmask: int, words: int, n_bloom: int, bloom_words: int,
-                   bloom_widths=None) -> RequestBatch:
+                   bloom_widths=None, follow=None, fingerprint: str = None) -> RequestBatch:
     """Requests -> one RequestBatch, every request checked (bloom_widths: words of each Bloom matcher's
-    rows, default bloom_words for all). A RequestBatch is checked in O(its size) unless this built it."""
-    if isinstance(requests, _Stacked):
-        if requests.bitmask.shape[1:] != (n_bitmask, words) or requests.sig_off.shape[1] != n_bloom + 1 or \
+    rows, default bloom_words for all). follow(request) re-encodes a request for the index (Index.follow), whose
+    fingerprint the batch records: a batch stacked for another fingerprint is stacked again from its requests. A
+    RequestBatch that this did not build is checked in O(its size)."""
+    if isinstance(requests, _Stacked) and requests.sealed():
+        if requests.fingerprint != fingerprint and requests.requests is not None:
+            requests = requests.requests
+        elif requests.bitmask.shape[1:] != (n_bitmask, words) or requests.sig_off.shape[1] != n_bloom + 1 or \
                 requests.sigs.shape[1] != bloom_words:
             raise RequestError("this RequestBatch was built for another index")
-        return requests
+        else:
+            return requests
     if isinstance(requests, RequestBatch):
-        return _check_batch(requests, n_bitmask, words, n_bloom, bloom_words)
+        return _seal(_check_batch(requests, n_bitmask, words, n_bloom, bloom_words), fingerprint, None)
     widths = [bloom_words] * n_bloom if bloom_widths is None else list(bloom_widths)
     if isinstance(requests, Request):
         requests = [requests]
@@ -170,6 +188,8 @@ def stack_requests(requests, n_bitmask: int, words: int, n_bloom: int, bloom_wor
                                f"{type(requests).__name__}") from None
     if not requests:
         raise RequestError("no requests given")
+    if follow is not None:
+        requests = [follow(r) for r in requests]
     B = len(requests)
     bm = np.zeros((B, max(n_bitmask, 0), words), np.uint64)
     sig_off = np.zeros((B, n_bloom + 1), np.int64)
@@ -193,4 +213,4 @@ def stack_requests(requests, n_bitmask: int, words: int, n_bloom: int, bloom_wor
         code_off[b, n_bloom] = nc
     sigs_arr = np.concatenate(sigs) if sigs else np.zeros((1, max(bloom_words, 1)), np.uint64)
     codes_arr = np.concatenate(codes) if codes else np.zeros(1, np.int64)
-    return _Stacked(bm, sig_off, sigs_arr, code_off, codes_arr)
+    return _seal(_Stacked(bm, sig_off, sigs_arr, code_off, codes_arr), fingerprint, tuple(requests))

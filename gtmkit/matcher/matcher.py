@@ -130,16 +130,26 @@ class IndexMatcher:
     # --- inputs -----------------------------------------------------------------------------
     def batch(self, requests):
         """Stack encoded requests once (beam_search does this; pass the batch to every step).
-        On the GPU the batch is uploaded once too. Every request is checked against the index; a
-        RequestBatch that this did not build is checked whole on each use."""
+        On the GPU the batch is uploaded once too. Every request is checked against the index, and one encoded for
+        another index (before a swap or update: its fingerprint differs) is encoded again from its attributes, as is
+        a batch stacked for another index (docs/design.md §9). A RequestBatch that this did not build is checked
+        whole on each use."""
         if self.cuda is not None:
             from .cuda.backend import DeviceBatch
             if isinstance(requests, DeviceBatch):
-                return requests
+                host = requests.host
+                if getattr(host, "sealed", None) is not None and host.sealed() and \
+                        host.fingerprint == self.index.fingerprint:
+                    return requests
+                requests = host
         ix = self.index
         q = stack_requests(requests, len(ix.layout.names), ix.layout.words, len(ix.bloom), self._bloom_words,
-                           self._bloom_widths)
+                           self._bloom_widths, ix.follow, ix.fingerprint)
         return self.cuda.batch(q) if self.cuda is not None else q
+
+    def encode_request(self, user: dict):
+        """The user's request encoded against the index this matcher serves (Index.encode_request)."""
+        return self.index.encode_request(user)
 
     def _rows(self, node_ids, row_request, n_requests):
         """Host node ids and request numbers, checked. A node id that is not an internal node (leaves,

@@ -47,6 +47,11 @@ class Matcher:
             object.__setattr__(self, "_current", new)
         return new.version
 
+    def encode_request(self, user: dict):
+        """The user's request encoded against the index served now. A request encoded before a later swap or update
+        is encoded again by the call that uses it (docs/design.md §9): holding requests across swaps is safe."""
+        return self._current.encode_request(user)
+
     def update_ads(self, changes, progress=None):
         """Apply changed ads (docs/design.md §9): rows in the catalog's schema, as a Parquet path or a pyarrow
         Table, each an edit of the ad with its id or a new ad. An updated index is derived from the current one

@@ -125,11 +125,17 @@ class Request(NamedTuple):
                  below (an untargeted ad's row is all ones), which is exactly who is eligible.
     bloom_codes: per Bloom attribute, int64 [n_strings] dictionary codes of the strings (-1: a string no
                  ad mentions), used by the exact ad-level test.
+    fingerprint: what it was encoded against (`Index.fingerprint`: the bit layout, Bloom parameters and string
+                 dictionaries); None for a request made by hand, which is taken as it is.
+    user:        the attributes it was encoded from (a copy), so that an index with another fingerprint
+                 re-encodes it (docs/design.md §9).
     """
 
     bitmask: np.ndarray
     bloom_sigs: tuple
     bloom_codes: tuple
+    fingerprint: str = None
+    user: dict = None
 
 
 def _values(user: dict, name: str) -> list:
@@ -150,11 +156,12 @@ def _values(user: dict, name: str) -> list:
 
 
 def encode_request(user: dict, layout: BitmaskLayout, bloom_params: Sequence[tuple],
-                   bloom_names: Sequence[str], bloom_lookup: Sequence) -> Request:
+                   bloom_names: Sequence[str], bloom_lookup: Sequence, fingerprint: str = None) -> Request:
     """Encode a user dict: attribute name -> value or list of values; keys starting with '_' are metadata.
 
     bloom_params: per Bloom attribute (bits, hashes, seed); bloom_lookup: per Bloom attribute a
-    callable mapping a list of strings to int64 codes (-1 unknown)."""
+    callable mapping a list of strings to int64 codes (-1 unknown); fingerprint: the encoding's
+    (Index.fingerprint), recorded with a copy of the user's attributes."""
     if not isinstance(user, dict):
         raise RequestError(f"a request must be a JSON object (attribute -> values), got {type(user).__name__}")
     known = set(layout.names) | set(bloom_names)
@@ -162,8 +169,11 @@ def encode_request(user: dict, layout: BitmaskLayout, bloom_params: Sequence[tup
         if not isinstance(key, str) or (key not in known and not key.startswith("_")):
             raise RequestError(f"unknown request attribute {short_repr(key)} (known: {', '.join(sorted(known))})")
     bm = np.zeros((len(layout.names), layout.words), np.uint64)
+    kept = {}
     for a, name in enumerate(layout.names):
         vals = _values(user, name)
+        if vals:
+            kept[name] = vals
         bits = layout.value_bits(a)
         if not vals:
             set_bit(bm[a], layout.other_bit(a))
@@ -172,13 +182,15 @@ def encode_request(user: dict, layout: BitmaskLayout, bloom_params: Sequence[tup
     sigs, codes = [], []
     for b, name in enumerate(bloom_names):
         vals = _values(user, name)
+        if vals:
+            kept[name] = vals
         bits, hashes, seed = bloom_params[b]
         if vals:
             sigs.append(np.stack([bloom_signature(s, bits, hashes, seed) for s in vals]))
         else:
             sigs.append(np.full((1, bits // 64), ALL_ONES, np.uint64))
         codes.append(np.asarray(bloom_lookup[b](vals), np.int64))
-    return Request(bm, tuple(sigs), tuple(codes))
+    return Request(bm, tuple(sigs), tuple(codes), fingerprint, kept if fingerprint is not None else None)
 
 
 def row_passes(bitmask_row: np.ndarray, bloom_rows: Sequence[np.ndarray], request: Request) -> bool:
@@ -240,4 +252,5 @@ def check_request(r, b: int, n_bitmask: int, words: int, bloom_widths) -> Reques
             raise RequestError(f"request {b}: Bloom signatures {t} must be [n, {w}], got {list(s.shape)}")
         sigs.append(np.ascontiguousarray(s.astype(np.uint64, copy=False)))
         codes.append(np.ascontiguousarray(_int_array(r.bloom_codes[t], f"request {b}: Bloom codes {t}", 1), np.int64))
-    return Request(np.ascontiguousarray(bm.astype(np.uint64, copy=False)), tuple(sigs), tuple(codes))
+    return Request(np.ascontiguousarray(bm.astype(np.uint64, copy=False)), tuple(sigs), tuple(codes),
+                   r.fingerprint, r.user)

@@ -14,6 +14,7 @@ import numpy as np
 from ..._arrays import read_only
 from ...errors import UpdateError
 from ...formats import index_format as fmt
+from ...index import extended_fingerprint
 from .changes import Changes
 from .merge import gather_lists, gather_rows, merge_id_lookup, merge_plan, shift_offsets
 from .unions import grow_unions
@@ -129,6 +130,8 @@ def update_index(index, ch: Changes):
     new.ad_exclude = [gather_lists(index.ad_exclude[b], select_lists(ch.exclude[b], a), src) for b in range(nb)]
     new._exact_lists = None
     new.__dict__["bloom_dictionaries"] = ch.dictionaries
+    # requests encoded before see the appended strings only once re-encoded (Index.follow)
+    new.__dict__["fingerprint"] = extended_fingerprint(index.fingerprint, index.bloom_dictionaries, ch.dictionaries)
     rec = {"slack_ads": state["slack_ads"], "added": state["added"] + report.added, "updates": state["updates"] + 1}
     new.manifest = {**index.manifest, "counts": {**index.manifest["counts"], "ads": n_new}, "updates": rec}
     base = index.version.split("+")[0]
