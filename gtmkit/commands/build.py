@@ -50,15 +50,34 @@ def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, 
         gtmkit build catalog.parquet -o index/ --partition dynamic --target-fill 0.4 --k-max 8 -f
         gtmkit build catalog/ -o index/ --workers 2 --memory-limit 8GiB
     """
+    from ..formats.staging import Switch
     from ..indexer.build import build_index
 
     check_cluster(workers, scheduler)
-    with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client:
+    with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, Switch(out_dir) as sw:
         index = build_index(catalog, out_dir, schema=schema, partition=partition, k=k,
                             target_fill=target_fill, k_max=k_max, progress=bar, overwrite=force, shards=shards,
                             client=client, workers=workers, memory_limit=memory_limit, slack=slack)
     stats = index.stats()
     if as_json:
-        echo_json(stats)
+        echo_json(dict(stats, **replaced_fields(sw)))
     else:
         print_summary(stats)
+        echo_replaced(out_dir, sw)
+
+
+def replaced_fields(sw) -> dict:
+    """What a build's pointer switch replaced (None: nothing), and what the path served when the build started."""
+    return {"replaced_version": sw.replaced, "version_at_start": sw.started}
+
+
+def echo_replaced(out_dir, sw) -> None:
+    """Say which version a build replaced, and that it is not the one served at the start where another writer
+    published meanwhile (its work is gone from the path now, by this build's --force)."""
+    if sw.replaced is None:
+        return
+    if sw.replaced == sw.started:
+        click.echo(f"{out_dir}: replaced version {sw.replaced}")
+        return
+    click.echo(f"{out_dir}: replaced version {sw.replaced}, which another writer published while this build ran "
+               f"(the path served {sw.started or 'no version'} when it started)")

@@ -64,6 +64,7 @@ def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force
         gtmkit trie build keys/ -o trie/ --workers 2
     """
     from ..formats.output import check_output
+    from ..formats.staging import Switch
     from ..indexer.succinct.inputs import key_error_at, read_key_column
     from ..indexer.succinct.trie import SuccinctTrie
 
@@ -71,28 +72,31 @@ def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force
     check_cluster(workers, scheduler)
     if shards or workers or scheduler:
         t0 = time.perf_counter()
-        with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client:
+        with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, Switch(out_dir) as sw:
             trie = SuccinctTrie.build_dataset(keys, out_dir, column, shards=shards, client=client, workers=workers,
                                               memory_limit=memory_limit, progress=bar, overwrite=force)
-        _report(trie, out_dir, time.perf_counter() - t0, as_json)
+        _report(trie, out_dir, time.perf_counter() - t0, as_json, sw)
         return
-    col, src = read_key_column(keys, column)
-    t0 = time.perf_counter()
-    with StderrProgress(silent or as_json) as bar:
-        try:
-            trie = SuccinctTrie.build(col, progress=bar)
-        except GtmkitError as exc:  # the library names key i: here that is row i of the file's column
-            raise key_error_at(exc, src, column) from None
-    seconds = time.perf_counter() - t0
-    trie.save(out_dir, overwrite=force)
-    _report(trie, out_dir, seconds, as_json)
+    with Switch(out_dir) as sw:
+        col, src = read_key_column(keys, column)
+        t0 = time.perf_counter()
+        with StderrProgress(silent or as_json) as bar:
+            try:
+                trie = SuccinctTrie.build(col, progress=bar)
+            except GtmkitError as exc:  # the library names key i: here that is row i of the file's column
+                raise key_error_at(exc, src, column) from None
+        seconds = time.perf_counter() - t0
+        trie.save(out_dir, overwrite=force)
+    _report(trie, out_dir, seconds, as_json, sw)
 
 
-def _report(trie, out_dir, seconds: float, as_json: bool) -> None:
+def _report(trie, out_dir, seconds: float, as_json: bool, sw) -> None:
+    from .build import echo_replaced, replaced_fields
     if as_json:
-        echo_json(dict(trie.stats(), path=str(out_dir), build_seconds=round(seconds, 3)))
+        echo_json(dict(trie.stats(), path=str(out_dir), build_seconds=round(seconds, 3), **replaced_fields(sw)))
     else:
         click.echo(f"{out_dir}: {_summary(trie, seconds)}")
+        echo_replaced(out_dir, sw)
 
 
 @command.command("verify")

@@ -61,39 +61,31 @@ def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers
         gtmkit update index/ --pause paused.txt --resume resumed.txt --json
     """
     from ..errors import GtmkitError
-    from ..index import load_index
-    from ..indexer.update import read_changes
-    from ..indexer.update.write import write_changes
+    from ..indexer.update.publish import update_path
 
     if changes is None and pause_file is None and resume_file is None:
         raise GtmkitError("nothing to update: give CHANGES, --pause or --resume")
     if (workers or scheduler) and not rebuild_shards:
         raise click.UsageError("--workers and --scheduler go with --rebuild-shards")
     check_cluster(workers, scheduler)
-    pause = _read_ids(pause_file) if pause_file else np.zeros(0, np.int64)
-    resume = _read_ids(resume_file) if resume_file else np.zeros(0, np.int64)
+    pause = _read_ids(pause_file) if pause_file else None
+    resume = _read_ids(resume_file) if resume_file else None
     # a cluster named by --scheduler is reached first: a bad address fails before anything is read
     with dask_client(scheduler) as client, StderrProgress(silent or as_json) as bar:
-        index = load_index(index_dir)
-        paused = np.asarray(index.paused_ad_ids, np.int64)
-        if pause_file or resume_file:
-            paused = np.setdiff1d(np.union1d(paused, pause), resume)
-        ch = read_changes(index, changes, bar) if changes is not None else None
-        if rebuild_shards and ch is not None and (ch.leaves < 0).any():
-            from ..indexer.update.rebuild import check_ids, rebuild_changes
-            check_ids(index, ch, np.concatenate([pause, resume]))  # before anything is written
-            _, rep = rebuild_changes(index, ch, client, workers, bar, paused)
-            written = True
-        else:
-            _, rep, written = write_changes(index, ch, paused, bar, np.concatenate([pause, resume]))
-    _print(index_dir, rep, paused, written, as_json)
+        done = update_path(index_dir, changes, pause, resume, rebuild_shards, client, workers, bar)
+    _print(index_dir, done, as_json)
 
 
-def _print(index_dir, rep, paused, written: bool, as_json: bool) -> None:
-    out = {"index": index_dir, **rep.as_dict(), "paused_ads": int(len(paused)), "written": bool(written)}
+def _print(index_dir, done, as_json: bool) -> None:
+    rep, paused, written = done.report, done.paused, done.written
+    out = {"index": index_dir, **rep.as_dict(), "paused_ads": int(len(paused)), "written": bool(written),
+           "base_version": done.base, "tries": done.tries}
     if as_json:
         echo_json(out)
         return
+    if done.tries > 1:  # another writer published first: this update was applied again on top of its version
+        click.echo(f"{index_dir}: applied again on version {done.base}, which other writers published meanwhile "
+                   f"({done.tries} tries)")
     if not written:  # an empty change set, or pauses of paused ads: no new version
         click.echo(f"{index_dir}: nothing to apply; the index is unchanged ({len(paused)} paused)")
         return

@@ -97,6 +97,14 @@ def current(root: pathlib.Path) -> pathlib.Path:
     return vdir
 
 
+def served(root) -> str | None:
+    """The name of the version root serves; None where no pointer names one (no artifact yet, or the flat
+    layout): what a compare-and-switch compares."""
+    root = pathlib.Path(root)
+    d = current(root)
+    return None if d == root else d.name
+
+
 def acquire(root) -> tuple:
     """(version directory, Lock or None): the version root serves, locked shared so no writer deletes
     it. The pointer is re-read when the version vanished between reading it and locking it. Lock is

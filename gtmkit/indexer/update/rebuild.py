@@ -16,6 +16,7 @@ from ...formats import index_format as fmt
 from ...formats.artifact import ArtifactWriter
 from ...formats.index_checks import PAUSED
 from ...formats.schema import parse_schema
+from ...formats.staging import Switch
 from ...progress import Progress, report
 from ..shards.assemble import assemble
 from ..write import Timer, write_index
@@ -23,7 +24,7 @@ from .apply import find_ids, update_index
 from .changes import Changes
 from .subtree_task import build_subtrees, row_layout, write_inputs
 from .subtrees import RebuildPieces, Run, subtree_bounds
-from .write import write_changes
+from .write import base_version, write_changes
 
 
 def rebuild_shards(index, changes, client=None, workers: int = None, progress: Progress = None, paused=None):
@@ -37,7 +38,8 @@ def rebuild_shards(index, changes, client=None, workers: int = None, progress: P
     a LocalCluster of that many processes), else here; paused: the ad ids the new version serves paused (default:
     the index's). Processes that loaded the index keep serving it until they load the new version.
     -> (the new version, loaded; UpdateReport with `rebuilt` set). UpdateError (nothing written) when the new ads
-    applied in place would pass the index's slack."""
+    applied in place would pass the index's slack; VersionChanged (nothing written) when another writer replaced
+    the version the index was loaded from meanwhile."""
     from ...index import Index, load_index
     from .changes import read_changes
     if not isinstance(index, Index):
@@ -54,11 +56,12 @@ def rebuild_changes(index, ch: Changes, client=None, workers: int = None, progre
     if not (ch.leaves < 0).any():  # every SID is in the trie: in place, nothing to rebuild
         from ...index import load_index
         keep = index.paused_ad_ids if paused is None else paused
-        _, rep, written = write_changes(index, ch, np.unique(np.asarray(keep, np.int64)), progress)
+        with Switch(index.path, base_version(index)) as sw:
+            _, rep, written = write_changes(index, ch, np.unique(np.asarray(keep, np.int64)), progress)
         if not written:
             return index, rep
         new = load_index(index.path, verify=False)
-        rep.version = new.version  # the version written, as a rebuild reports it
+        rep.version = sw.published  # the version written, as a rebuild reports it
         return new, rep
     run = runner(client, workers)
     try:
@@ -86,7 +89,8 @@ def _rebuild(index, ch: Changes, run, progress, paused):
     schema = parse_schema(base.manifest["schema"])
     rl = row_layout(base)
     strings = [sorted(d, key=d.get) for d in ch.dictionaries]  # by code: the index's, then the changes' new ones
-    with ArtifactWriter(base.path, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=True) as w:
+    with Switch(base.path, base_version(index)) as sw, \
+            ArtifactWriter(base.path, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=True) as w:
         stage = w.staging / "subtrees"
         stage.mkdir()
         try:
@@ -127,7 +131,7 @@ def _rebuild(index, ch: Changes, run, progress, paused):
     new = load_index(base.path, verify=False)
     rep.edited += moved
     rep.added += len(entries) - moved
-    rep.new_sids, rep.version, rep.empty_sids, rep.rebuilt = [], new.version, new.empty_sids, rebuilt
+    rep.new_sids, rep.version, rep.empty_sids, rep.rebuilt = [], sw.published, new.empty_sids, rebuilt
     report(progress, 1, 1, "rebuilt")
     return new, rep
 

@@ -1,6 +1,7 @@
 """An updated index written as a new version of its artifact (`gtmkit update`): every array as the updated index
 holds it, the Bloom dictionaries with the strings the changes brought, and the manifest's counts and update
-record; readers of the old version keep it until they close it (docs/design.md §4)."""
+record; readers of the old version keep it until they close it (docs/design.md §4). It is published only over the
+version the index was loaded from (a compare-and-switch, docs/design.md §9), so no other writer's version is lost."""
 
 from __future__ import annotations
 
@@ -12,14 +13,23 @@ import copy
 from ...formats import index_format as fmt
 from ...formats.artifact import ArtifactWriter
 from ...formats.index_checks import PAUSED
+from ...formats.staging import Switch
 from ...progress import Progress, report
 
 _KEPT = ("schema", "source", "bitmask_layout", "bloom", "partition_layout", "stats", "build")
 
 
+def base_version(index):
+    """The version directory of its artifact an index was loaded from (None: the flat layout), which a write of
+    a version derived from it must still find served."""
+    d = index.artifact.dir
+    return None if d == index.path else d.name
+
+
 def write_updated(index, progress: Progress = None):
     """Write `index` (an Index updated in memory) as the new current version of the artifact it came from, with
-    its paused ads (paused_ad_ids) served paused from the first call after a load."""
+    its paused ads (paused_ad_ids) served paused from the first call after a load. VersionChanged (nothing
+    written) when the artifact serves another version than the one the index was loaded from by then."""
     arrays = {"level_offsets": index.level_offsets, "node_offsets": index.node_offsets,
               "child_tokens": index.child_tokens, "max_degree": index.max_degree,
               "part_bitmask_ids": index.part_bitmask_ids, "bitmask_table": index.bitmask_table,
@@ -39,7 +49,8 @@ def write_updated(index, progress: Progress = None):
     manifest["updates"] = fmt.update_state(index.manifest)
     if len(index.paused_ad_ids):
         arrays[PAUSED] = np.asarray(index.paused_ad_ids, np.int64)
-    with ArtifactWriter(index.path, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=True) as w:
+    with Switch(index.path, base_version(index)), \
+            ArtifactWriter(index.path, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=True) as w:
         for i, (name, arr) in enumerate(arrays.items()):
             w.add_array(name, arr)
             report(progress, i + 1, len(arrays), "write")
