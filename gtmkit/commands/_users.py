@@ -32,8 +32,18 @@ def check_user(index, user, where: str) -> None:
 
 
 def synth_users_for(index, n: int, seed: int) -> list:
+    """n users drawn from the world of a `gtmkit synth catalog` index; for any other index, one line that points to
+    --users-file and its format."""
     from ..synth import synth_users
+    from ..synth.world import GENERATOR
 
+    meta = index.manifest.get("schema", {}).get("meta")
+    if not isinstance(meta, dict) or meta.get("generator") != GENERATOR:
+        names = [a["name"] for a in index.layout.to_dict()["attributes"]] + [b["name"] for b in index.bloom]
+        example = "{" + ", ".join(f'"{n}": "..."' for n in names[:3]) + "}"
+        raise GtmkitError(f"{index.path}: this index was not built from a `gtmkit synth catalog` catalog, so there are "
+                          f"no synthetic users to draw: give your users with --users-file users.jsonl, one JSON object "
+                          f"a line of attribute -> value or list of values, e.g. {example}")
     return synth_users(index.manifest["schema"], n, seed)
 
 
@@ -51,10 +61,28 @@ def parse_user(text: str) -> dict:
 
 
 def parse_beams(ctx, param, value):
+    """--beams: comma-separated positive integers, or None (the index's default, index_beams)."""
     import click
 
+    if value is None:
+        return None
     try:
         beams = tuple(int(x) for x in value.split(","))
     except ValueError:
         raise click.BadParameter("expected comma-separated integers, e.g. 1,512,1024,1024") from None
+    if not beams or min(beams) < 1:
+        raise click.BadParameter(f"sizes must be positive integers, got {value}")
+    return beams
+
+
+def index_beams(index, beams) -> tuple:
+    """The per-step beam sizes for an index: `beams` checked against its SID length L, or by default GRACE's
+    schedule fitted to L (one start row, 512 after the first step, 1024 after every later one: (1, 512, 1024, 1024)
+    at L=4, (1, 1024) at L=2, (1024,) at L=1)."""
+    L = index.sid_length
+    if beams is None:
+        return (1024,) if L == 1 else (1, 1024) if L == 2 else (1, 512) + (1024,) * (L - 2)
+    if len(beams) != L:
+        raise GtmkitError(f"--beams: this index's SIDs have {L} tokens, so --beams takes {L} sizes (one a step, the "
+                          f"first 1), got {len(beams)}: {','.join(map(str, beams))}")
     return beams

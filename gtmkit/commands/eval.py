@@ -10,7 +10,7 @@ import click
 
 from ..errors import GtmkitError
 from ._common import StderrProgress, echo_json, handle_errors
-from ._users import parse_beams, read_users_file, synth_users_for
+from ._users import index_beams, parse_beams, read_users_file, synth_users_for
 
 def sweep_settings(L: int) -> list:
     """none, static k=(1,4,..,4,2) and (1,8,..,8,4) as in GRACE's p1..p3 layout, and two dynamic targets."""
@@ -45,7 +45,8 @@ def _print(r: dict) -> None:
 @click.option("--users", "n_users", default=64, show_default=True, help="Synthetic users drawn from the index's world.")
 @click.option("--users-file", type=click.Path(dir_okay=False), help="JSON-lines users instead of synthetic ones.")
 @click.option("--seed", default=0, show_default=True, help="Seed of users and logits.")
-@click.option("--beams", default="1,512,1024,1024", callback=parse_beams, show_default=True, help="Per-step beam sizes.")
+@click.option("--beams", callback=parse_beams, help="Per-step beam sizes, one a SID token [default: 1,512,1024,... "
+              "fitted to the index's SID length: 1,512,1024,1024 for 4 tokens].")
 @click.option("--logits", type=click.Choice(["random", "peaked"]), default="peaked", show_default=True)
 @click.option("--peak", type=float, help="Peaked logits: boost of the user's interest tokens.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="cpu", show_default=True)
@@ -73,6 +74,7 @@ def command(index_dir, n_users, users_file, seed, beams, logits, peak, device, r
     from ..index import load_index
 
     index = load_index(index_dir, verify=False)
+    beams = index_beams(index, beams)
     users = read_users_file(users_file, index) if users_file else synth_users_for(index, n_users, seed)
     catalog = _sweep_catalog(index, catalog) if partition_sweep else None
     with StderrProgress(silent or as_json) as bar:

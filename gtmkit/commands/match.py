@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ._common import echo_json, handle_errors
-from ._users import check_user, parse_beams, parse_user
+from ._users import check_user, index_beams, parse_beams, parse_user
 
 
 def match_user(index, user: dict, beams, logits: str = "peaked", seed: int = 0, device: str = "cpu",
@@ -38,7 +38,8 @@ def match_user(index, user: dict, beams, logits: str = "peaked", seed: int = 0, 
 @click.command("match")
 @click.argument("index_dir", type=click.Path(file_okay=False))
 @click.option("--user", "user_json", required=True, help="Request as JSON (or @file.json).")
-@click.option("--beams", default="1,512,1024,1024", callback=parse_beams, show_default=True, help="Per-step beam sizes.")
+@click.option("--beams", callback=parse_beams, help="Per-step beam sizes, one a SID token [default: 1,512,1024,... "
+              "fitted to the index's SID length: 1,512,1024,1024 for 4 tokens].")
 @click.option("--logits", type=click.Choice(["random", "peaked"]), default="peaked", show_default=True,
               help="Synthetic decoder standing in for the model.")
 @click.option("--seed", default=0, show_default=True)
@@ -59,6 +60,7 @@ def command(index_dir, user_json, beams, logits, seed, top, device, as_json):
     user = parse_user(user_json)
     index = load_index(index_dir, verify=False)
     check_user(index, user, "--user")
+    beams = index_beams(index, beams)
     r = match_user(index, user, beams, logits, seed, device, top)
     if as_json:
         echo_json(r)

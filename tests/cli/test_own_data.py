@@ -1,0 +1,49 @@
+"""A new user's own index in `gtmkit match` and `gtmkit eval`: beam sizes fitted to the SID length by default, a
+wrong --beams named, and eval without synthetic users pointing to --users-file and its format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import gtmkit
+from gtmkit.cli import cli
+
+from support.catalogs import random_catalog, schema_dict, write
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def index3(tmp_path_factory):
+    d = tmp_path_factory.mktemp("own")
+    gtmkit.build_index(write(d, random_catalog(1, n_ads=80, L=3, V=6), schema_dict(L=3, V=6)), d / "idx")
+    return d / "idx"
+
+
+def test_match_fits_its_beams_to_the_sid_length(index3):
+    r = run("match", index3, "--user", '{"country": "US"}', "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["sids_returned"] > 0
+
+
+@pytest.mark.parametrize("cmd", ["match", "eval"])
+def test_a_wrong_beams_names_the_flag(index3, cmd):
+    extra = ["--user", '{"country": "US"}'] if cmd == "match" else []
+    r = run(cmd, index3, *extra, "--beams", "1,512,1024,1024")
+    assert r.exit_code == 1 and "--beams" in r.output and "3 sizes" in r.output
+    assert len(r.output.strip().splitlines()[-1]) > 20 and "Traceback" not in r.output
+
+
+def test_eval_without_synthetic_users_explains_users_file(index3, tmp_path):
+    r = run("eval", index3, "-s")
+    assert r.exit_code == 1 and "--users-file" in r.output and "JSON object a line" in r.output
+    users = tmp_path / "users.jsonl"
+    users.write_text(json.dumps({"country": "US", "age": "25-34"}) + "\n" + json.dumps({"location": ["US"]}) + "\n")
+    r = run("eval", index3, "--users-file", users, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["beams"] == [1, 512, 1024]
