@@ -72,7 +72,9 @@ def command(ads, seed, n_users, device, workdir, force, as_json, silent):
     from . import _warmup
 
     # a first run on the CPU: the evaluation's kernels compile in a second process while the catalog is built
-    warmup = _warmup.start() if _first_cpu_run(device) else None
+    first_run = _first_cpu_run(device)
+    warmup = _warmup.start() if first_run else None
+    compiled = " (incl. compiling the kernels, once per install)" if first_run else ""
     with tempfile.TemporaryDirectory(prefix="gtmkit-demo-") as tmp, _warmup.stopping(warmup):
         work = Path(workdir or tmp)
         check_output(work / "index", overwrite=True)  # refused before anything is synthesized
@@ -93,7 +95,7 @@ def command(ads, seed, n_users, device, workdir, force, as_json, silent):
             echo_json({"synth_seconds": t_synth, "stats": index.stats(), "eval": ev, "match": example,
                        "seconds": total})
             return
-        click.echo(f"== synthesized {ads:,} ads in {t_synth:.1f} s (incl. compile on a first run): {catalog}")
+        click.echo(f"== synthesized {ads:,} ads in {t_synth:.1f} s: {catalog}")
         click.echo("== index statistics (gtmkit stats)")
         print_summary(index.stats())
         click.echo("\n== CD-only vs CD+GTM (gtmkit eval)")
@@ -105,6 +107,10 @@ def command(ads, seed, n_users, device, workdir, force, as_json, silent):
         click.echo(f"{example['sids_returned']} SIDs -> {example['eligible_ads']} eligible ads in {example['ms']:.1f} ms")
         for x in example["top"]:
             click.echo(f"  ad {x['ad_id']}  SID {tuple(x['sid'])}  score {x['score']:.3f}")
-        click.echo(f"\ndemo finished in {total:.1f} s (incl. compile on a first run)")
+        click.echo(f"\ndemo finished in {total:.1f} s{compiled}")
         user = "'{\"country\": \"US\"}'"
-        click.echo(f"next: gtmkit match {work / 'index'} --user {user}  (README.md: the CLI and the Python API)")
+        if workdir:
+            click.echo(f"next: gtmkit match {work / 'index'} --user {user}  (README.md: the CLI and the Python API)")
+        else:  # the temporary folder goes when the demo ends
+            click.echo(f"next: gtmkit demo --workdir demo/ keeps the catalog and index, then gtmkit match demo/index "
+                       f"--user {user}  (README.md: the CLI and the Python API)")

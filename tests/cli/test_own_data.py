@@ -47,3 +47,14 @@ def test_eval_without_synthetic_users_explains_users_file(index3, tmp_path):
     r = run("eval", index3, "--users-file", users, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["beams"] == [1, 512, 1024]
+
+
+def test_the_demo_hint_names_a_path_that_exists(tmp_path):
+    r = run("demo", "--ads", 3000, "--users", 2, "--device", "cpu", "-s")
+    assert r.exit_code == 0, r.output
+    hint = r.output.strip().splitlines()[-1]
+    assert "--workdir" in hint and "gtmkit-demo-" not in hint
+    r = run("demo", "--ads", 3000, "--users", 2, "--device", "cpu", "-s", "--workdir", tmp_path / "d")
+    hint = r.output.strip().splitlines()[-1]
+    path = hint.split("gtmkit match ")[1].split(" --user")[0]
+    assert r.exit_code == 0 and (tmp_path / "d" / "index").samefile(path)
