@@ -2,6 +2,8 @@
 
 Offline `build_index` turns a Parquet ad catalog into an artifact; `load_index` opens it."""
 
+import logging
+
 from . import _cache  # noqa: F401  (numba's cache folder, before any kernel module)
 from . import threads as _threads  # noqa: F401  (picks the numba threading layer first)
 from ._version import __version__
@@ -16,6 +18,9 @@ from .matcher.beam import Result, beam_search
 from .matcher.matcher import IndexMatcher, Step
 from .matcher.served import Matcher
 from .targeting.semantics import Request
+
+# the library logs and never prints: without a handler of the application's, its warnings go nowhere
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["__version__", "build_index", "rebuild_shards", "load_index", "Index", "Request", "Matcher", "IndexMatcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
            "SchemaError", "ArtifactError", "RequestError"]

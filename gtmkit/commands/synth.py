@@ -72,6 +72,13 @@ def catalog(n_ads, seed, vocab, sid_length, world_seed, bloom_bits, bloom_hashes
         gtmkit synth catalog --ads 20000 --untargeted-country 0.5 -o small.parquet --json
         gtmkit synth catalog --ads 100000000 --parts 96 --workers 2 -o data/catalog/
     """
+    from ..synth.catalog import parts_written
+    from ..synth.world import ROWS_PER_GROUP
+
+    asked = max(parts, workers)
+    if asked > 1 and parts_written(n_ads, asked) < asked:
+        click.echo(f"gtmkit: warning: {asked} parts asked but {n_ads:,} ads make {parts_written(n_ads, asked)} "
+                   f"(a part holds whole row groups of {ROWS_PER_GROUP:,} ads)", err=True)
     t0 = time.perf_counter()
     with StderrProgress(silent=silent or as_json) as progress:
         cat_path, schema_path = write_catalog(output.rstrip("/") or output, n_ads, seed=seed, vocab=vocab,

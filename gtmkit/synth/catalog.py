@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -20,6 +21,8 @@ from .parts import check_target, write_parts
 from .sids import _ADS_PER_SID_MEAN, _SidCodec, _ads_per_sid, _generate_sids, ads_per_sid_stats
 from .targeting import TargetingRates, _targeting
 from .world import AGE_BUCKETS, GENDERS, GENERATOR, ROWS_PER_GROUP, World
+
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -234,6 +237,9 @@ def _write_dataset(path: Path, schema_path: Path, gen: _Generation, parts: int, 
     if gen.plan.rates.sid_coherence > 0.0:
         gen._leaders()  # drawn once here, before the workers fork, not once a worker
     nb = gen.n_batches
+    if parts > nb:
+        log.warning("%s: %d parts asked, %d written: a part holds whole row groups of %d ads", path, parts, nb,
+                    ROWS_PER_GROUP)
     parts = max(1, min(parts, nb))
     schema_tmp = schema_path.with_name(f".{schema_path.name}.tmp{os.getpid()}")
     _GENERATION = gen
@@ -249,6 +255,11 @@ def _write_dataset(path: Path, schema_path: Path, gen: _Generation, parts: int, 
         if schema_tmp.exists():
             schema_tmp.unlink()
     return str(path), str(schema_path)
+
+
+def parts_written(n_ads: int, parts: int) -> int:
+    """How many parts write_catalog(parts=...) writes: a part holds whole row groups of ROWS_PER_GROUP ads."""
+    return max(1, min(parts, -(-n_ads // ROWS_PER_GROUP)))
 
 
 def write_catalog(path, n_ads: int, seed: int = 0, vocab: int = 512, sid_length: int = 4, world_seed: int = 0,

@@ -58,3 +58,10 @@ def test_the_demo_hint_names_a_path_that_exists(tmp_path):
     hint = r.output.strip().splitlines()[-1]
     path = hint.split("gtmkit match ")[1].split(" --user")[0]
     assert r.exit_code == 0 and (tmp_path / "d" / "index").samefile(path)
+
+
+def test_synth_parts_below_the_minimum_warn(tmp_path):
+    from gtmkit.synth.catalog import parts_written
+    r = CliRunner().invoke(cli, ["synth", "catalog", "--ads", "3000", "--parts", "4", "-o", str(tmp_path / "c/"), "-s"])
+    assert r.exit_code == 0 and "4 parts asked" in r.output and "make 1" in r.output
+    assert len(list((tmp_path / "c").glob("*.parquet"))) == parts_written(3000, 4) == 1
