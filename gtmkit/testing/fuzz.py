@@ -1,6 +1,6 @@
 """The fuzz suite: random hostile inputs, each case in its own forked child, counted by outcome.
 
-    python -m gtmkit.testing.fuzz --seconds 60 --seed 1 [--kinds catalog,artifact,online,cli,update] [--json]
+    python -m gtmkit.testing.fuzz --seconds 60 --seed 1 [--kinds catalog,artifact,online,cli,update,writers] [--json]
     python -m gtmkit.testing.fuzz --seed 1 --kinds online --case 17      # rerun one case
 
 Children come from a forkserver whose process has only imported gtmkit (GNU OpenMP is not fork-safe
@@ -27,9 +27,10 @@ from pathlib import Path
 
 from .fuzz_core import CRASH, FAILURES, HANG, OUTCOMES, TRACEBACK, case_rng, classify
 
-KINDS = ("catalog", "artifact", "online", "cli", "update")
+KINDS = ("catalog", "artifact", "online", "cli", "update", "writers")
 PRELOAD = ["gtmkit", "gtmkit.cli", "gtmkit.testing.fuzz_catalog", "gtmkit.testing.fuzz_artifact",
-           "gtmkit.testing.fuzz_online", "gtmkit.testing.fuzz_cli", "gtmkit.testing.fuzz_update"]
+           "gtmkit.testing.fuzz_online", "gtmkit.testing.fuzz_cli", "gtmkit.testing.fuzz_update",
+           "gtmkit.testing.fuzz_writers"]
 
 
 def _case_fn(kind: str):
@@ -38,9 +39,9 @@ def _case_fn(kind: str):
         import importlib
         mod, fn = kind.split(":", 1)
         return getattr(importlib.import_module(mod), fn)
-    from . import fuzz_artifact, fuzz_catalog, fuzz_cli, fuzz_online, fuzz_update
+    from . import fuzz_artifact, fuzz_catalog, fuzz_cli, fuzz_online, fuzz_update, fuzz_writers
     return {"catalog": fuzz_catalog.case, "artifact": fuzz_artifact.case, "online": fuzz_online.case,
-            "cli": fuzz_cli.case, "update": fuzz_update.case}[kind]
+            "cli": fuzz_cli.case, "update": fuzz_update.case, "writers": fuzz_writers.case}[kind]
 
 
 def _child(conn, kind: str, seed: int, index: int, ctx: dict, log: str, hang_after: float) -> None:

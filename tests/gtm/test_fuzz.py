@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gtmkit.testing.fuzz import format_text, fuzz
+from gtmkit.testing.fuzz import KINDS, format_text, fuzz
 from gtmkit.testing.fuzz_core import FAILURES
 
 SELF = ["ok", "crash", "abort", "late_crash", "hang", "traceback", "multiline", "refused", "wrong"]
@@ -35,6 +35,6 @@ def test_runner_reports_each_way_a_case_ends(tmp_path):
 def test_bounded_fuzz_run_has_no_failures(tmp_path, seed):
     # a fixed set of cases (10 per kind), so every run of a seed fuzzes the same inputs; the long
     # per-case limit covers numba compiling in a child while its cache is cold
-    s = fuzz(cases=50, seed=seed, timeout=45.0, jobs=2, root=tmp_path)
-    assert s["cases"] == 50
+    s = fuzz(cases=10 * len(KINDS), seed=seed, timeout=45.0, jobs=2, root=tmp_path)
+    assert s["cases"] == 10 * len(KINDS)
     assert not s["failures"], format_text(s)
