@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 import gtmkit
 from gtmkit.cli import cli
-from gtmkit.formats import layout, staging
+from gtmkit.formats import layout
 from gtmkit.formats.staging import Staging, VersionChanged
 from gtmkit.indexer.update import publish
 from gtmkit.indexer.update.publish import update_path
@@ -93,16 +93,21 @@ def _before_switch(monkeypatch, other, times: int = 1) -> list:
     return errors
 
 
-@pytest.mark.parametrize("mine,theirs", [("ads", "ads"), ("ads", "pause"), ("pause", "ads")])
+@pytest.mark.parametrize("mine,theirs", [("ads", "ads"), ("ads", "pause"), ("pause", "ads"), ("rebuild", "pause")])
 def test_an_update_is_applied_again_over_a_version_published_meanwhile(tmp_path, monkeypatch, mine, theirs):
-    """`gtmkit update idx a.parquet` beside `gtmkit update idx b.parquet` (or --pause): both exit 0 and the index
-    holds both writers' ads and pauses."""
+    """`gtmkit update idx a.parquet` beside `gtmkit update idx b.parquet` (or --pause; or a.parquet holding ads on
+    SIDs the trie lacks, with --rebuild-shards): both exit 0 and the index holds both writers' ads and pauses."""
     out, table, _ = _base(tmp_path)
     base = [int(x) for x in table.column("ad_id").to_pylist()]
+    have = {tuple(s) for s in table.column("sid").to_pylist()}
     work = {}
     for who, kind, first in (("mine", mine, 10**7), ("theirs", theirs, 2 * 10**7)):
-        if kind == "ads":
-            pq.write_table(_new_ads(table, 5, first, first % 97), tmp_path / f"{who}.parquet")
+        if kind in ("ads", "rebuild"):
+            t = _new_ads(table, 5, first, first % 97)
+            if kind == "rebuild":  # two of them on SIDs the trie lacks
+                off = [[a, b, c] for a in range(6) for b in range(6) for c in range(6) if (a, b, c) not in have]
+                t = t.set_column(1, "sid", pa.array(t.column("sid").to_pylist()[:3] + off[:2], pa.list_(pa.int32())))
+            pq.write_table(t, tmp_path / f"{who}.parquet")
             work[who] = {"changes": tmp_path / f"{who}.parquet", "ads": set(range(first, first + 5)), "paused": set()}
         else:
             ids = base[:4] if who == "mine" else base[4:8]
@@ -111,11 +116,13 @@ def test_an_update_is_applied_again_over_a_version_published_meanwhile(tmp_path,
     t = work["theirs"]
     errors = _before_switch(monkeypatch, lambda: update_path(out, t.get("changes"), t.get("pause")))
     start = layout.served(out)
-    args = [tmp_path / "mine.parquet"] if mine == "ads" else ["--pause", tmp_path / "mine.txt"]
+    args = {"ads": [tmp_path / "mine.parquet"], "rebuild": [tmp_path / "mine.parquet", "--rebuild-shards"],
+            "pause": ["--pause", tmp_path / "mine.txt"]}[mine]
     r = run("update", out, *args, "--json")
     assert r.exit_code == 0 and not errors, (r.output, errors)
     rep = json.loads(r.stdout)
     assert rep["tries"] == 2 and rep["base_version"] not in (None, start) and rep["written"]
+    assert bool(rep["rebuilt"]) == (mine == "rebuild")
     ads, paused = _ids(out)
     assert ads == set(base) | work["mine"]["ads"] | work["theirs"]["ads"]
     assert paused == work["mine"]["paused"] | work["theirs"]["paused"]

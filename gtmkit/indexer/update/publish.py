@@ -43,7 +43,7 @@ def update_path(path, changes=None, pause=None, resume=None, rebuild: bool = Fal
     from ...index import load_index
     from .changes import read_changes
     from .write import base_version, write_changes
-    tries = TRIES if tries is None else tries
+    tries = TRIES if tries is None else max(1, int(tries))
     lists = pause is not None or resume is not None
     pause = np.zeros(0, np.int64) if pause is None else np.asarray(pause, np.int64)
     resume = np.zeros(0, np.int64) if resume is None else np.asarray(resume, np.int64)
