@@ -6,6 +6,7 @@ import logging
 
 from . import _cache  # noqa: F401  (numba's cache folder, before any kernel module)
 from . import threads as _threads  # noqa: F401  (picks the numba threading layer first)
+from ._compile_notice import CompileNotice
 from ._version import __version__
 from .errors import ArtifactError, CatalogError, GtmkitError, RequestError, SchemaError
 from .index import Index, load_index
@@ -22,5 +23,5 @@ from .targeting.semantics import Request
 # the library logs and never prints: without a handler of the application's, its warnings go nowhere
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__all__ = ["__version__", "build_index", "rebuild_shards", "load_index", "Index", "Request", "Matcher", "IndexMatcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
+__all__ = ["__version__", "CompileNotice", "build_index", "rebuild_shards", "load_index", "Index", "Request", "Matcher", "IndexMatcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
            "SchemaError", "ArtifactError", "RequestError"]

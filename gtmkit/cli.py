@@ -7,10 +7,12 @@ import signal
 import sys
 import threading
 import time
+import warnings
 
 import click
 
 from . import _cache
+from ._compile_notice import CompileNotice
 from ._version import __version__
 from .commands._common import handle_errors  # noqa: F401  (re-exported for plugins and tests)
 
@@ -107,6 +109,7 @@ def main(argv=None):
         signal.signal(s, _stop)
     key = _pending["key"] = _command_key(argv)
     silent = any(a in ("-s", "--silent") for a in argv)  # -s: nothing on stderr but errors
+    warnings.filterwarnings("ignore", category=CompileNotice)  # the command line says it its own way, below
     if key in FIRST_COMPILE_SECONDS and not silent and not _marker(key).exists():
         click.echo(f"gtmkit: compiling kernels, once per install, ~{FIRST_COMPILE_SECONDS[key]} s", err=True)
     try:
