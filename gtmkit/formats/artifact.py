@@ -313,7 +313,8 @@ def _problems(path, format_name: str, supported_versions, verify: bool, progress
     ok = []
     for name, e in sorted(files.items()):  # phase 1: entries sane, files present with the recorded size
         fname = e.get("file") if isinstance(e, dict) else None
-        if (not isinstance(fname, str) or pathlib.PurePath(fname).name != fname or fname.startswith(".")
+        if (not isinstance(fname, str) or "\0" in fname  # (no file has a NUL in its name; os calls raise on it)
+                or pathlib.PurePath(fname).name != fname or fname.startswith(".")
                 or e.get("kind") not in ("array", "table") or not isinstance(e.get("bytes"), int)
                 or not isinstance(e.get("sha256"), str)):
             yield f"{path / MANIFEST}: invalid entry for file {name!r}"

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from ..errors import GtmkitError
+from ..errors import GtmkitError, RequestError
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -60,7 +60,19 @@ def host_array(x, name: str) -> np.ndarray:
     try:
         return np.asarray(x)
     except (TypeError, ValueError, OverflowError) as e:
-        raise GtmkitError(f"{name}: not an array ({e})") from None
+        raise RequestError(f"{name}: not an array ({e})") from None
+    except MemoryError:
+        raise GtmkitError(f"{name}: its array does not fit in memory ({available_bytes() / 2**30:.1f} GiB "
+                          "available)") from None
+
+
+def _converted(a: np.ndarray, dtype, name: str) -> np.ndarray:
+    """a as C-contiguous dtype; a copy that cannot fit is refused with its size, not numpy's traceback."""
+    try:
+        return np.ascontiguousarray(a, dtype)
+    except MemoryError:
+        check_memory(a.size * np.dtype(dtype).itemsize, f"{name} as {np.dtype(dtype).name}")
+        raise GtmkitError(f"{name}: no memory for a {np.dtype(dtype).name} copy of {a.size} values") from None
 
 
 def ids(x, name: str, ndim: int = 1) -> np.ndarray:
@@ -69,12 +81,12 @@ def ids(x, name: str, ndim: int = 1) -> np.ndarray:
     (Python ints beyond 64 bits) and strings are refused."""
     a = host_array(x, name)
     if a.ndim != ndim:
-        raise GtmkitError(f"{name} must be a {ndim}-d array of integers, got shape {list(a.shape)}")
+        raise RequestError(f"{name} must be a {ndim}-d array of integers, got shape {list(a.shape)}")
     if a.dtype.kind not in "iu":
-        raise GtmkitError(f"{name} must be integers (int32/int64), got dtype {a.dtype}")
+        raise RequestError(f"{name} must be integers (int32/int64), got dtype {a.dtype}")
     if a.dtype == np.uint64:
-        a = np.where(a > np.uint64(INT64_MAX), np.uint64(INT64_MAX), a)  # past every table: absent
-    return np.ascontiguousarray(a, np.int64)
+        a = np.minimum(a, np.uint64(INT64_MAX))  # past every table: absent
+    return _converted(a, np.int64, name)
 
 
 def floats(x, name: str, ndim: int) -> np.ndarray:
@@ -87,7 +99,7 @@ def floats(x, name: str, ndim: int) -> np.ndarray:
         raise GtmkitError(f"{name} must be floats, got dtype {a.dtype}")
     if a.dtype != np.float32:
         with np.errstate(over="ignore"):
-            a = a.astype(np.float32)
+            a = _converted(a, np.float32, name)
     return np.ascontiguousarray(a)
 
 
@@ -111,3 +123,16 @@ def check_memory(need: int, what: str) -> None:
     have = available_bytes()
     if need > have:
         raise GtmkitError(f"{what} would need {need / 2**30:.1f} GiB, {have / 2**30:.1f} GiB available")
+
+
+def check_search_memory(B: int, sizes: list, V: int) -> None:
+    """Refuse a host beam search whose largest step cannot fit: the decoder's float32 log-probs [rows, V], the
+    step's converted inputs (20 bytes a row), its [B, k] outputs and the token histories (the old, the gathered and
+    the new one, 4 bytes a token each)."""
+    L, need = len(sizes), 0
+    for t in range(L):
+        rows = B * (sizes[t] if t else 1)
+        k = sizes[t + 1] if t + 1 < L else sizes[-1]
+        need = max(need, rows * (4 * V + 20) + B * k * (16 + 12 * (t + 1)))
+    if need > 1 << 28:  # reading the OS's figures costs more than a small search
+        check_memory(need, f"beam_sizes {tuple(sizes)} for {B} requests")

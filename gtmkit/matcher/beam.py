@@ -8,7 +8,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from ..errors import GtmkitError
-from .args import beam_sizes_arg, bool_arg
+from .args import beam_sizes_arg, bool_arg, check_search_memory
 
 
 class Result(NamedTuple):
@@ -67,6 +67,8 @@ def beam_search(matcher, requests, logits_fn: Callable, beam_sizes=(1, 512, 1024
     xp = matcher.xp
     gpu = xp is not np
     B = q.size
+    if not gpu:
+        check_search_memory(B, sizes, index.vocab_size)
     node_ids = xp.zeros(B, xp.int32)
     scores = xp.zeros(B, xp.float32)
     prev = xp.full(B, -1, xp.int32)

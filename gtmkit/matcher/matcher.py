@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from ..errors import GtmkitError
+from ..errors import GtmkitError, RequestError
 from .cpu import step as K
 from .cpu import select as select_cpu
 from .cpu.prefix import prefix_nodes_kernel
@@ -178,6 +178,20 @@ class IndexMatcher:
         if (B * 16 + scratch_per_thread) * k > 1 << 26:  # reading the OS's figures costs more than a small step
             check_memory(B * k * 16 + numba.get_num_threads() * scratch_per_thread * k, f"k={k} for {B} requests")
 
+    def _check_scratch(self, B: int, k: int, starts: np.ndarray, count_all: bool) -> None:
+        """Refuse a CPU step whose [B, k] outputs and selection scratch cannot fit: an allocation failing inside
+        the parallel kernel is a SystemError. A request's scratch (cpu/select.py), held by one thread at a time:
+        8 bytes a row, the bucket selection's 29 bytes a candidate (under BAND_FROM of them), the band's 24 bytes
+        a kept candidate (at most 160 k + 1025: its `want` stays below 80 k) and its passers; counting every
+        candidate keeps all of them (32 bytes each)."""
+        rows = int(np.max(np.diff(starts), initial=0))
+        C = rows * self._max_degree  # (bound: every row at the widest node)
+        per = 8 * (rows + 1) + 29 * min(C, select_cpu.BAND_FROM) + (
+            32 * C if count_all else 24 * min(C, 160 * k + 1025) + 16 * (k + 65))
+        need = B * k * 16 + min(B, numba.get_num_threads()) * per
+        if need > 1 << 28:  # reading the OS's figures costs more than a small step
+            check_memory(need, f"k={k} for {B} requests of up to {rows} rows")
+
     # --- operations --------------------------------------------------------------------------
     def step(self, node_ids, logprobs, beam_scores, row_request, requests, k: int, gtm: bool = True,
              count_candidates: bool = False, max_children: int = None, rows_best_first: bool = False) -> Step:
@@ -211,7 +225,7 @@ class IndexMatcher:
                               f"{list(logprobs.shape)} and {list(beam_scores.shape)}")
         if R * self._max_degree >= 2**32:  # a candidate's number within its request is 32 bits (select_cpu)
             raise GtmkitError(f"{R} rows of up to {self._max_degree} children: more than 2^32 candidates")
-        self._check_output(B, k, 8)  # the band selection's passer buffer: k + a GTM batch, per thread
+        self._check_scratch(B, k, starts, gtm and count_candidates)
         out = Step(np.empty((B, k), np.int32), np.empty((B, k), np.int32), np.empty((B, k), np.int32),
                    np.empty((B, k), np.float32), np.empty(B, np.int64))  # the kernel writes every slot
         K.step_kernel(self.arrays, q, starts, node_ids, logprobs, beam_scores, k, gtm,
@@ -225,6 +239,7 @@ class IndexMatcher:
         if self.cuda is not None:
             check_kind(node_ids, "node_ids", "iu", "integers")
             check_kind(row_request, "row_request", "iu", "integers")
+            node_ids, row_request = _host_ids(node_ids, "node_ids"), _host_ids(row_request, "row_request")
             with _stream_of(node_ids):
                 return self.cuda.mask(_dev(node_ids, "int64"), _dev(row_request, "int64"), q, gtm)
         node_ids, row_request, _ = self._rows(node_ids, row_request, q.size)
@@ -241,7 +256,8 @@ class IndexMatcher:
         array and nothing waits for the device."""
         start = int_arg(start, "start", lo=0)
         check_kind(tokens, "tokens", "iu", "integers")
-        shape = tuple(getattr(tokens, "shape", np.shape(tokens)))
+        tokens = _host_ids(tokens, "tokens", ndim=2)
+        shape = tuple(tokens.shape)
         if len(shape) != 2 or start > shape[1]:
             raise GtmkitError(f"tokens must be [R, S] integers with S >= start={start}, got shape {list(shape)}")
         depth = shape[1] - start
@@ -249,7 +265,7 @@ class IndexMatcher:
             with _stream_of(tokens):
                 return self.cuda.prefix_nodes(_dev(tokens, "int64"), start, depth, _dev_offsets(offsets, depth))
         offs = _offsets(offsets, depth)
-        tokens = ids(tokens, "tokens", ndim=2)
+        tokens = ids(tokens, "tokens", ndim=2)  # (device tensors handed to the CPU matcher)
         out = np.empty(len(tokens), np.int64)
         prefix_nodes_kernel(self.arrays.node_offsets, self.arrays.child_tokens, tokens, start, depth, offs,
                             self.vocab_size, out)
@@ -343,8 +359,8 @@ class IndexMatcher:
         for x, name, kinds in ((node_ids, "node_ids", "iu"), (row_request, "row_request", "iu"),
                                (logprobs, "logprobs", "fiu"), (beam_scores, "beam_scores", "fiu")):
             check_kind(x, name, kinds, "integers" if kinds == "iu" else "floats")
-        if isinstance(node_ids, (np.ndarray, list, tuple)):  # host ids: the same conversion as on the CPU
-            node_ids = ids(node_ids, "node_ids")
+        node_ids, row_request = _host_ids(node_ids, "node_ids"), _host_ids(row_request, "row_request")
+        logprobs, beam_scores = _host_floats(logprobs, "logprobs", 2), _host_floats(beam_scores, "beam_scores", 1)
         with _stream_of(logprobs):
             nodes = _dev_index(node_ids).reshape(-1)
             R = int(nodes.shape[0])
@@ -364,7 +380,7 @@ class IndexMatcher:
 def _offsets(offsets, depth: int) -> np.ndarray:
     """Per-position token offsets as int64 [max(depth, 1)]: an int repeated, or the first depth of a sequence."""
     if isinstance(offsets, (int, np.integer)) and not isinstance(offsets, (bool, np.bool_)):
-        return np.full(max(depth, 1), int(offsets), np.int64)
+        return np.full(max(depth, 1), _int64(offsets, "offsets"), np.int64)
     offs = ids(offsets, "offsets")
     if len(offs) < depth:
         raise GtmkitError(f"offsets: {len(offs)} positions for prefixes of {depth} tokens")
@@ -380,12 +396,33 @@ def _dev_offsets(offsets, depth: int):
             raise GtmkitError(f"offsets: {offsets.shape[0]} positions for prefixes of {depth} tokens")
         return offsets if offsets.shape[0] else cp.zeros(1, cp.int64)
     if isinstance(offsets, (int, np.integer)) and not isinstance(offsets, (bool, np.bool_)):
-        return cp.full(max(depth, 1), int(offsets), cp.int64)
+        return cp.full(max(depth, 1), _int64(offsets, "offsets"), cp.int64)
     return cp.asarray(_offsets(offsets, depth))
+
+
+def _int64(x, name: str) -> int:
+    if not -2**63 <= int(x) < 2**63:
+        raise RequestError(f"{name} must fit int64, got {int(x)}")
+    return int(x)
 
 
 def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
+
+
+def _on_device(x) -> bool:
+    return hasattr(x, "__cuda_array_interface__") or (_is_torch(x) and x.device.type == "cuda")
+
+
+def _host_ids(x, name: str, ndim: int = 1):
+    """Ids a GPU call got from the host (lists, numpy, scalars): checked and converted as on the CPU, so that a
+    string or an int past 64 bits is one line, not an upload's traceback; device arrays as they are."""
+    return x if _on_device(x) else ids(x, name, ndim)
+
+
+def _host_floats(x, name: str, ndim: int):
+    """Scores a GPU call got without a dtype (lists, scalars): as on the CPU; arrays keep theirs (float16 stays)."""
+    return floats(x, name, ndim) if getattr(x, "dtype", None) is None else x
 
 
 def _stream_of(x):
