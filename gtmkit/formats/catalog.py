@@ -62,6 +62,8 @@ class _ListBuilder:
         self.offsets = np.zeros(total_rows + 1, np.int64)
         self.rows = 0
         self.codes = []
+        # the first of codes' batches not yet checked against the domain, and the position of its first code
+        self.checked_batches, self.checked_codes = 0, 0
         self._last = (None, None)  # (batch dictionary, its remap): row groups repeat dictionaries
 
     def add(self, lengths: np.ndarray, values: pa.Array, where: tuple) -> None:
@@ -184,16 +186,50 @@ def _sid_tokens(arr: pa.Array, schema: Schema, path, row0) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False).reshape(-1, L)
 
 
-def open_catalog(path, schema: Schema, files=None) -> ParquetInput:
-    """The catalog's files as one input whose columns the schema can read (files: a subset of them)."""
+def open_catalog(path, schema: Schema, files=None, partition_types=None) -> ParquetInput:
+    """The catalog's files as one input whose columns the schema can read (files: a subset of them, with the
+    whole input's partition_types, ParquetInput)."""
     src = ParquetInput(path, CatalogError, "Parquet file", dictionary_columns=[
-        c for a in (*schema.bitmask, *schema.bloom) for c in (a.column, a.exclude_column) if c], files=files)
-    _check_types({f.name: f.type for f in src.stored_schema}, schema, path)
+        c for a in (*schema.bitmask, *schema.bloom) for c in (a.column, a.exclude_column) if c], files=files,
+        partition_types=partition_types)
+    check_files(src, schema)
     return src
 
 
+def check_files(src: ParquetInput, schema: Schema) -> None:
+    """Every file of the input, in order, holds the schema's columns with usable types, each column with the
+    same type in every file (the rows are read as one dataset, whose schema is the first file's): refused
+    from the files' metadata, before any row is read. The single-process and the sharded build both call it."""
+    first = None
+    for frag, types in zip(src.fragments, src.file_types()):
+        _check_types(types, schema, frag.path)
+        if first is None:
+            first = (frag.path, types)
+            continue
+        for col in schema.columns():
+            if _same_kind(types[col]) != _same_kind(first[1][col]):
+                raise CatalogError(f"{frag.path}: column '{col}' has type {types[col]}, where {first[0]} has "
+                                   f"{first[1][col]} (every file of a catalog stores a column with one type)")
+
+
+def _same_kind(t):
+    """t with what only changes how a value is stored set aside (list field names and nullability, 64-bit
+    offsets, dictionary encoding): types equal here are read as the same values."""
+    if pa.types.is_dictionary(t):
+        return _same_kind(t.value_type)
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(_same_kind(t.value_type))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(_same_kind(t.value_type), t.list_size)
+    return t
+
+
 def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: int = BATCH_ROWS,
-                 check_rows=None, files=None) -> Catalog:
+                 check_rows=None, files=None, unique: bool = True, partition_types=None) -> Catalog:
     """Stream the catalog's schema columns and validate every row (docs/design.md §3). path: a Parquet file,
     a directory of Parquet files (hive partitions too) or a glob (formats/dataset.py); rows in file order.
     String columns come back dictionary-encoded straight from Parquet's own dictionary pages, which saves
@@ -201,8 +237,13 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
 
     check_rows: optional callable(number of rows), run once the files' metadata is read and before any
     row is (a build refuses there a catalog too large for memory). files: read only these of the input's
-    files (rows are then numbered from the first of them)."""
-    src = open_catalog(path, schema, files)
+    files (rows are then numbered from the first of them; partition_types: open_catalog). unique=False leaves
+    repeated ad ids to the caller (a sharded build reads a file a task and checks them over all files, with
+    check_unique on the whole input).
+
+    Checks run file by file in input order (types of every file first, then each file's rows and domains),
+    repeated ids last, so a sharded build that reports its first failing file's error gives the same line."""
+    src = open_catalog(path, schema, files, partition_types)
     attrs = [*schema.bitmask, *schema.bloom]
     total = src.num_rows
     if total == 0:
@@ -215,7 +256,7 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
     for _ in attrs:
         allowed.append(_ListBuilder({}, [], total))
         excluded.append(_ListBuilder({}, [], total))
-    row0 = 0
+    row0, file_end = 0, 1
     try:
         for batch, row0 in src.batches(schema.columns(), batch_rows):
             n = batch.num_rows
@@ -232,18 +273,20 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
                 else:
                     excluded[j].rows += n
             row0 += n
+            while file_end < len(src.starts) and src.starts[file_end] <= row0:  # a file read whole
+                _check_domains(src, schema, allowed, excluded)
+                file_end += 1
             report(progress, row0, total, "read")
     except (pa.ArrowException, OSError) as exc:
         f, r0 = src.where(min(row0, total - 1))
         raise CatalogError(f"{f}: cannot read rows near row {r0} ({_first_line(exc)})") from None
     if row0 != total:
         raise CatalogError(f"{path}: the files' metadata says {total} rows, read {row0}")
-    check_unique(ad_ids, schema.ad_id_column, src)
+    if unique:
+        check_unique(ad_ids, schema.ad_id_column, src)
     met = [(list(a.dictionary), list(e.dictionary)) for a, e in zip(allowed, excluded)]
     lists = [_shared_codes(a.finish(), e.finish(), a.index) for a, e in zip(allowed, excluded)]
-    cat = Catalog(str(path), ad_ids, sids, [a for a, _ in lists], [e for _, e in lists], met)
-    _check_domains(cat, schema, src)
-    return cat
+    return Catalog(str(path), ad_ids, sids, [a for a, _ in lists], [e for _, e in lists], met)
 
 
 def _is_string(t) -> bool:
@@ -307,16 +350,24 @@ def check_unique(ad_ids: np.ndarray, col, src: ParquetInput) -> None:
         raise _fail_at(src, col, int(later[k]), f"duplicate ad_id {int(s[dup[k]])} (first at {first})")
 
 
-def _check_domains(cat: Catalog, schema: Schema, src: ParquetInput) -> None:
+def _check_domains(src: ParquetInput, schema: Schema, allowed: list, excluded: list) -> None:
+    """The bitmask values of the file just read lie in their domains: attribute by attribute, its allowed
+    column, then its exclude column, the first offending row of the file named."""
     for j, a in enumerate(schema.bitmask):
         if a.domain is None:
             continue
         dom = set(a.domain)
-        for lists, col in ((cat.allowed[j], a.column), (cat.excluded[j], a.exclude_column)):
+        for lists, col in ((allowed[j], a.column), (excluded[j], a.exclude_column)):
             outside = np.array([s not in dom for s in lists.dictionary] + [False], bool)
-            bad = outside[lists.codes] if len(lists.codes) else np.zeros(0, bool)
-            if bad.any():
-                k = _first_true(bad)
-                row = int(np.searchsorted(lists.offsets, k, side="right") - 1)
-                raise _fail_at(src, col, row, f"value {lists.dictionary[lists.codes[k]]!r} is not in the "
-                                              f"schema's domain of '{a.name}'")
+            at = lists.checked_codes
+            for codes in lists.codes[lists.checked_batches:]:
+                bad = outside[codes] if len(codes) else np.zeros(0, bool)
+                if bad.any():
+                    k = _first_true(bad)
+                    row = int(np.searchsorted(lists.offsets[:lists.rows + 1], at + k, side="right") - 1)
+                    raise _fail_at(src, col, row, f"value {lists.dictionary[codes[k]]!r} is not in the "
+                                                  f"schema's domain of '{a.name}'")
+                at += len(codes)
+    for lists in (*allowed, *excluded):
+        lists.checked_codes += sum(len(c) for c in lists.codes[lists.checked_batches:])
+        lists.checked_batches = len(lists.codes)

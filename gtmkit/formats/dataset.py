@@ -65,14 +65,20 @@ def input_files(path, error: type = GtmkitError, what: str = "Parquet input") ->
     return [regular_file(f, error, what) for f in files]
 
 
+# older pyarrow releases name it _get_partition_keys
+_partition_keys = getattr(ds, "get_partition_keys", None) or getattr(ds, "_get_partition_keys")
+
+
 class ParquetInput:
     """A Parquet input's files as one dataset. dictionary_columns: string columns read dictionary-encoded
     straight from Parquet's dictionary pages (no string is materialised twice). Hive partitions of a
     directory (key=value folders) are columns too."""
 
     def __init__(self, path, error: type = GtmkitError, what: str = "Parquet input", dictionary_columns=(),
-                 files=None):
-        """files: these of the input's files (as input_files lists them) instead of all, e.g. one a task."""
+                 files=None, partition_types=None):
+        """files: these of the input's files (as input_files lists them) instead of all, e.g. one a task;
+        partition_types: then the whole input's (its partition_types), for a key=value folder's values are
+        typed from every folder (all digits in one file's folder may be strings in the whole input)."""
         self.path, self.error = str(path), error
         self.files = input_files(path, error, what) if files is None else [Path(f) for f in files]
         root = str(path) if os.path.isdir(path) else None
@@ -82,11 +88,14 @@ class ParquetInput:
             paths = [c.path for c in leaves if c.path.split(".")[0] in wanted and c.physical_type == "BYTE_ARRAY"]
             fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=paths))
             files, part = [str(f) for f in self.files], "hive" if root else None
+            if root and partition_types is not None:
+                part = ds.partitioning(partition_types, flavor="hive")
             self.dataset = ds.dataset(files, format=fmt, partitioning=part, partition_base_dir=root)
             self.schema = self.dataset.schema
             # the types as stored (before dictionary decoding): what a type check should see
-            self.stored_schema = ds.dataset(files, format="parquet", partitioning=part,
-                                            partition_base_dir=root).schema if paths else self.schema
+            self._stored = ds.dataset(files, format="parquet", partitioning=part,
+                                      partition_base_dir=root) if paths else self.dataset
+            self.stored_schema = self._stored.schema
             self.fragments = list(self.dataset.get_fragments())
             self.file_rows = [f.count_rows() for f in self.fragments]
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
@@ -94,6 +103,28 @@ class ParquetInput:
         self.starts = [0]
         for n in self.file_rows:
             self.starts.append(self.starts[-1] + n)
+
+    @property
+    def partition_types(self) -> pa.Schema:
+        """The columns that key=value folders hold, typed as this input reads them."""
+        names = {}
+        for frag in self._stored.get_fragments():
+            names.update(dict.fromkeys(_partition_keys(frag.partition_expression)))
+        return pa.schema([self._stored.schema.field(n) for n in names])
+
+    def file_types(self) -> list:
+        """Per file, in order, {column: type} as that file stores it, its partition folders' columns included: a
+        dataset's schema is its first file's, so only this shows a later file whose columns differ."""
+        out = []
+        for frag in self._stored.get_fragments():
+            try:
+                types = {f.name: f.type for f in frag.physical_schema}
+            except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+                raise self.error(f"{frag.path}: not a readable Parquet file ({_first_line(exc)})") from None
+            for name in _partition_keys(frag.partition_expression):
+                types.setdefault(name, self._stored.schema.field(name).type)
+            out.append(types)
+        return out
 
     @property
     def num_rows(self) -> int:

@@ -8,7 +8,7 @@ from .._arrays import offsets_from_lengths
 from ..errors import GtmkitError
 from ..formats import index_format as fmt
 from ..formats.artifact import ArtifactWriter
-from ..formats.catalog import read_catalog
+from ..formats.catalog import open_catalog, read_catalog
 from ..formats.output import check_output
 from ..formats.schema import PartitionSpec, Schema, make_partition, resolve_schema
 from ..progress import Progress, report
@@ -148,9 +148,11 @@ def _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memo
     shards = None if shards is None else count_arg(shards, "shards", 1)
     workers = None if workers is None else count_arg(workers, "workers", 1)
     memory_limit = None if memory_limit is None else count_arg(memory_limit, "memory_limit", 1 << 20)
+    source = open_catalog(catalog, schema)  # every file's columns checked before a cluster starts
     run = runner(client, workers, memory_limit)
     try:
-        build_sharded(catalog, out_dir, schema, spec, shards, run, memory_limit, progress, overwrite, timer, slack)
+        build_sharded(catalog, out_dir, schema, spec, shards, run, memory_limit, progress, overwrite, timer, slack,
+                      source)
     finally:
         run.close()
     return load_index(out_dir, verify=False)

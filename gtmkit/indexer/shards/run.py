@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 
 import numpy as np
@@ -72,27 +73,60 @@ class OnDask:
         self.address = None if self._own is not None else client.scheduler.address
 
     def map(self, fn, args: list, progress, phase: str) -> list:
-        from distributed import KilledWorker, as_completed
+        from distributed import KilledWorker, as_completed, wait
         tag = uuid.uuid4().hex[:8]
         futures = [self.client.submit(fn, *a, key=f"gtmkit-{phase}-{tag}-{i}", pure=False)
                    for i, a in enumerate(args)]
+        place = {f.key: i for i, f in enumerate(futures)}
+        finished = False
         try:
             for done, f in enumerate(as_completed(futures), 1):
                 if f.status == "error":
-                    f.result()  # raises the task's own error
+                    # the first failing task in order raises, as InProcess would: with several bad files the
+                    # error is the single-process build's, whichever task ends first
+                    before = futures[:place[f.key]]
+                    wait(before)
+                    for g in before + [f]:
+                        if g.status == "error":
+                            g.result()  # raises the task's own error
                 report(progress, done, len(args), phase)
-            return self.client.gather(futures)
+            out = self.client.gather(futures)
+            finished = True
+            return out
         except KilledWorker as exc:
             # the scheduler ran the task again on other workers (distributed.scheduler.allowed-failures times)
             raise GtmkitError(f"{phase}: Dask workers died running one task, every time it ran ({exc})") from None
         finally:
             self.client.cancel(futures)
+            if not finished:
+                self._wait_stopped(list(place))
+
+    def _wait_stopped(self, keys: list, timeout: float = 60.0) -> None:
+        """Until no worker runs any of these tasks: a cancelled task runs on to its end, and one that wrote into
+        the staging directory while the build removed it would leave that directory behind."""
+        if self._own is not None:
+            return  # this build's own workers stop with it, before its files are removed
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                busy = self.client.run(_running, keys)
+            except Exception:  # a worker gone or unreachable runs nothing of ours
+                return
+            if not any(busy.values()):
+                return
+            time.sleep(0.02)
 
     def close(self) -> None:
         if self._own is not None:
             own, self._own = self._own, None
             self.client.close()
             own.close()
+
+
+def _running(keys: list, dask_worker=None) -> list:
+    """Those of the keys this worker still executes (a cancelled task's thread runs to its end)."""
+    tasks = dask_worker.state.tasks
+    return [k for k in keys if k in tasks and tasks[k].state in ("executing", "long-running", "cancelled", "resumed")]
 
 
 def runner(client=None, workers: int | None = None, memory_limit: int | None = None):
@@ -102,9 +136,10 @@ def runner(client=None, workers: int | None = None, memory_limit: int | None = N
 
 
 def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memory_limit: int | None,
-                  progress: Progress, overwrite: bool, timer, slack: float = None):
-    """The index of `catalog` built in shards by `run` (InProcess or OnDask) into out_dir."""
-    source = open_catalog(catalog, schema)
+                  progress: Progress, overwrite: bool, timer, slack: float = None, source=None):
+    """The index of `catalog` built in shards by `run` (InProcess or OnDask) into out_dir. source: the catalog
+    opened (open_catalog: every file's columns and types checked, as the single-process read does)."""
+    source = open_catalog(catalog, schema) if source is None else source
     total = source.num_rows
     if total == 0:
         from ...errors import CatalogError
@@ -115,8 +150,9 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
         stage = w.staging / "shards"
         stage.mkdir()
         try:
-            split = run.map(split_file, [(str(catalog), files, i, schema, str(stage)) for i in range(len(files))],
-                            progress, "split")
+            folders = source.partition_types
+            split = run.map(split_file, [(str(catalog), files, i, schema, str(stage), folders)
+                                         for i in range(len(files))], progress, "split")
             timer.lap("split")
             n_attrs = len(schema.bitmask) + len(schema.bloom)
             dictionaries, remaps = merge_dictionaries(split, n_attrs)

@@ -53,13 +53,15 @@ def gather_lists(off: np.ndarray, codes: np.ndarray, order: np.ndarray) -> tuple
     return new_off, out
 
 
-def split_file(source: str, files: list, i: int, schema, stage: str) -> dict:
-    """Reads file i of the input (errors name it and its row), writes its rows ordered by first, then second
-    token (stable) to piece_dir(stage, i). Returns the rows, the rows a first token [V], and per attribute the file's
-    dictionary and the strings each column met, in order (what the global dictionaries are merged from)."""
-    if not open_catalog(source, schema, files=[files[i]]).num_rows:  # an empty part adds nothing
+def split_file(source: str, files: list, i: int, schema, stage: str, partition_types=None) -> dict:
+    """Reads file i of the input (errors name it and its row; its folders' columns typed as the whole input's,
+    partition_types; repeated ids are checked over all files by the assembler), writes its rows ordered by first,
+    then second token (stable) to piece_dir(stage, i). Returns the rows, the rows a first token [V], and per
+    attribute the file's dictionary and the strings each column met, in order (what the global dictionaries are
+    merged from)."""
+    if not open_catalog(source, schema, [files[i]], partition_types).num_rows:  # an empty part adds nothing
         return _empty_piece(stage, i, schema)
-    cat = read_catalog(source, schema, files=[files[i]])
+    cat = read_catalog(source, schema, files=[files[i]], unique=False, partition_types=partition_types)
     first = cat.sids[:, 0]
     counts = np.bincount(first, minlength=schema.vocab).astype(np.int64)
     # by first, then second token: a shard that splits a hot first token reads one run of rows too
