@@ -16,7 +16,7 @@ except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"gtmkit.integrations.transformers needs transformers>=5 and torch: pip install 'gtmkit[hf]' "
                       f"({e})") from None
 
-from ..matcher.args import beam_sizes_arg, bool_arg, int_arg
+from ..matcher.args import beam_sizes_arg, bool_arg, check_search_memory, int_arg
 from ..matcher.beam import Result
 from ..matcher.matcher import IndexMatcher
 from ..matcher.served import Matcher
@@ -52,11 +52,16 @@ class GTMLogitsProcessor(LogitsProcessor):
         self._start = self._last = None
 
     def _prompt_len(self, length: int) -> int:
-        if self.prompt_len is not None:
-            return self.prompt_len
-        if self._last is None or length != self._last + 1:
-            self._start = length
+        new = self._last is None or length != self._last + 1  # the first call of a generation
         self._last = length
+        if self.prompt_len is not None:
+            if new and length > self.prompt_len:  # its tokens past prompt_len are no SID prefix: all would be masked
+                raise GtmkitError(f"prompt_len={self.prompt_len} leaves no room for a SID: generation starts from "
+                                  f"{length} tokens (pass prompt_len={length}, the length generate() starts from, "
+                                  "or None)")
+            return self.prompt_len
+        if new:
+            self._start = length
         return self._start
 
     def __call__(self, input_ids, scores):
@@ -96,6 +101,8 @@ def gtmkit_beam_search(model, input_ids, logits_processor=None, stopping_criteri
     if q.size != B:
         raise GtmkitError(f"{B} inputs and {q.size} requests")
     gpu = matcher.cuda is not None
+    if not gpu:  # (log-probs over the model's whole vocabulary)
+        check_search_memory(B, sizes, layout.vocab_size)
     if input_ids.device.type != ("cuda" if gpu else "cpu"):
         raise GtmkitError(f"inputs on {input_ids.device} and a device={matcher.device!r} Matcher: put both on the GPU "
                           "or both on the CPU")
@@ -151,7 +158,8 @@ def _search(model, input_ids, generation_config, model_kwargs, matcher, q, sizes
     M = sizes[-1]
     leaves = nodes.reshape(B, M)
     ads = matcher.postfilter(leaves, q) if postfilter else None
-    return Result(history.reshape(B, M, L), scores.reshape(B, M), leaves, ads, candidates, beams, seconds)
+    return Result(history.reshape(B, M, L), scores.reshape(B, M), leaves, ads, candidates, beams, seconds,
+                  matcher.version)
 
 
 class _Rows:

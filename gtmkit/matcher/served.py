@@ -60,6 +60,9 @@ class Matcher:
         and listed in the report (a rebuild adds them). UpdateError when the new ads would pass the index's slack
         (nothing changes then). -> UpdateReport."""
         from ..indexer.update import read_changes, update_index
+        import pyarrow as pa
+        if isinstance(changes, pa.RecordBatch):  # taken as the one-batch Table it is
+            changes = pa.Table.from_batches([changes])
         with self._swap_lock:  # pauses wait, so none is lost between the copy of the paused ads and the switch
             cur = self._current
             index, report = update_index(cur.index, read_changes(cur.index, changes, progress))
