@@ -27,10 +27,10 @@ from pathlib import Path
 
 from .fuzz_core import CRASH, FAILURES, HANG, OUTCOMES, TRACEBACK, case_rng, classify
 
-KINDS = ("catalog", "artifact", "online", "cli", "update", "writers")
+KINDS = ("catalog", "artifact", "online", "cli", "update", "writers", "stale")
 PRELOAD = ["gtmkit", "gtmkit.cli", "gtmkit.testing.fuzz_catalog", "gtmkit.testing.fuzz_artifact",
            "gtmkit.testing.fuzz_online", "gtmkit.testing.fuzz_cli", "gtmkit.testing.fuzz_update",
-           "gtmkit.testing.fuzz_writers"]
+           "gtmkit.testing.fuzz_writers", "gtmkit.testing.fuzz_stale"]
 
 
 def _case_fn(kind: str):
@@ -39,9 +39,10 @@ def _case_fn(kind: str):
         import importlib
         mod, fn = kind.split(":", 1)
         return getattr(importlib.import_module(mod), fn)
-    from . import fuzz_artifact, fuzz_catalog, fuzz_cli, fuzz_online, fuzz_update, fuzz_writers
+    from . import fuzz_artifact, fuzz_catalog, fuzz_cli, fuzz_online, fuzz_stale, fuzz_update, fuzz_writers
     return {"catalog": fuzz_catalog.case, "artifact": fuzz_artifact.case, "online": fuzz_online.case,
-            "cli": fuzz_cli.case, "update": fuzz_update.case, "writers": fuzz_writers.case}[kind]
+            "cli": fuzz_cli.case, "update": fuzz_update.case, "writers": fuzz_writers.case,
+            "stale": fuzz_stale.case}[kind]
 
 
 def _child(conn, kind: str, seed: int, index: int, ctx: dict, log: str, hang_after: float) -> None:
