@@ -303,7 +303,8 @@ class Case:
         mask = self.m.mask(nodes, rr, q, True)
         ref = mask_reference(idx, nodes, rr, [fresh[i] for i in pick], True, live)
         if not np.array_equal(mask, ref):
-            raise Wrong(f"mask at depth {d}, {where}: {mask.ravel()[:8].tolist()}, reference {ref.ravel()[:8].tolist()}")
+            raise Wrong(f"mask at depth {d}, {where}: {mask.ravel()[:8].tolist()}, "
+                        f"reference {ref.ravel()[:8].tolist()}")
         for r, n in enumerate(nodes.tolist()):
             toks, kids = idx.children(n)
             for t, kid in zip(toks.tolist(), kids.tolist()):
