@@ -1,6 +1,6 @@
 """The fuzz suite: random hostile inputs, each case in its own forked child, counted by outcome.
 
-    python -m gtmkit.testing.fuzz --seconds 60 --seed 1 [--kinds catalog,artifact,online,cli,update,writers] [--json]
+    python -m gtmkit.testing.fuzz --seconds 60 --seed 1 [--kinds catalog,artifact,online,cli,update,writers,stale] [--json]
     python -m gtmkit.testing.fuzz --seed 1 --kinds online --case 17      # rerun one case
 
 Children come from a forkserver whose process has only imported gtmkit (GNU OpenMP is not fork-safe
