@@ -32,7 +32,7 @@ def parse_k(ctx, param, value):
 @click.option("--slack", type=click.FloatRange(0, 10), default=None,
               help="New ads `gtmkit update` may add before a rebuild, as a share of the catalog's ads [default: 0.01, "
                    "at least 1000 ads].")
-@click.option("-f", "--force", is_flag=True, help="Replace an existing index directory.")
+@click.option("-f", "--force", is_flag=True, help="Replace an existing index directory (the output names the version replaced).")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors

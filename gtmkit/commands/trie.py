@@ -46,7 +46,7 @@ def command():
               help="Trie directory to write.")
 @click.option("--column", default="key", show_default=True, help="Parquet column of list<int> keys.")
 @sharding_options("KEYS", "key prefixes")
-@click.option("-f", "--force", is_flag=True, help="Replace an existing trie directory.")
+@click.option("-f", "--force", is_flag=True, help="Replace an existing trie directory (the output names the version replaced).")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors

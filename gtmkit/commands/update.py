@@ -52,7 +52,9 @@ def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers
     Ads whose SID is not in the index's trie are left out and listed (a build adds them), or, with
     --rebuild-shards, added by rebuilding only the first-token subtrees those SIDs fall in. Fails, changing
     nothing, when the new ads applied in place would pass the index's slack (set by `gtmkit build --slack`) or
-    an id to pause or resume is not an ad of the index.
+    an id to pause or resume is not an ad of the index. The new version is published only over the version the
+    update read: when another writer published first, the update is applied again on top of its version (up to
+    10 times, then it fails naming both versions), so no writer's changes are lost.
 
     \b
     Example:
