@@ -184,13 +184,16 @@ class IndexMatcher:
         8 bytes a row, the bucket selection's 29 bytes a candidate (under BAND_FROM of them), the band's 24 bytes
         a kept candidate (at most 160 k + 1025: its `want` stays below 80 k) and its passers; counting every
         candidate keeps all of them (32 bytes each)."""
-        rows = int(np.max(np.diff(starts), initial=0))
-        C = rows * self._max_degree  # (bound: every row at the widest node)
-        per = 8 * (rows + 1) + 29 * min(C, select_cpu.BAND_FROM) + (
-            32 * C if count_all else 24 * min(C, 160 * k + 1025) + 16 * (k + 65))
-        need = B * k * 16 + min(B, numba.get_num_threads()) * per
-        if need > 1 << 28:  # reading the OS's figures costs more than a small step
-            check_memory(need, f"k={k} for {B} requests of up to {rows} rows")
+        def need(rows: int) -> int:
+            C = rows * self._max_degree  # (bound: every row at the widest node)
+            per = 8 * (rows + 1) + 29 * min(C, select_cpu.BAND_FROM) + (
+                32 * C if count_all else 24 * min(C, 160 * k + 1025) + 16 * (k + 65))
+            return B * k * 16 + min(B, numba.get_num_threads()) * per
+
+        if need(int(starts[-1])) > 1 << 28:  # (all rows in one request: a bound in O(1) for the common small step)
+            rows = int(np.max(np.diff(starts), initial=0))
+            if need(rows) > 1 << 28:  # reading the OS's figures costs more than a small step
+                check_memory(need(rows), f"k={k} for {B} requests of up to {rows} rows")
 
     # --- operations --------------------------------------------------------------------------
     def step(self, node_ids, logprobs, beam_scores, row_request, requests, k: int, gtm: bool = True,
