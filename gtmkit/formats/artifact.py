@@ -23,6 +23,7 @@ from gtmkit._version import __version__
 from gtmkit.errors import ArtifactError
 from gtmkit.progress import Progress, report
 
+from . import npy
 from .layout import acquire, current, fsync_dir as _fsync_dir
 from .locks import Lock
 from .staging import Staging
@@ -281,12 +282,10 @@ def _digest_problems(path: pathlib.Path, manifest: dict, version: int) -> Iterat
 
 def _npy_header(fpath: pathlib.Path):
     with open(fpath, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        reader = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-        if version not in reader:  # ArtifactWriter always writes 1.0; 2.0 only appears for huge headers
-            raise ValueError(f"unsupported .npy version {version}")
-        shape, fortran, dtype = reader[version](f)
-        return shape, fortran, dtype, f.tell()
+        h = npy.read_header(f)
+    if h.version == (3, 0):  # ArtifactWriter always writes 1.0; 2.0 only appears for huge headers
+        raise npy.NpyError("unsupported .npy version 3.0")
+    return h.shape, h.fortran_order, h.dtype, h.offset
 
 
 def _problems(path, format_name: str, supported_versions, verify: bool, progress: Progress) -> Iterator[str]:
@@ -341,8 +340,8 @@ def _problems(path, format_name: str, supported_versions, verify: bool, progress
         if e["kind"] == "array":
             try:
                 shape, fortran, dtype, offset = _npy_header(fpath)
-            except Exception as exc:  # numpy raises ValueError/EOFError/SyntaxError on garbage headers
-                yield f"{fpath}: unreadable .npy header ({_why(exc)})"
+            except Exception as exc:  # one line, whatever the bytes are
+                yield f"{fpath}: unreadable .npy header ({exc if isinstance(exc, npy.NpyError) else _why(exc)})"
                 continue
             if fortran or dtype.str != e.get("dtype") or list(shape) != e.get("shape"):
                 yield (f"{fpath}: header says dtype {dtype.str} shape {list(shape)}"
@@ -388,8 +387,8 @@ class Artifact:
         for name, e in sorted(manifest["files"].items()):
             fpath = self.dir / e["file"]
             try:
-                if e["kind"] == "array":
-                    self._cache[name] = np.load(fpath, mmap_mode="r" if mmap else None, allow_pickle=False)
+                if e["kind"] == "array":  # not np.load: its header parse fails when threads load at once
+                    self._cache[name] = npy.load(fpath, "r" if mmap else None)
                 else:
                     self._cache[name] = pq.read_table(fpath, memory_map=mmap)
             except Exception as exc:  # keep the one-line error contract
@@ -440,7 +439,7 @@ class Artifact:
         if not self.mmap:
             return np.array(self._cache[name])
         try:
-            return np.load(self.dir / e["file"], mmap_mode="c", allow_pickle=False)
+            return npy.load(self.dir / e["file"], "c")
         except Exception as exc:
             raise ArtifactError(f"{self.dir / e['file']}: cannot map ({_why(exc)})") from None
 

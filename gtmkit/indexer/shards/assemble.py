@@ -15,6 +15,7 @@ from numba import njit
 
 from ..._bits import row_popcount
 from ...formats.catalog import check_unique
+from ...formats.npy import load as load_npy
 from ..adindex import _argsort_ids
 from ..dedup import RowDeduper, add_columns
 from ..levels import level_k, node_partitions
@@ -59,7 +60,7 @@ class ShardFiles:
         self.stage, self.n_tables = stage, n_tables
 
     def load(self, s: int, name: str) -> np.ndarray:
-        return np.load(shard_dir(self.stage, s) / f"{name}.npy", mmap_mode="r")
+        return load_npy(shard_dir(self.stage, s) / f"{name}.npy", "r")
 
     def tables(self, s: int) -> tuple:
         return s, [self.load(s, f"table{t}") for t in range(self.n_tables)]
@@ -187,7 +188,7 @@ class Streamer:
 
     def finish(self, out, read: bool = True):
         out.close()
-        return np.load(out.path, mmap_mode="r") if read else None
+        return load_npy(out.path, "r") if read else None
 
 
 def assemble(stage, metas: list, schema, rl, dictionaries: list, source, w, pieces=None) -> dict:
@@ -224,8 +225,8 @@ def assemble(stage, metas: list, schema, rl, dictionaries: list, source, w, piec
     pops = [row_popcount(tab) for tab in tables]
     level_stats = []
     for d in range(1, L + 1):
-        ids = [np.load(stage / f"level{d}_ids{t}.npy") for t in range(len(slices))]
-        level_stats.append(table_stats(np.load(stage / f"level{d}_counts.npy"), ids,
+        ids = [load_npy(stage / f"level{d}_ids{t}.npy") for t in range(len(slices))]
+        level_stats.append(table_stats(load_npy(stage / f"level{d}_counts.npy"), ids,
                                        [p[i] for p, i in zip(pops, ids)], widths, rl))
     ad_level = table_stats(np.ones(len(ads["sid_ad_ids"]), np.int64), [ads["ad_bitmask_ids"]],
                            [pops[0][ads["ad_bitmask_ids"]]], widths[:1], rl)
@@ -317,8 +318,8 @@ class _Repeated(Exception):
 
 def _matcher_columns(out: Streamer, stage, spec, root, level_offsets, L: int, n_tables: int) -> tuple:
     """build._matcher_columns, level by level from the staging area into the writer, front to back."""
-    counts = [root[0]] + [np.load(stage / f"level{d}_counts.npy", mmap_mode="r") for d in range(1, L + 1)]
-    ids = [root[1]] + [[np.load(stage / f"level{d}_ids{t}.npy", mmap_mode="r") for t in range(n_tables)]
+    counts = [root[0]] + [load_npy(stage / f"level{d}_counts.npy", "r") for d in range(1, L + 1)]
+    ids = [root[1]] + [[load_npy(stage / f"level{d}_ids{t}.npy", "r") for t in range(n_tables)]
                        for d in range(1, L + 1)]
     nb = n_tables - 1
     if spec.mode == "dynamic":

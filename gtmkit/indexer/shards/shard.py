@@ -10,6 +10,7 @@ import numpy as np
 
 from ..._arrays import join_offsets
 from ...formats.catalog import Catalog, StringLists
+from ...formats.npy import load as load_npy
 from ..adindex import reorder_lists, sid_ad_map
 from ..levels import level_parts
 from ..dedup import RowDeduper, add_columns
@@ -25,8 +26,8 @@ def shard_dir(stage, s: int) -> Path:
 
 
 def _lists(d: Path, kind: str, j: int, a: int, b: int, remap: np.ndarray) -> tuple:
-    off = np.load(d / f"{kind}{j}_offsets.npy", mmap_mode="r")[a:b + 1]
-    codes = np.load(d / f"{kind}{j}_codes.npy", mmap_mode="r")[off[0]:off[-1]]
+    off = load_npy(d / f"{kind}{j}_offsets.npy", "r")[a:b + 1]
+    codes = load_npy(d / f"{kind}{j}_codes.npy", "r")[off[0]:off[-1]]
     return off, remap[codes] if len(codes) else np.zeros(0, np.int32)
 
 
@@ -39,15 +40,15 @@ def gather(stage, lo: int, hi: int, starts: list, schema) -> tuple:
     lists = {(kind, j): [] for kind in ("allowed", "excluded") for j in range(n_attrs)}
     for i in range(len(starts) - 1):
         d = piece_dir(stage, i)
-        to = np.load(d / "token_offsets.npy")
+        to = load_npy(d / "token_offsets.npy")
         a, b = (position(d, to, key, schema.vocab) for key in (lo, hi))
         if a == b:
             continue
         for name in ARRAYS:
-            cols[name].append(np.load(d / f"{name}.npy", mmap_mode="r")[a:b])
+            cols[name].append(load_npy(d / f"{name}.npy", "r")[a:b])
         cols["rows"][-1] = cols["rows"][-1] + starts[i]
         for (kind, j), acc in lists.items():
-            acc.append(_lists(d, kind, j, a, b, np.load(stage / f"remap{j}_{i:05d}.npy")))
+            acc.append(_lists(d, kind, j, a, b, load_npy(stage / f"remap{j}_{i:05d}.npy")))
     ad_ids, sids, rows = (np.concatenate(cols[name]) for name in ARRAYS)
     out = {}
     for (kind, j), acc in lists.items():

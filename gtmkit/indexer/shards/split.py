@@ -13,6 +13,7 @@ from numba import njit
 
 from ..._arrays import offsets_from_lengths
 from ...formats.catalog import open_catalog, read_catalog
+from ...formats.npy import load as load_npy
 
 ARRAYS = ("ad_ids", "sids", "rows")
 
@@ -88,7 +89,7 @@ def position(piece: Path, token_offsets: np.ndarray, key: int, vocab: int) -> in
     base = int(token_offsets[f])
     if sec == 0:
         return base
-    seconds = np.load(piece / "sids.npy", mmap_mode="r")[base:int(token_offsets[f + 1]), 1]
+    seconds = load_npy(piece / "sids.npy", "r")[base:int(token_offsets[f + 1]), 1]
     return base + int(np.searchsorted(seconds, sec))
 
 
@@ -97,8 +98,8 @@ def second_token_rows(stage, n_files: int, tokens: list, vocab: int) -> dict:
     out = {f: np.zeros(vocab, np.int64) for f in tokens}
     for i in range(n_files):
         d = piece_dir(stage, i)
-        to = np.load(d / "token_offsets.npy")
-        sids = np.load(d / "sids.npy", mmap_mode="r")
+        to = load_npy(d / "token_offsets.npy")
+        sids = load_npy(d / "sids.npy", "r")
         for f in tokens:
             out[f] += np.bincount(sids[int(to[f]):int(to[f + 1]), 1], minlength=vocab)
     return out

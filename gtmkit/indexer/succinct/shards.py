@@ -14,6 +14,7 @@ import numpy as np
 from ..._arrays import offsets_from_lengths
 from ...errors import GtmkitError
 from ...formats.artifact import ArtifactWriter
+from ...formats.npy import load as load_npy
 from ...progress import Progress
 from ..shards.plan import shard_bounds
 from ..shards.split import publish, task_dir
@@ -73,7 +74,7 @@ def plan_bounds(stage, split: list, shards: int) -> list:
             lo, hi = int(f) << KEY_SHIFT, (int(f) + 1) << KEY_SHIFT
             parts = []
             for i in range(len(split)):
-                codes = np.load(Path(stage) / f"file-{i:05d}" / "codes.npy", mmap_mode="r")
+                codes = load_npy(Path(stage) / f"file-{i:05d}" / "codes.npy", "r")
                 a, b = np.searchsorted(codes, [lo, hi])
                 parts.append(np.asarray(codes[a:b]))
             c, k = np.unique(np.concatenate(parts), return_counts=True)
@@ -91,16 +92,16 @@ def build_key_shard(stage: str, s: int, lo: int, hi: int, n_files: int) -> dict:
     toks, lens = [], []
     for i in range(n_files):
         d = Path(stage) / f"file-{i:05d}"
-        codes = np.load(d / "codes.npy", mmap_mode="r")
+        codes = load_npy(d / "codes.npy", "r")
         a, b = (int(x) for x in np.searchsorted(codes, np.array([lo, min(hi, (1 << 64) - 1)], np.uint64)))
         if hi >= 1 << 64:
             b = len(codes)
         if a == b:
             continue
-        lengths = np.load(d / "lengths.npy", mmap_mode="r")
+        lengths = load_npy(d / "lengths.npy", "r")
         start = int(lengths[:a].sum(dtype=np.int64))
         lens.append(np.asarray(lengths[a:b], np.int64))
-        toks.append(np.load(d / "tokens.npy", mmap_mode="r")[start:start + int(lens[-1].sum())])
+        toks.append(load_npy(d / "tokens.npy", "r")[start:start + int(lens[-1].sum())])
     offsets = offsets_from_lengths(np.concatenate(lens))
     labels, terminal, degree = key_levels(np.concatenate(toks).astype(np.int32, copy=False), offsets)
     out = task_dir(Path(stage) / f"shard-{s:05d}")
@@ -120,13 +121,13 @@ class _Stored:
 
     def __init__(self, path: Path):
         self.path = path
-        self.n = np.load(path, mmap_mode="r").shape[0]
+        self.n = load_npy(path, "r").shape[0]
 
     def __len__(self) -> int:
         return self.n
 
     def __call__(self) -> np.ndarray:
-        return np.load(self.path)
+        return load_npy(self.path)
 
 
 def join_levels(stage, metas: list) -> tuple:
@@ -139,7 +140,7 @@ def join_levels(stage, metas: list) -> tuple:
     shared = [s > 0 and m["first"] == metas[s - 1]["last"] for s, m in enumerate(metas)]
     ls, ts, gs = [], [], []
     for s in range(len(metas)):
-        lab, ter, deg = (np.load(path(s, f"{name}1")) for name in ("labels", "terminal", "degree"))
+        lab, ter, deg = (load_npy(path(s, f"{name}1")) for name in ("labels", "terminal", "degree"))
         deg = deg.astype(np.int32)  # a shared node's degrees are added: room for the sum
         if shared[s]:  # the node's first piece: the last shard before with depth-1 nodes left
             k = max(i for i, x in enumerate(ts) if len(x))

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...errors import ArtifactError, GtmkitError
 from ...formats.artifact import ArtifactWriter, open_artifact
+from ...formats.npy import load as load_npy
 from ...formats.output import check_output
 from .checks import trie_problems
 from ...progress import Progress
@@ -240,7 +241,7 @@ def _array(art, name: str, mmap: bool) -> np.ndarray:
         return art.array(name)
     fpath = art.dir / art.manifest["files"][name]["file"]
     try:
-        return np.asarray(np.load(fpath, mmap_mode="c", allow_pickle=False))
+        return np.asarray(load_npy(fpath, "c"))
     except Exception as exc:
         raise ArtifactError(f"{fpath}: cannot load array ({type(exc).__name__})") from None
 

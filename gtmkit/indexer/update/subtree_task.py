@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..._arrays import join_offsets
+from ...formats.npy import load as load_npy
 from ..adindex import sid_ad_map
 from ..rows import RowLayout, add_bloom_words, bloom_signatures
 from ..shards.shard import save_ads, save_matchers, shard_dir
@@ -72,8 +73,8 @@ def build_subtrees(stage, s: int, schema, rl, split_first: bool = False, split_l
     builds a shard; returns its meta. split_first / split_last: its first / last depth-1 node is shared with the
     shard before / after it (a hot first token cut between tasks)."""
     d = Path(stage) / f"input-{s:05d}"
-    ad_ids, sids, rows = (np.load(d / f"{n}.npy") for n in ("ad_ids", "sids", "rows"))
-    lists = [tuple((np.load(d / f"{kind}{b}_offsets.npy"), np.load(d / f"{kind}{b}_codes.npy"))
+    ad_ids, sids, rows = (load_npy(d / f"{n}.npy") for n in ("ad_ids", "sids", "rows"))
+    lists = [tuple((load_npy(d / f"{kind}{b}_offsets.npy"), load_npy(d / f"{kind}{b}_codes.npy"))
                    for kind in ("allowed", "excluded")) for b in range(len(schema.bloom))]
     trie = build_trie(sids, schema.vocab)
     order, sid_ad_offsets, sid_ad_ids, _, _ = sid_ad_map(trie.ad_sid, ad_ids, trie.num_sids)
