@@ -18,6 +18,7 @@ import cupy as cp
 import numpy as np
 
 from ...errors import GtmkitError
+from ..args import beam_sizes_arg
 from .backend import load_module, step_outputs
 from .windows import calibrate_window, pass_counts, per_step_setting
 
@@ -65,8 +66,8 @@ class GraphedBeamSearch:
         self.version = matcher.version
         index = matcher.index
         L = index.sid_length
-        self.sizes = [int(x) for x in beam_sizes]
-        if len(self.sizes) != L or self.sizes[0] != 1:
+        self.sizes = beam_sizes_arg(beam_sizes, L)  # (int() would take 2.5 as 2 and raise on "a")
+        if self.sizes[0] != 1:
             raise GtmkitError(f"beam_sizes must hold {L} sizes starting with 1, got {tuple(beam_sizes)}")
         self.matcher, self.decoder, self.gtm, self.postfilter = matcher, decoder, bool(gtm), bool(postfilter)
         self.q = matcher.batch(requests)
