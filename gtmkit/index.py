@@ -19,7 +19,8 @@ from .formats.artifact import open_artifact
 from .formats.index_checks import PAUSED, index_problems
 from .targeting import exact
 from .progress import Progress
-from .targeting.semantics import BitmaskLayout, Request, check_request, encode_request, row_passes
+from .targeting.semantics import (BitmaskLayout, Request, check_request, encode_request, row_passes,
+                                  wide_attributes)
 
 
 class Index:
@@ -291,6 +292,9 @@ class Index:
         u = fmt.update_state(self.manifest)
         s["updates"] = {"applied": u["updates"], "ads_added": u["added"], "slack_ads": u["slack_ads"],
                         "slack_left": u["slack_ads"] - u["added"], "paused_ads": int(len(self.paused_ad_ids))}
+        wide = wide_attributes(self.layout)
+        if wide:
+            s["wide_bitmask"] = wide
         build = self.manifest.get("build")
         if isinstance(build, dict) and build.get("rebuilt") is not None:
             s["rebuilt"] = build["rebuilt"]  # the last shard rebuild (indexer/update/rebuild.py)

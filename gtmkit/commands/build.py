@@ -52,6 +52,7 @@ def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, 
     """
     from ..formats.staging import Switch
     from ..indexer.build import build_index
+    from ..targeting.semantics import wide_note
 
     check_cluster(workers, scheduler)
     with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, Switch(out_dir) as sw:
@@ -59,6 +60,8 @@ def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, 
                             target_fill=target_fill, k_max=k_max, progress=bar, overwrite=force, shards=shards,
                             client=client, workers=workers, memory_limit=memory_limit, slack=slack)
     stats = index.stats()
+    if stats.get("wide_bitmask") and not silent:
+        click.echo(f"gtmkit: warning: {wide_note(stats['wide_bitmask'])}", err=True)
     if as_json:
         echo_json(dict(stats, **replaced_fields(sw)))
     else:

@@ -64,6 +64,9 @@ def _summary(s: dict, e) -> None:
         u = s["updates"]
         e(f"{'updates':<14}{u['applied']} applied since the build, {u['ads_added']:,} ads added, "
           f"{u['slack_left']:,} of {u['slack_ads']:,} new ads left before a rebuild, {u['paused_ads']:,} paused")
+    if s.get("wide_bitmask"):
+        from ..targeting.semantics import wide_note
+        e(f"{'note':<14}{wide_note(s['wide_bitmask'])}")
     if "rebuilt" in s:
         r = s["rebuilt"]
         e(f"{'rebuilt':<14}{r['subtrees']:,} of {r['of']:,} first-token subtrees ({r['ads']:,} ads, {r['tasks']} "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from .._arrays import offsets_from_lengths
@@ -12,6 +14,7 @@ from ..formats.catalog import open_catalog, read_catalog
 from ..formats.output import check_output
 from ..formats.schema import PartitionSpec, Schema, make_partition, resolve_schema
 from ..progress import Progress, report
+from ..targeting.semantics import wide_attributes, wide_note
 from .adindex import reorder_lists, sid_ad_map
 from .budget import build_bytes, check_fits, least_row_words
 from .dedup import RowDeduper, add_columns
@@ -21,6 +24,8 @@ from .rows import ad_rows, resolve_layout
 from .stats import level_table_stats
 from .trie import build_trie
 from .write import Timer, write_index
+
+log = logging.getLogger(__name__)
 
 
 def choose_partition(schema: Schema, partition, k, target_fill, k_max) -> PartitionSpec:
@@ -130,7 +135,15 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     with ArtifactWriter(out_dir, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=overwrite) as w:
         write_index(w, catalog, schema, layout, rl, trie, _matcher_columns(spec, level_counts, level_ids, L), tables,
                     level_stats, ad_level, ads, ad_lists, timer, progress, slack=slack)
-    return load_index(out_dir, verify=False)
+    return _noted(load_index(out_dir, verify=False))
+
+
+def _noted(index):
+    """The built index, its wide bitmask attributes logged (`gtmkit build` says so on stderr)."""
+    wide = wide_attributes(index.layout)
+    if wide:
+        log.warning("%s: %s", index.path, wide_note(wide))
+    return index
 
 
 def _slack_arg(slack):
@@ -155,7 +168,7 @@ def _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memo
                       source)
     finally:
         run.close()
-    return load_index(out_dir, verify=False)
+    return _noted(load_index(out_dir, verify=False))
 
 
 def _matcher_columns(spec: PartitionSpec, level_counts, level_ids, L) -> tuple:

@@ -13,6 +13,8 @@ from ..errors import RequestError
 from ..formats.inputs import short_repr, utf8_problem
 
 ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
+# a bitmask attribute with more values than this costs every matcher row a bit a value: a Bloom attribute fits it
+WIDE_BITMASK = 256
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,18 @@ class BitmaskLayout:
     def from_dict(cls, d: dict) -> "BitmaskLayout":
         attrs = d["attributes"]
         return cls.from_domains([a["name"] for a in attrs], [a["domain"] for a in attrs])
+
+
+def wide_attributes(layout: BitmaskLayout) -> dict:
+    """Bitmask attributes with more than WIDE_BITMASK values -> their number of values."""
+    return {n: len(d) for n, d in zip(layout.names, layout.domains) if len(d) > WIDE_BITMASK}
+
+
+def wide_note(wide: dict) -> str:
+    """One line on the wide bitmask attributes of wide_attributes."""
+    named = ", ".join(f"'{n}' ({v:,} values, {v + 1:,} bits a matcher row)" for n, v in wide.items())
+    return (f"bitmask attribute{'s' if len(wide) > 1 else ''} {named}: past {WIDE_BITMASK} values a Bloom attribute "
+            "(schema \"bloom\") stores such targeting in a fixed number of bits")
 
 
 def set_bit(row: np.ndarray, bit: int) -> None:

@@ -65,3 +65,25 @@ def test_synth_parts_below_the_minimum_warn(tmp_path):
     r = CliRunner().invoke(cli, ["synth", "catalog", "--ads", "3000", "--parts", "4", "-o", str(tmp_path / "c/"), "-s"])
     assert r.exit_code == 0 and "4 parts asked" in r.output and "make 1" in r.output
     assert len(list((tmp_path / "c").glob("*.parquet"))) == parts_written(3000, 4) == 1
+
+
+def test_a_wide_bitmask_attribute_is_warned_at_build_and_noted_in_stats(tmp_path, caplog, index3):
+    import logging
+
+    import pyarrow as pa
+    t = random_catalog(3, n_ads=400, L=3, V=6)
+    d = t.to_pydict()
+    d["country"] = [[f"C{i:04d}"] for i in range(t.num_rows)]  # 400 values: past the 256 a bitmask should hold
+    d["country_exclude"] = [[] for _ in range(t.num_rows)]
+    sd = schema_dict(L=3, V=6, domain=False)
+    cat = write(tmp_path, pa.table(d, schema=t.schema), sd)
+    r = CliRunner().invoke(cli, ["build", str(cat), "-o", str(tmp_path / "idx")])
+    assert r.exit_code == 0
+    assert "warning: bitmask attribute 'country' (400 values" in r.output and "Bloom" in r.output
+    s = run("stats", tmp_path / "idx")
+    assert "note" in s.output and "'country' (400 values" in s.output
+    assert json.loads(run("stats", tmp_path / "idx", "--json").output)["wide_bitmask"] == {"country": 400}
+    with caplog.at_level(logging.WARNING, logger="gtmkit"):
+        gtmkit.build_index(cat, tmp_path / "idx2")
+    assert any("'country' (400 values" in rec.message for rec in caplog.records)
+    assert "wide_bitmask" not in gtmkit.load_index(index3).stats()  # a narrow attribute is not noted
