@@ -4,9 +4,9 @@ checked against format name/version."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
-import io
 import itertools
 import json
 import os
@@ -27,6 +27,7 @@ from . import npy
 from .layout import acquire, current, fsync_dir as _fsync_dir
 from .locks import Lock
 from .staging import Staging
+from .writes import WriteError, as_write_error, blocks as _c_order_blocks, npy_header, writing
 
 MANIFEST = "manifest.json"
 CHUNK = 16 * 1024 * 1024
@@ -80,6 +81,10 @@ class ArtifactWriter:
     is removed and out_dir serves what it served. out_dir must be new, empty or a gtmkit artifact (which is
     an ArtifactError unless overwrite=True); anything else is refused before anything is written (see
     output.check_output). Names are unique ``[A-Za-z0-9_]+`` across arrays and tables.
+
+    An OSError that ends the with-block (a full disk, a quota, in a member, the manifest or a build's working
+    files in the staging directory) comes out as one WriteError line naming the path and the file, with about the
+    bytes needed (at least what expect() was told) and the bytes free once the staging directory is removed.
     """
 
     def __init__(self, out_dir, format_name: str, format_version: int, overwrite: bool = False):
@@ -88,12 +93,26 @@ class ArtifactWriter:
         self.out_dir, self._tmp = self._stage.root, self._stage.dir
         self._files: dict[str, dict] = {}
         self._committed = False
+        self._expected = 0
 
     def __enter__(self) -> "ArtifactWriter":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.abort()
+        if isinstance(exc, OSError) or isinstance(exc, WriteError) and exc.root is None:
+            # said once the staging directory is gone, so the bytes free are what the user has to work with
+            raise as_write_error(exc, self._tmp).at(self.out_dir, self._expected) from None
+
+    def expect(self, nbytes: int) -> None:
+        """Tell the writer about how many bytes its members will hold in all (those stored already included): a
+        full disk is then reported as needing at least that."""
+        self._expected = max(self._expected, int(nbytes))
+
+    def expect_arrays(self, arrays: dict) -> None:
+        """expect() the bytes of these arrays (name: array), those stored already as stored."""
+        done = sum(e["bytes"] for e in self._files.values() if e is not None)
+        self.expect(done + sum(int(np.asarray(a).nbytes) + 128 for n, a in arrays.items() if n not in self._files))
 
     @property
     def staging(self) -> pathlib.Path:
@@ -122,12 +141,10 @@ class ArtifactWriter:
             # Object arrays cannot be memory-mapped; structured dtypes would need a lossy manifest spelling.
             raise ArtifactError(f"{self.out_dir}: array {name!r} has unsupported dtype {array.dtype}")
         path = self._claim(name, ".npy")
-        header = io.BytesIO()
-        descr = np.lib.format.dtype_to_descr(array.dtype)
-        np.lib.format.write_array_header_1_0(header, dict(descr=descr, fortran_order=False, shape=array.shape))
+        header = npy_header(array.dtype, array.shape)
         h = hashlib.sha256()
-        with open(path, "wb") as f:
-            for block in itertools.chain([header.getvalue()], _c_order_blocks(array)):
+        with writing(path, len(header) + array.nbytes), open(path, "wb") as f:
+            for block in itertools.chain([header], _c_order_blocks(array)):
                 h.update(block)
                 f.write(block)
             f.flush()
@@ -157,9 +174,10 @@ class ArtifactWriter:
         if not isinstance(table, pa.Table):
             raise ArtifactError(f"{self.out_dir}: table {name!r} is not a pyarrow.Table ({type(table).__name__})")
         path = self._claim(name, ".parquet")
-        pq.write_table(table, path)
-        with open(path, "rb+") as f:
-            os.fsync(f.fileno())
+        with writing(path, table.nbytes):
+            pq.write_table(table, path)
+            with open(path, "rb+") as f:
+                os.fsync(f.fileno())
         self._files[name] = {"file": path.name, "kind": "table", "rows": table.num_rows,
                              "bytes": path.stat().st_size, "sha256": file_sha256(path)}
 
@@ -181,7 +199,7 @@ class ArtifactWriter:
         full = json.loads(json.dumps(full, allow_nan=False, default=_json_default))
         full[DIGEST] = manifest_digest(full)
         text = json.dumps(full, sort_keys=True, indent=1, allow_nan=False) + "\n"
-        with open(self._tmp / MANIFEST, "w", encoding="utf-8") as f:
+        with writing(self._tmp / MANIFEST, len(text)), open(self._tmp / MANIFEST, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -196,17 +214,27 @@ class ArrayStream:
 
     def __init__(self, writer: ArtifactWriter, name: str, path: pathlib.Path, dtype: np.dtype, shape: tuple):
         self.writer, self.name, self.path, self.dtype, self.shape = writer, name, path, dtype, shape
-        header = io.BytesIO()
-        np.lib.format.write_array_header_1_0(header, dict(descr=np.lib.format.dtype_to_descr(dtype),
-                                                          fortran_order=False, shape=shape))
+        header = npy_header(dtype, shape)
         self.left = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        self.size = len(header) + self.left
         self._hash = hashlib.sha256()
-        self._file = open(path, "wb")
-        self._put(header.getvalue())
+        with writing(path, self.size):
+            self._file = open(path, "wb")
+        self._put(header)
 
     def _put(self, block) -> None:
         self._hash.update(block)
-        self._file.write(block)
+        with self._writing():
+            self._file.write(block)
+
+    @contextlib.contextmanager
+    def _writing(self):
+        try:
+            with writing(self.path, self.size):
+                yield
+        except WriteError:
+            self._file.close()  # the stream is dead: its file goes with the staging directory
+            raise
 
     def write(self, values) -> None:
         values = np.ascontiguousarray(values, self.dtype)
@@ -220,28 +248,13 @@ class ArrayStream:
     def close(self) -> None:
         if self.left:
             raise ArtifactError(f"{self.writer.out_dir}: array {self.name!r}: {self.left} bytes short of its shape")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        with self._writing():
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
         self.writer._files[self.name] = {"file": self.path.name, "kind": "array", "dtype": self.dtype.str,
                                          "shape": list(self.shape), "bytes": self.path.stat().st_size,
                                          "sha256": self._hash.hexdigest()}
-
-
-def _c_order_blocks(array: np.ndarray) -> Iterator[memoryview]:
-    if array.size == 0:
-        return
-    if array.flags.c_contiguous:
-        # Zero-copy slices of the array's own buffer: multi-GB arrays are never duplicated.
-        flat = memoryview(array.reshape(-1).view(np.uint8))
-        for i in range(0, len(flat), CHUNK):
-            yield flat[i:i + CHUNK]
-    else:
-        # Buffered nditer copies at most ~CHUNK bytes at a time into C order.
-        bufsize = max(CHUNK // max(array.itemsize, 1), 1)
-        for piece in np.nditer(array, flags=["external_loop", "buffered", "zerosize_ok"],
-                               buffersize=bufsize, order="C"):
-            yield memoryview(np.ascontiguousarray(piece).view(np.uint8))
 
 
 def read_manifest(path) -> dict:

@@ -177,6 +177,8 @@ def _sid_tokens(arr: pa.Array, schema: Schema, path, row0) -> np.ndarray:
     if values.null_count:
         i = _first_true(values.is_null().to_numpy(zero_copy_only=False)) // L
         raise _fail(path, col, row0 + i, "null token in SID")
+    if len(values) == 0:  # a zero-row batch: min_max of nothing is None
+        return np.zeros((0, L), np.int32)
     mm = pc.min_max(values).as_py()
     if mm["min"] < 0 or mm["max"] >= V:  # only now pay for locating the row
         tok = values.to_numpy(zero_copy_only=False).reshape(-1, L)  # its own dtype: uint64 stays exact
@@ -260,6 +262,8 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
     try:
         for batch, row0 in src.batches(schema.columns(), batch_rows):
             n = batch.num_rows
+            if n == 0:  # an empty part (Spark and Dask write them) or row group adds nothing
+                continue
             if row0 + n > total:
                 raise CatalogError(f"{path}: the files' metadata says {total} rows, read more")
             f, r0 = src.where(row0)  # a batch lies in one file: problems name it and the row there

@@ -139,7 +139,9 @@ class ParquetInput:
     def batches(self, columns, batch_rows: int):
         """(record batch, first row of it in the whole input) in file order, then row order."""
         row = 0
-        for frag in self.fragments:
+        for frag, n in zip(self.fragments, self.file_rows):
+            if n == 0:  # a zero-row part (Spark and Dask write them) adds nothing
+                continue
             for batch in frag.to_batches(schema=self.dataset.schema, columns=columns, batch_size=batch_rows,
                                          use_threads=True):
                 yield batch, row

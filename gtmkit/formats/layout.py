@@ -18,6 +18,7 @@ from contextlib import contextmanager
 
 from ..errors import ArtifactError
 from .locks import Lock
+from .writes import writing
 
 MANIFEST = "manifest.json"
 POINTER = "CURRENT"
@@ -147,11 +148,18 @@ def write_lock(root: pathlib.Path):
 
 def write_pointer(root: pathlib.Path, name: str) -> None:
     tmp = root / f".{POINTER}.tmp-{secrets.token_hex(4)}"
-    with open(tmp, "w", encoding="ascii") as f:
-        f.write(name + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, root / POINTER)
+    try:
+        with writing(tmp, len(name) + 1), open(tmp, "w", encoding="ascii") as f:
+            f.write(name + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, root / POINTER)
+    except BaseException:
+        try:  # a full disk leaves no half-written pointer behind
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     fsync_dir(root)
 
 

@@ -12,6 +12,7 @@ from ..errors import ArtifactError
 from . import layout
 from .locks import Lock
 from .output import check_output
+from .writes import NO_SPACE, WriteError
 
 
 ANY = object()  # a Switch base that accepts whatever version the path serves
@@ -100,6 +101,8 @@ class Staging:
                 self._active = True
         except OSError as exc:
             self._forget_root()
+            if exc.errno in NO_SPACE:  # the full-disk line every write gives, with the bytes free
+                raise WriteError.of(exc, self.root).at(self.root) from None
             raise ArtifactError(f"{self.root}: cannot write an artifact here ({exc.strerror or exc})") from None
         except ArtifactError:
             self._forget_root()

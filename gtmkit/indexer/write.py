@@ -73,6 +73,7 @@ def write_index(w, catalog, schema, layout, rl, trie, matchers: tuple, tables, l
         "updates": updates or {"slack_ads": fmt.default_slack_ads(counts["ads"]) if slack is None
                                else int(slack * counts["ads"]), "added": 0, "updates": 0},
     }
+    w.expect_arrays(arrays)  # a full disk then says about how much the whole version needs
     for i, (name, arr) in enumerate(arrays.items()):
         if not w.has(name):
             w.add_array(name, arr)

@@ -16,6 +16,7 @@ from numba import njit
 from ..._bits import row_popcount
 from ...formats.catalog import check_unique
 from ...formats.npy import load as load_npy
+from ...formats.writes import save_npy
 from ..adindex import _argsort_ids
 from ..dedup import RowDeduper, add_columns
 from ..levels import level_k, node_partitions
@@ -216,9 +217,9 @@ def assemble(stage, metas: list, schema, rl, dictionaries: list, source, w, piec
             [load(s, f"counts{d}") for s in range(P)],
             [[g.merge(s, t, load(s, f"ids{d}_{t}")) for s in range(P)] for t in range(len(slices))])
         levels.append((_concat(counts, np.int64), [_concat(x, np.int32) for x in ids]))
-        np.save(stage / f"level{d}_counts.npy", levels[-1][0])
+        save_npy(stage / f"level{d}_counts.npy", levels[-1][0])
         for t, x in enumerate(levels[-1][1]):
-            np.save(stage / f"level{d}_ids{t}.npy", x)
+            save_npy(stage / f"level{d}_ids{t}.npy", x)
         levels[-1] = None  # the level's ids live on in the staging area; statistics read them there
     tables = g.tables()
     del g

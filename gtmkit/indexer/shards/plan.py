@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...formats.writes import save_npy, writing
 from ..budget import physical_memory
 
 # a single-process build's peak is ~365 bytes an ad (15M ads: 5.1 GiB); a shard's is its share of that
@@ -77,9 +78,10 @@ def shard_bounds(token_rows: np.ndarray, shards: int) -> list:
 
 def save_dictionaries(stage, dictionaries: list, remaps: list) -> None:
     for j, d in enumerate(dictionaries):
-        pq.write_table(pa.table({"value": pa.array(d, pa.string())}), stage / f"dictionary{j}.parquet")
+        with writing(stage / f"dictionary{j}.parquet"):
+            pq.write_table(pa.table({"value": pa.array(d, pa.string())}), stage / f"dictionary{j}.parquet")
         for i, r in enumerate(remaps[j]):
-            np.save(stage / f"remap{j}_{i:05d}.npy", r)
+            save_npy(stage / f"remap{j}_{i:05d}.npy", r)
 
 
 def load_dictionary(stage, j: int) -> list:

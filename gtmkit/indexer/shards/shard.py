@@ -11,6 +11,7 @@ import numpy as np
 from ..._arrays import join_offsets
 from ...formats.catalog import Catalog, StringLists
 from ...formats.npy import load as load_npy
+from ...formats.writes import save_npy
 from ..adindex import reorder_lists, sid_ad_map
 from ..levels import level_parts
 from ..dedup import RowDeduper, add_columns
@@ -86,7 +87,7 @@ def build_shard(stage, s: int, lo: int, hi: int, starts: list, schema) -> dict:
 def save_ads(out: Path, order, sid_ad_offsets, sid_ad_ids, input_rows, lists: list) -> None:
     """A shard's SID->ad map, its rows' places in the input and its ads' Bloom lists (per attribute: (allowed,
     excluded), each (offsets, codes) in input order) into its task directory, in SID order."""
-    save = lambda name, arr: np.save(out / f"{name}.npy", arr)  # noqa: E731
+    save = lambda name, arr: save_npy(out / f"{name}.npy", arr)  # noqa: E731
     save("sid_ad_offsets", sid_ad_offsets)
     save("sid_ad_ids", sid_ad_ids)
     save("input_rows", input_rows[order])
@@ -103,7 +104,7 @@ def save_matchers(out: Path, trie, rows, sid_ad_offsets, schema, rl, split_first
     spec, L = schema.partition, schema.sid_length
     S, N = trie.num_sids, len(rows)
     slices = rl.slices()
-    save = lambda name, arr: np.save(out / f"{name}.npy", arr)  # noqa: E731
+    save = lambda name, arr: save_npy(out / f"{name}.npy", arr)  # noqa: E731
     dedupers = [RowDeduper(x.stop - x.start) for x in slices]
     save("ad_ids0", dedupers[0].add(rows[:, slices[0]]))
     _, sid_rows = level_partitions(rows, sid_ad_offsets[:-1], sid_ad_offsets[1:])

@@ -14,6 +14,7 @@ from numba import njit
 from ..._arrays import offsets_from_lengths
 from ...formats.catalog import open_catalog, read_catalog
 from ...formats.npy import load as load_npy
+from ...formats.writes import make_dir, save_npy, writing
 
 ARRAYS = ("ad_ids", "sids", "rows")
 
@@ -26,14 +27,15 @@ def task_dir(final: Path) -> Path:
     """A fresh directory for a task's files, made final by publish(): a task that runs again after its
     worker died (perhaps midway through writing) starts clean and replaces what the first run left."""
     tmp = final.with_name(f"{final.name}.{uuid.uuid4().hex[:12]}")
-    tmp.mkdir()
+    make_dir(tmp)
     return tmp
 
 
 def publish(tmp: Path, final: Path) -> None:
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
+    with writing(final):
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
 
 
 @njit(cache=True, nogil=True)
@@ -68,14 +70,14 @@ def split_file(source: str, files: list, i: int, schema, stage: str, partition_t
     # by first, then second token: a shard that splits a hot first token reads one run of rows too
     order = np.lexsort((cat.sids[:, 1], first)) if cat.sids.shape[1] > 1 else np.argsort(first, kind="stable")
     out = task_dir(piece_dir(stage, i))
-    np.save(out / "token_offsets.npy", offsets_from_lengths(counts))
+    save_npy(out / "token_offsets.npy", offsets_from_lengths(counts))
     for name, arr in zip(ARRAYS, (cat.ad_ids[order], cat.sids[order], order.astype(np.int64))):
-        np.save(out / f"{name}.npy", arr)
+        save_npy(out / f"{name}.npy", arr)
     for j, (al, ex) in enumerate(zip(cat.allowed, cat.excluded)):
         for kind, lists in (("allowed", al), ("excluded", ex)):
             off, codes = gather_lists(lists.offsets, lists.codes, order)
-            np.save(out / f"{kind}{j}_offsets.npy", off)
-            np.save(out / f"{kind}{j}_codes.npy", codes)
+            save_npy(out / f"{kind}{j}_offsets.npy", off)
+            save_npy(out / f"{kind}{j}_codes.npy", codes)
     publish(out, piece_dir(stage, i))
     return {"rows": len(order), "tokens": counts, "dictionaries": [a.dictionary for a in cat.allowed],
             "met": cat.met}
@@ -107,15 +109,15 @@ def second_token_rows(stage, n_files: int, tokens: list, vocab: int) -> dict:
 
 def _empty_piece(stage, i: int, schema) -> dict:
     out = task_dir(piece_dir(stage, i))
-    np.save(out / "token_offsets.npy", np.zeros(schema.vocab + 1, np.int64))
-    np.save(out / "ad_ids.npy", np.zeros(0, np.int64))
-    np.save(out / "sids.npy", np.zeros((0, schema.sid_length), np.int32))
-    np.save(out / "rows.npy", np.zeros(0, np.int64))
+    save_npy(out / "token_offsets.npy", np.zeros(schema.vocab + 1, np.int64))
+    save_npy(out / "ad_ids.npy", np.zeros(0, np.int64))
+    save_npy(out / "sids.npy", np.zeros((0, schema.sid_length), np.int32))
+    save_npy(out / "rows.npy", np.zeros(0, np.int64))
     n_attrs = len(schema.bitmask) + len(schema.bloom)
     for j in range(n_attrs):
         for kind in ("allowed", "excluded"):
-            np.save(out / f"{kind}{j}_offsets.npy", np.zeros(1, np.int64))
-            np.save(out / f"{kind}{j}_codes.npy", np.zeros(0, np.int32))
+            save_npy(out / f"{kind}{j}_offsets.npy", np.zeros(1, np.int64))
+            save_npy(out / f"{kind}{j}_codes.npy", np.zeros(0, np.int32))
     publish(out, piece_dir(stage, i))
     return {"rows": 0, "tokens": np.zeros(schema.vocab, np.int64), "dictionaries": [[] for _ in range(n_attrs)],
             "met": [([], []) for _ in range(n_attrs)]}

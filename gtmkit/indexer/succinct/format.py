@@ -18,6 +18,7 @@ MAX_NODES = 2**32 - 1
 def write_trie(w: ArtifactWriter, built: dict, build: dict = None) -> None:
     """A trie's arrays (build_arrays' output; those already in w were streamed there) and manifest into an open
     writer, committed. build: how the trie was built."""
+    w.expect_arrays({name: built["arrays"][name] for name in ARRAY_NAMES if name in built["arrays"]})
     for name in ARRAY_NAMES:
         if not w.has(name):
             w.add_array(name, built["arrays"][name])

@@ -15,6 +15,7 @@ from ..._arrays import offsets_from_lengths
 from ...errors import GtmkitError
 from ...formats.artifact import ArtifactWriter
 from ...formats.npy import load as load_npy
+from ...formats.writes import save_npy
 from ...progress import Progress
 from ..shards.plan import shard_bounds
 from ..shards.split import publish, task_dir
@@ -52,9 +53,9 @@ def split_keys(source: str, files: list, i: int, column: str, stage: str) -> dic
     new_off = offsets_from_lengths(lengths)
     idx = np.repeat(offsets[:-1][order] - new_off[:-1], lengths) + np.arange(int(new_off[-1]))
     out = task_dir(Path(stage) / f"file-{i:05d}")
-    np.save(out / "tokens.npy", tokens[idx])
-    np.save(out / "lengths.npy", lengths.astype(np.min_scalar_type(max(int(lengths.max(initial=0)), 1))))
-    np.save(out / "codes.npy", codes[order])
+    save_npy(out / "tokens.npy", tokens[idx])
+    save_npy(out / "lengths.npy", lengths.astype(np.min_scalar_type(max(int(lengths.max(initial=0)), 1))))
+    save_npy(out / "codes.npy", codes[order])
     publish(out, Path(stage) / f"file-{i:05d}")
     firsts, counts = np.unique(codes >> np.uint64(KEY_SHIFT), return_counts=True)
     return {"keys": len(order), "firsts": firsts, "counts": counts}
@@ -106,10 +107,10 @@ def build_key_shard(stage: str, s: int, lo: int, hi: int, n_files: int) -> dict:
     labels, terminal, degree = key_levels(np.concatenate(toks).astype(np.int32, copy=False), offsets)
     out = task_dir(Path(stage) / f"shard-{s:05d}")
     for d in range(len(degree)):
-        np.save(out / f"labels{d}.npy", labels[d])
-        np.save(out / f"terminal{d}.npy", terminal[d])
+        save_npy(out / f"labels{d}.npy", labels[d])
+        save_npy(out / f"terminal{d}.npy", terminal[d])
         g = degree[d]  # most degrees are 0 or small: the narrowest type that holds them all
-        np.save(out / f"degree{d}.npy", g.astype(np.min_scalar_type(max(int(g.max(initial=0)), 1))))
+        save_npy(out / f"degree{d}.npy", g.astype(np.min_scalar_type(max(int(g.max(initial=0)), 1))))
     publish(out, Path(stage) / f"shard-{s:05d}")
     return {"depths": len(degree), "first": int(labels[1][0]), "last": int(labels[1][-1]),
             "max_label": max(int(x.max()) for x in labels[1:] if len(x))}
@@ -179,7 +180,7 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
                             progress, "split")
             total = sum(r["keys"] for r in split)
             if total == 0:
-                raise GtmkitError(f"{source}: keys: no keys")
+                raise GtmkitError(f"{source}: column {column!r}: no keys")  # as the single-process build says it
             n = shards or shard_count(total, run.workers, memory_limit, SHARD_BYTES_PER_KEY)
             bounds = plan_bounds(stage, split, n)
             metas = run.map(build_key_shard, [(str(stage), s, bounds[s], bounds[s + 1], len(files))

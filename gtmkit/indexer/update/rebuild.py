@@ -91,6 +91,7 @@ def _rebuild(index, ch: Changes, run, progress, paused):
     strings = [sorted(d, key=d.get) for d in ch.dictionaries]  # by code: the index's, then the changes' new ones
     with Switch(base.path, base_version(index)) as sw, \
             ArtifactWriter(base.path, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=True) as w:
+        w.expect(index.artifact.nbytes)  # the new version is about the old one's size: what a full disk reports
         stage = w.staging / "subtrees"
         stage.mkdir()
         try:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..._arrays import join_offsets
 from ...formats.npy import load as load_npy
+from ...formats.writes import make_dir, save_npy
 from ..adindex import sid_ad_map
 from ..rows import RowLayout, add_bloom_words, bloom_signatures
 from ..shards.shard import save_ads, save_matchers, shard_dir
@@ -28,20 +29,20 @@ def row_layout(index) -> RowLayout:
 def write_inputs(d, index, ch: Changes, run, rows: np.ndarray, mine: np.ndarray, strings: list) -> None:
     """The ads of a rebuilt shard into its input directory d, as its task reads them: the index's rows it keeps
     (rows, of the subtrees `run`), then its entries (mine): ids, SIDs, combined rows and Bloom lists."""
-    d.mkdir()
+    make_dir(d)
     sids = np.zeros((0, index.sid_length), np.int32)
     if run is not None:
         sids = run.row_sids(rows)
-    np.save(d / "ad_ids.npy", np.concatenate([np.asarray(index.sid_ad_ids)[rows], ch.ad_ids[mine]]))
-    np.save(d / "sids.npy", np.ascontiguousarray(np.concatenate([sids, ch.sids[mine].astype(np.int32)])))
-    np.save(d / "rows.npy", np.concatenate([_index_rows(index, rows, strings), ch.rows[mine]]))
+    save_npy(d / "ad_ids.npy", np.concatenate([np.asarray(index.sid_ad_ids)[rows], ch.ad_ids[mine]]))
+    save_npy(d / "sids.npy", np.ascontiguousarray(np.concatenate([sids, ch.sids[mine].astype(np.int32)])))
+    save_npy(d / "rows.npy", np.concatenate([_index_rows(index, rows, strings), ch.rows[mine]]))
     for b in range(len(index.bloom)):
         for kind, lists, changed in (("allowed", index.ad_allow[b], ch.allow[b]),
                                      ("excluded", index.ad_exclude[b], ch.exclude[b])):
             a = _rows_lists(lists, rows)
             c = select_lists(changed, mine)
-            np.save(d / f"{kind}{b}_offsets.npy", join_offsets([a[0], c[0]]))
-            np.save(d / f"{kind}{b}_codes.npy", np.concatenate([a[1], c[1]]).astype(np.int32))
+            save_npy(d / f"{kind}{b}_offsets.npy", join_offsets([a[0], c[0]]))
+            save_npy(d / f"{kind}{b}_codes.npy", np.concatenate([a[1], c[1]]).astype(np.int32))
 
 
 def _index_rows(index, rows: np.ndarray, strings: list) -> np.ndarray:

@@ -51,6 +51,7 @@ def write_updated(index, progress: Progress = None):
         arrays[PAUSED] = np.asarray(index.paused_ad_ids, np.int64)
     with Switch(index.path, base_version(index)), \
             ArtifactWriter(index.path, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=True) as w:
+        w.expect_arrays(arrays)  # a full disk then says about how much the whole version needs
         for i, (name, arr) in enumerate(arrays.items()):
             w.add_array(name, arr)
             report(progress, i + 1, len(arrays), "write")
