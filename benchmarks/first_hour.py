@@ -155,7 +155,7 @@ def run_step(step: dict, cwd: Path, env: dict, logs: Path, n: int, timeout: floa
     with open(out, "w") as fo, open(err, "w") as fe:
         # its own process group: a timeout ends the command's children (Dask workers) too
         p = subprocess.Popen(["bash", "-c", step["command"]], cwd=cwd, env=env, stdout=fo, stderr=fe,
-                             start_new_session=True)
+                             preexec_fn=os.setpgrp)
         try:
             rc = p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
