@@ -80,6 +80,8 @@ def _no_space(exc: OSError) -> bool:
 def _why(exc: OSError) -> str:
     if exc.errno is None and _SHORT.search(str(exc)):
         return os.strerror(errnos.ENOSPC)
+    if exc.errno in NO_SPACE:  # pyarrow puts its whole message in strerror
+        return os.strerror(exc.errno)
     if exc.errno is not None:
         return exc.strerror or os.strerror(exc.errno)
     text = str(exc).strip().splitlines()

@@ -352,3 +352,25 @@ def test_a_full_tmpfs_is_one_line_and_the_old_version_stays(inputs, tmpfs, case)
         assert layout.served(out) == before
         with SuccinctTrie.load(out) as trie:
             assert trie.num_keys == KEYS
+
+
+def test_a_full_temporary_folder_under_changes_given_as_a_table_is_one_line(inputs, tmp_path, monkeypatch):
+    """Changes given as a pyarrow Table are read through a temporary Parquet file: a full temporary folder is one
+    line naming it, and the index is left as it was."""
+    import pyarrow.parquet as pq_module
+
+    from gtmkit.matcher.served import Matcher
+
+    out = tmp_path / "idx"
+    before = _base(inputs, out)
+    table = pq.read_table(inputs / "edits.parquet")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    monkeypatch.setattr(pq_module, "write_table", full)
+    with gtmkit.load_index(out) as idx:
+        with pytest.raises(WriteError, match=r"no space left on device writing gtmkit-changes-\w+/changes.parquet"):
+            Matcher(idx).update_ads(table)
+    with gtmkit.load_index(out) as idx:
+        assert idx.version == before

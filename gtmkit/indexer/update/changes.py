@@ -15,6 +15,7 @@ from ..._arrays import read_only
 from ...errors import CatalogError
 from ...formats.catalog import open_catalog, read_catalog
 from ...formats.schema import parse_schema
+from ...formats.writes import WriteError, writing
 from ..adindex import reorder_lists
 from ..rows import rows_in_layout
 from ..verify import walk
@@ -48,13 +49,17 @@ def read_changes(index, changes, progress=None) -> Changes:
     schema = parse_schema(index.manifest["schema"])
     if hasattr(changes, "schema") and hasattr(changes, "num_rows"):  # a pyarrow Table
         import pyarrow.parquet as pq
-        with tempfile.TemporaryDirectory(prefix="gtmkit-changes-") as tmp:
-            path = Path(tmp) / "changes.parquet"
-            pq.write_table(changes, path)
-            try:
-                cat = _read(path, schema, progress)
-            except CatalogError as exc:
-                raise CatalogError(str(exc).replace(str(path), "changes table")) from None
+        try:
+            with tempfile.TemporaryDirectory(prefix="gtmkit-changes-") as tmp:
+                path = Path(tmp) / "changes.parquet"
+                with writing(path, changes.nbytes):
+                    pq.write_table(changes, path)
+                try:
+                    cat = _read(path, schema, progress)
+                except CatalogError as exc:
+                    raise CatalogError(str(exc).replace(str(path), "changes table")) from None
+        except WriteError as exc:  # the temporary folder is full: said of it once the file is gone, in one line
+            raise exc.at(Path(tmp).parent) from None
     else:
         cat = _read(changes, schema, progress)
     if cat is None:  # an empty change set (a period without changes): nothing to apply
