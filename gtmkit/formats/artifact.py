@@ -27,7 +27,7 @@ from . import npy
 from .layout import acquire, current, fsync_dir as _fsync_dir
 from .locks import Lock
 from .staging import Staging
-from .writes import WriteError, as_write_error, blocks as _c_order_blocks, npy_header, writing
+from .writes import WriteError, as_write_error, blocks as _c_order_blocks, is_file_error, npy_header, writing
 
 MANIFEST = "manifest.json"
 CHUNK = 16 * 1024 * 1024
@@ -100,7 +100,7 @@ class ArtifactWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.abort()
-        if isinstance(exc, OSError) or isinstance(exc, WriteError) and exc.root is None:
+        if is_file_error(exc) and not (isinstance(exc, WriteError) and exc.root is not None):
             # said once the staging directory is gone, so the bytes free are what the user has to work with
             raise as_write_error(exc, self._tmp).at(self.out_dir, self._expected) from None
 

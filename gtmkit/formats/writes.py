@@ -28,13 +28,13 @@ _SHORT = re.compile(r"\d+ requested and \d+ written")  # numpy's tofile on a ful
 
 
 def human(n: int) -> str:
-    """Bytes for a person: 912 B, 3.4 kB, 1.2 GB (powers of 1000)."""
-    n = max(int(n), 0)
+    """Bytes for a person: 912 B, 3.4 kB, 65 MB, 1.2 GB (powers of 1000)."""
+    x = float(max(int(n), 0))
     for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} PB"
+        if x < 999.5 or unit == "TB":
+            return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}" if x < 9.95 else f"{x:.0f} {unit}"
+        x /= 1000
+    return f"{x:.0f} TB"
 
 
 def free_bytes(path) -> int | None:
@@ -152,6 +152,15 @@ def writing(path, size: int = 0):
         raise
     except OSError as exc:
         raise WriteError.of(exc, path, size) from None
+
+
+def is_file_error(exc: BaseException) -> bool:
+    """An OSError of a file (its errno set, or numpy's short write): a lost connection or a timeout, which the
+    cluster's code says in its own words, is not one."""
+    if isinstance(exc, WriteError):
+        return True
+    return (isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError))
+            and (exc.errno is not None or bool(_SHORT.search(str(exc)))))
 
 
 def as_write_error(exc: OSError, staging=None) -> WriteError:

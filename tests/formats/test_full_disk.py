@@ -271,7 +271,7 @@ def test_write_errors_survive_pickling_and_numpy_s_short_write():
     assert str(back) == str(e.at("/x/i", 5_000_000)) and back.no_space and back.need == 5_000_000
     assert "/x/i: no space left on device writing shards/a.npy (about 5.0 MB needed, " in str(back)
     short = WriteError.of(OSError("30001 requested and 9200 written"), "/x/i/.staging-1-0123abcd/b.npy", 30_001)
-    assert short.no_space and "no space left on device writing b.npy (at least 30.0 kB needed)" in str(short)
+    assert short.no_space and "no space left on device writing b.npy (at least 30 kB needed)" in str(short)
 
 
 # --- a real small tmpfs: where the platform allows --------------------------------------------------------------
