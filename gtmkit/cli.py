@@ -43,7 +43,26 @@ def _marker(key: str):
     return _cache.compiled_marker(key)
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
+class _Gtmkit(click.Group):
+    """The root group: a command stopped by Ctrl-C or SIGTERM ends in one line saying whether its new version was
+    published (click would print 'Aborted!' either way), once its cleanup has run."""
+
+    def invoke(self, ctx):
+        from .commands import _stops
+        _stops.reset()
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            signum = signal.SIGINT
+        except SystemExit as exc:
+            signum = _stopped["signal"]
+            if signum is None or exc.code != 128 + signum:
+                raise
+        click.echo(_stops.stop_line(signum), err=True)
+        raise click.exceptions.Exit(128 + signum)
+
+
+@click.group(cls=_Gtmkit, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, "--version", prog_name="gtmkit")
 def cli():
     """gtmkit: constrained decoding + Generative Target Matching indexes for generative ad retrieval.
@@ -82,7 +101,7 @@ _register()
 
 _STOPS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}  # and their defaults
 FORCE_AFTER_S = 10.0  # a stop repeated this long after the first no longer waits for the cleanup
-_stopped = {"at": None}
+_stopped = {"at": None, "signal": None}
 
 
 def _stop(signum, frame):
@@ -90,7 +109,7 @@ def _stop(signum, frame):
     stopping its workers) runs; repeats are ignored while that runs, unless the first came FORCE_AFTER_S ago."""
     now = time.monotonic()
     if _stopped["at"] is None:
-        _stopped["at"] = now
+        _stopped["at"], _stopped["signal"] = now, signum
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + signum)  # unwinds like an error, so the same cleanup runs
@@ -104,12 +123,14 @@ def main(argv=None):
     on_main = threading.current_thread() is threading.main_thread()
     # a signal the embedding program handles, or ignores (a background job's SIGINT), is left to it
     own = [s for s, default in _STOPS.items() if on_main and signal.getsignal(s) is default]
-    _stopped["at"] = None
+    _stopped["at"] = _stopped["signal"] = None
     for s in own:
         signal.signal(s, _stop)
     key = _pending["key"] = _command_key(argv)
     silent = any(a in ("-s", "--silent") for a in argv)  # -s: nothing on stderr but errors
-    warnings.filterwarnings("ignore", category=CompileNotice)  # the command line says it its own way, below
+    # the command line says it its own way, below; its Dask workers and other children inherit the silence
+    warnings.filterwarnings("ignore", category=CompileNotice)
+    os.environ.setdefault("GTMKIT_COMPILE_NOTICE", "0")
     if key in FIRST_COMPILE_SECONDS and not silent and not _marker(key).exists():
         click.echo(f"gtmkit: compiling kernels, once per install, ~{FIRST_COMPILE_SECONDS[key]} s", err=True)
     try:
