@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 
 import click
@@ -25,24 +26,45 @@ def parse_bytes(ctx, param, value):
 
 @contextlib.contextmanager
 def dask_client(address):
-    """A Client of the Dask cluster at address (None: no cluster)."""
+    """A Client of the Dask cluster at address (None: no cluster), its address checked by a bounded handshake;
+    distributed's own log lines silenced meanwhile, as a task's error or a lost cluster is the command's one line."""
     if not address:
         yield None
         return
     try:
-        from distributed import Client
+        import distributed  # noqa: F401
     except ImportError:
         raise GtmkitError("--scheduler needs dask and distributed: pip install 'gtmkit[dist]'") from None
+    from ..indexer.shards.cluster import connect
+    with _quiet("distributed"):
+        client = connect(address, label=f"--scheduler {address}")
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+@contextlib.contextmanager
+def _quiet(root: str):
+    """The loggers root and root.* silenced meanwhile (distributed sets levels on its children too)."""
+    names = [root] + [n for n in logging.root.manager.loggerDict if n.startswith(root + ".")]
+    levels = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.CRITICAL + 1)
     try:
-        client = Client(address, timeout=10)
-    except (OSError, TimeoutError) as exc:
-        raise GtmkitError(f"--scheduler {address}: cannot reach a Dask scheduler there ({exc})") from None
-    except ValueError as exc:  # a malformed address (no port, an unknown scheme)
-        raise GtmkitError(f"--scheduler {address}: not a Dask scheduler address ({exc})") from None
-    try:
-        yield client
+        yield
     finally:
-        client.close()
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
+
+
+NO_WORKER_HELP = ("Fail when the cluster has had no live worker for this many seconds (none joined, all died) "
+                  "[default: 300].")
+
+
+def no_worker_option(help_prefix: str = ""):
+    return click.option("--no-worker-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+                        help=help_prefix + NO_WORKER_HELP)
 
 
 def sharding_options(what: str, unit: str):
@@ -55,6 +77,7 @@ def sharding_options(what: str, unit: str):
                          "of this many worker processes (extra dist)."),
             click.option("--scheduler", help=f"Build the shards on the Dask cluster at this address, e.g. "
                          f"tcp://host:8786 (its workers must see {what} and the output path)."),
+            no_worker_option("With --workers or --scheduler: "),
             click.option("--memory-limit", callback=parse_bytes, help="Memory a worker may hold, e.g. 4GiB "
                          "[default: this machine's memory over the workers and the assembling process]."),
         ]):
@@ -63,6 +86,8 @@ def sharding_options(what: str, unit: str):
     return add
 
 
-def check_cluster(workers, scheduler) -> None:
+def check_cluster(workers, scheduler, no_worker_timeout=None) -> None:
     if workers and scheduler:
         raise click.UsageError("--workers starts a local cluster, --scheduler uses one: give one of them")
+    if no_worker_timeout is not None and not (workers or scheduler):
+        raise click.UsageError("--no-worker-timeout goes with --workers or --scheduler")

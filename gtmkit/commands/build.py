@@ -6,6 +6,7 @@ import click
 
 from ._cluster import check_cluster, dask_client, sharding_options
 from ._common import StderrProgress, echo_json, handle_errors
+from ._stops import watched
 from .stats import print_summary
 
 
@@ -37,7 +38,7 @@ def parse_k(ctx, param, value):
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
 def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, workers, scheduler, memory_limit,
-            slack, force, as_json, silent):
+            slack, force, as_json, silent, no_worker_timeout):
     """Build the GTM index of an ad catalog: a Parquet file, a directory of Parquet files (hive partitions
     too) or a quoted glob; rows are read in file path order.
 
@@ -50,15 +51,15 @@ def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, 
         gtmkit build catalog.parquet -o index/ --partition dynamic --target-fill 0.4 --k-max 8 -f
         gtmkit build catalog/ -o index/ --workers 2 --memory-limit 8GiB
     """
-    from ..formats.staging import Switch
     from ..indexer.build import build_index
     from ..targeting.semantics import wide_note
 
-    check_cluster(workers, scheduler)
-    with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, Switch(out_dir) as sw:
+    check_cluster(workers, scheduler, no_worker_timeout)
+    with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, watched(out_dir) as sw:
         index = build_index(catalog, out_dir, schema=schema, partition=partition, k=k,
                             target_fill=target_fill, k_max=k_max, progress=bar, overwrite=force, shards=shards,
-                            client=client, workers=workers, memory_limit=memory_limit, slack=slack)
+                            client=client, workers=workers, memory_limit=memory_limit, slack=slack,
+                            no_worker_timeout=no_worker_timeout)
     stats = index.stats()
     if stats.get("wide_bitmask") and not silent:
         click.echo(f"gtmkit: warning: {wide_note(stats['wide_bitmask'])}", err=True)

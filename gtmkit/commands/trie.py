@@ -12,6 +12,7 @@ from ..errors import GtmkitError
 from ..formats.inputs import regular_file
 from ._cluster import check_cluster, dask_client, sharding_options
 from ._common import StderrProgress, echo_json, handle_errors, report_problems
+from ._stops import watched
 
 
 def _why(exc: BaseException) -> str:
@@ -50,7 +51,8 @@ def command():
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
-def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force, as_json, silent):
+def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force, as_json, silent,
+          no_worker_timeout):
     """Build a succinct trie from a Parquet column of integer lists: a file, a directory of Parquet files
     (hive partitions too) or a quoted glob.
 
@@ -64,20 +66,20 @@ def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force
         gtmkit trie build keys/ -o trie/ --workers 2
     """
     from ..formats.output import check_output
-    from ..formats.staging import Switch
     from ..indexer.succinct.inputs import key_error_at, read_key_column
     from ..indexer.succinct.trie import SuccinctTrie
 
     check_output(out_dir, overwrite=force)  # before the keys are read: a refusal costs nothing
-    check_cluster(workers, scheduler)
+    check_cluster(workers, scheduler, no_worker_timeout)
     if shards or workers or scheduler:
         t0 = time.perf_counter()
-        with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, Switch(out_dir) as sw:
+        with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, watched(out_dir) as sw:
             trie = SuccinctTrie.build_dataset(keys, out_dir, column, shards=shards, client=client, workers=workers,
-                                              memory_limit=memory_limit, progress=bar, overwrite=force)
+                                              memory_limit=memory_limit, progress=bar, overwrite=force,
+                                              no_worker_timeout=no_worker_timeout)
         _report(trie, out_dir, time.perf_counter() - t0, as_json, sw)
         return
-    with Switch(out_dir) as sw:
+    with watched(out_dir) as sw:
         col, src = read_key_column(keys, column)
         t0 = time.perf_counter()
         with StderrProgress(silent or as_json) as bar:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 import numpy as np
 
-from ._cluster import check_cluster, dask_client
+from ._cluster import check_cluster, dask_client, no_worker_option
 from ._common import StderrProgress, echo_json, handle_errors
+from ._stops import watched
 
 
 def _read_ids(path) -> np.ndarray:
@@ -41,10 +42,12 @@ def _read_ids(path) -> np.ndarray:
               "Dask cluster of this many worker processes (extra dist).")
 @click.option("--scheduler", help="With --rebuild-shards: rebuild the subtrees on the Dask cluster at this address "
               "(its workers must see the index's directory).")
+@no_worker_option("With --workers or --scheduler: ")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
-def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers, scheduler, as_json, silent):
+def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers, scheduler, no_worker_timeout, as_json,
+            silent):
     """Apply changed ads (CHANGES: a Parquet file, folder or glob in the index's catalog schema: edits of ads it
     holds, by ad id, and new ads) and paused ads, and write the result as the index's new version; processes
     that loaded the old version keep serving it until they reload.
@@ -69,12 +72,13 @@ def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers
         raise GtmkitError("nothing to update: give CHANGES, --pause or --resume")
     if (workers or scheduler) and not rebuild_shards:
         raise click.UsageError("--workers and --scheduler go with --rebuild-shards")
-    check_cluster(workers, scheduler)
+    check_cluster(workers, scheduler, no_worker_timeout)
     pause = _read_ids(pause_file) if pause_file else None
     resume = _read_ids(resume_file) if resume_file else None
     # a cluster named by --scheduler is reached first: a bad address fails before anything is read
-    with dask_client(scheduler) as client, StderrProgress(silent or as_json) as bar:
-        done = update_path(index_dir, changes, pause, resume, rebuild_shards, client, workers, bar)
+    with dask_client(scheduler) as client, StderrProgress(silent or as_json) as bar, watched(index_dir):
+        done = update_path(index_dir, changes, pause, resume, rebuild_shards, client, workers, bar,
+                           no_worker_timeout=no_worker_timeout)
     _print(index_dir, done, as_json)
 
 

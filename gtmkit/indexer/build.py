@@ -43,7 +43,7 @@ def choose_partition(schema: Schema, partition, k, target_fill, k_max) -> Partit
 
 def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fill=None, k_max=None,
                 progress: Progress = None, overwrite: bool = False, shards: int = None, client=None,
-                workers: int = None, memory_limit: int = None, slack: float = None):
+                workers: int = None, memory_limit: int = None, slack: float = None, no_worker_timeout: float = None):
     """Build the GTM index of a Parquet catalog into directory `out_dir` and return it loaded.
 
     schema: Schema, dict, JSON path, or None for `<stem>.schema.json` beside the catalog.
@@ -56,7 +56,9 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     Sharded (any of these given; the arrays are the same as without): shards: how many first-token ranges are
     built apart (default: enough that one fits memory_limit bytes, at least one a worker); client: a
     dask.distributed Client whose workers build them; workers: a LocalCluster of that many processes instead;
-    neither: the shards are built here one after another. memory_limit: bytes a worker may hold."""
+    neither: the shards are built here one after another. memory_limit: bytes a worker may hold.
+    no_worker_timeout: seconds the build waits while the cluster has no live worker before it fails (default
+    300); a lost scheduler, a worker that cannot start or a task that kills every worker running it fail at once."""
     from ..index import load_index
 
     timer = Timer()
@@ -67,7 +69,7 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     out_dir = check_output(out_dir, overwrite)  # refused before the catalog is read, not after the build
     if shards is not None or client is not None or workers is not None:
         return _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memory_limit, progress,
-                              overwrite, timer, slack)
+                              overwrite, timer, slack, no_worker_timeout)
 
     cat = read_catalog(catalog, schema, progress, check_rows=lambda n: check_fits(
         build_bytes(n, schema.sid_length, least_row_words(schema)), f"{catalog}: building an index of {n} ads"))
@@ -155,14 +157,14 @@ def _slack_arg(slack):
 
 
 def _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memory_limit, progress, overwrite,
-                   timer, slack):
+                   timer, slack, no_worker_timeout=None):
     from ..index import load_index
     from .shards.run import build_sharded, count_arg, runner
     shards = None if shards is None else count_arg(shards, "shards", 1)
     workers = None if workers is None else count_arg(workers, "workers", 1)
     memory_limit = None if memory_limit is None else count_arg(memory_limit, "memory_limit", 1 << 20)
     source = open_catalog(catalog, schema)  # every file's columns checked before a cluster starts
-    run = runner(client, workers, memory_limit)
+    run = runner(client, workers, memory_limit, no_worker_timeout)
     try:
         build_sharded(catalog, out_dir, schema, spec, shards, run, memory_limit, progress, overwrite, timer, slack,
                       source)

@@ -18,10 +18,15 @@ from ...formats.catalog import Catalog, StringLists, open_catalog
 from ...progress import Progress, report
 from ..rows import resolve_layout
 from .assemble import assemble
+from .cluster import NO_WORKER_TIMEOUT, seconds_arg, start_local, worker_env
 from .plan import hot_tokens, merge_dictionaries, save_dictionaries, shard_count, shard_keys
 from .shard import build_shard
 from .split import second_token_rows, split_file
 from ..write import write_index
+
+
+POLL_S = 1.0  # seconds between checks of the cluster while no task ends
+ASK_S = 10.0  # seconds the scheduler has to answer one question
 
 
 def count_arg(x, name: str, lo: int) -> int:
@@ -36,6 +41,9 @@ class InProcess:
     workers = 1
     address = None
 
+    def paths(self, source, files: list) -> tuple:
+        return source, files
+
     def map(self, fn, args: list, progress, phase: str) -> list:
         out = []
         for i, a in enumerate(args):
@@ -48,58 +56,160 @@ class InProcess:
 
 
 class OnDask:
-    """Tasks on a dask.distributed cluster: a Client given, or a LocalCluster of `workers` processes."""
+    """Tasks on a dask.distributed cluster: a Client given, or a LocalCluster of `workers` processes. No wait is
+    unbounded: a map fails in one line when the cluster has had no live worker for no_worker_timeout seconds, when
+    the scheduler is lost, or when one task kills every worker that runs it."""
 
-    def __init__(self, client=None, workers: int | None = None, memory_limit: int | None = None):
+    def __init__(self, client=None, workers: int | None = None, memory_limit: int | None = None,
+                 no_worker_timeout: float | None = None):
         try:
-            from distributed import Client, LocalCluster
+            import distributed  # noqa: F401
         except ImportError:
             raise GtmkitError("a build on Dask workers needs dask and distributed: "
                               "pip install 'gtmkit[dist]'") from None
+        self.no_worker_timeout = NO_WORKER_TIMEOUT if no_worker_timeout is None else \
+            seconds_arg(no_worker_timeout, "no_worker_timeout")
         self._own = None
+        self._given = {}  # task paths resolved on this side -> as the caller gave them, for error lines
         if client is None:
-            import logging
-            # the workers share this machine's cores: parallel kernels with more threads than their share spin
-            # against each other (OpenMP's waiting threads keep their cores)
-            share = str(max(1, (os.cpu_count() or 1) // workers))
-            self._own = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                     memory_limit=memory_limit or "auto", dashboard_address=":0",
-                                     silence_logs=logging.CRITICAL,  # a task's error is the build's one line
-                                     env={"NUMBA_NUM_THREADS": share, "OMP_NUM_THREADS": share})
-            client = Client(self._own)
+            self._own, client = start_local(workers, memory_limit or "auto", worker_env(workers))
+            self.where = f"the local cluster's {workers} worker processes"
+            self._none = f"the local cluster's {workers} worker processes keep dying"
+        else:
+            self.where = f"the Dask scheduler at {client.scheduler.address}"
+            self._none = f"the scheduler at {client.scheduler.address} has none (none joined, or all died)"
         self.client = client
-        self.workers = max(1, len(client.scheduler_info().get("workers", {})))
+        self._none_since = None
+        self.workers = max(1, self._alive() or 0)
         # a LocalCluster of this build is named by its size alone: its address is gone with it
         self.address = None if self._own is not None else client.scheduler.address
 
+    def paths(self, source, files: list) -> tuple:
+        """source and files as the tasks read them: absolute, ~ and links resolved here, where the caller gave them
+        (a worker may run elsewhere, in another folder); a task's error names them as given."""
+        def resolve(p):
+            r = os.path.realpath(os.path.expanduser(str(p)))
+            if r != str(p):
+                self._given[r] = str(p)
+            return r
+        return resolve(source), [resolve(f) for f in files]
+
     def map(self, fn, args: list, progress, phase: str) -> list:
-        from distributed import KilledWorker, as_completed, wait
+        from distributed import KilledWorker
         tag = uuid.uuid4().hex[:8]
         futures = [self.client.submit(fn, *a, key=f"gtmkit-{phase}-{tag}-{i}", pure=False)
                    for i, a in enumerate(args)]
         place = {f.key: i for i, f in enumerate(futures)}
-        finished = False
+        out = {}
+        self._none_since = None  # the driver's own work between maps is not the workers' absence
         try:
-            for done, f in enumerate(as_completed(futures), 1):
-                if f.status == "error":
-                    # the first failing task in order raises, as InProcess would: with several bad files the
-                    # error is the single-process build's, whichever task ends first
-                    before = futures[:place[f.key]]
-                    wait(before)
-                    for g in before + [f]:
-                        if g.status == "error":
-                            g.result()  # raises the task's own error
-                report(progress, done, len(args), phase)
-            out = self.client.gather(futures)
-            finished = True
-            return out
+            pending = futures
+            while pending:
+                for f in self._wait_any(pending, phase):
+                    if f.status == "error":
+                        # the first failing task in order raises, as InProcess would: with several bad files the
+                        # error is the single-process build's, whichever task ends first
+                        before = futures[:place[f.key]]
+                        self._wait_all(before, phase)
+                        for g in before + [f]:
+                            if g.status == "error":
+                                raise self._as_given(g.exception())
+                    # fetched as each ends: a result held by a worker that dies later would be computed again
+                    got = self._result(f)
+                    if got is not None:
+                        out[f.key] = got[0]
+                        report(progress, len(out), len(args), phase)
+                pending = [f for f in futures if f.key not in out]
+            return [out[f.key] for f in futures]
         except KilledWorker as exc:
             # the scheduler ran the task again on other workers (distributed.scheduler.allowed-failures times)
-            raise GtmkitError(f"{phase}: Dask workers died running one task, every time it ran ({exc})") from None
+            tries = exc.allowed_failures + 1
+            raise GtmkitError(f"{phase}: Dask workers died running one task, every time it ran ({tries} times, task "
+                              f"{exc.task} on {self.where}): a crash in the task, or a worker's memory limit") from None
         finally:
-            self.client.cancel(futures)
-            if not finished:
-                self._wait_stopped(list(place))
+            if self._connected():
+                try:
+                    self.client.cancel(futures)
+                except Exception:  # a scheduler lost meanwhile keeps no task of ours
+                    pass
+                if len(out) < len(futures):
+                    self._wait_stopped(list(place))
+
+    def _result(self, f):
+        """(f's result,), or None when its worker died holding it (the scheduler computes it again)."""
+        import distributed
+        try:
+            return (f.result(timeout=ASK_S),)
+        except (TimeoutError, distributed.TimeoutError):
+            return None
+
+    def _wait_any(self, pending: list, phase: str) -> list:
+        """Those of pending that are done, once one is; the cluster checked while none is."""
+        from distributed import wait
+        while True:
+            if not self._connected():
+                raise self._lost(phase)
+            try:
+                wait(pending, timeout=POLL_S, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                pass
+            except Exception:  # futures cancelled by a lost connection: their states say so below
+                if self._connected() and not any(f.status == "cancelled" for f in pending):
+                    raise
+            ready = [f for f in pending if f.done()]
+            if any(f.status == "cancelled" for f in ready) or not self._connected():
+                raise self._lost(phase)  # only the client's lost connection cancels ours
+            if ready:
+                return ready
+            self._check(phase)
+
+    def _wait_all(self, futures: list, phase: str) -> None:
+        while futures:
+            self._wait_any(futures, phase)
+            futures = [f for f in futures if not f.done()]
+
+    def _connected(self) -> bool:
+        return self.client.status == "running"
+
+    def _alive(self) -> int | None:
+        """Live workers the scheduler counts; None when it does not answer."""
+        try:
+            return len(self.client.nthreads(callback_timeout=ASK_S))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception:  # unreachable or closed: the caller's bound decides
+            return None
+
+    def _check(self, phase: str) -> None:
+        """GtmkitError once the cluster has had no live worker (or the scheduler no answer) for no_worker_timeout."""
+        n = self._alive()
+        if n:
+            self._none_since = None
+            return
+        now = time.monotonic()
+        if self._none_since is None:
+            self._none_since = now
+        if now - self._none_since < self.no_worker_timeout:
+            return
+        t = f"{self.no_worker_timeout:g} s"
+        if n is None:
+            raise GtmkitError(f"{phase}: {self.where} has not answered for {t}; the build stopped")
+        raise GtmkitError(f"{phase}: no live Dask worker for {t}: {self._none}; the build stopped "
+                          f"(--no-worker-timeout / no_worker_timeout sets the wait)")
+
+    def _lost(self, phase: str) -> GtmkitError:
+        return GtmkitError(f"{phase}: lost {self.where} (the connection closed: it stopped, or the network "
+                           f"failed); the build stopped")
+
+    def _as_given(self, exc: BaseException) -> BaseException:
+        """A task's error naming its paths as the caller gave them."""
+        if not self._given or not isinstance(exc, GtmkitError) or [type(a) for a in exc.args] != [str]:
+            return exc
+        msg = exc.args[0]
+        for resolved in sorted(self._given, key=len, reverse=True):
+            msg = msg.replace(resolved, self._given[resolved])
+        exc.args = (msg,)
+        return exc
 
     def _wait_stopped(self, keys: list, timeout: float = 60.0) -> None:
         """Until no worker runs any of these tasks: a cancelled task runs on to its end, and one that wrote into
@@ -107,9 +217,9 @@ class OnDask:
         if self._own is not None:
             return  # this build's own workers stop with it, before its files are removed
         end = time.monotonic() + timeout
-        while time.monotonic() < end:
+        while time.monotonic() < end and self._connected():
             try:
-                busy = self.client.run(_running, keys)
+                busy = self.client.run(_running, keys, callback_timeout=ASK_S)
             except Exception:  # a worker gone or unreachable runs nothing of ours
                 return
             if not any(busy.values()):
@@ -129,10 +239,11 @@ def _running(keys: list, dask_worker=None) -> list:
     return [k for k in keys if k in tasks and tasks[k].state in ("executing", "long-running", "cancelled", "resumed")]
 
 
-def runner(client=None, workers: int | None = None, memory_limit: int | None = None):
+def runner(client=None, workers: int | None = None, memory_limit: int | None = None,
+           no_worker_timeout: float | None = None):
     if client is None and not workers:
         return InProcess()
-    return OnDask(client, workers, memory_limit)
+    return OnDask(client, workers, memory_limit, no_worker_timeout)
 
 
 def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memory_limit: int | None,
@@ -151,7 +262,8 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
         stage.mkdir()
         try:
             folders = source.partition_types
-            split = run.map(split_file, [(str(catalog), files, i, schema, str(stage), folders)
+            where, paths = run.paths(catalog, files)
+            split = run.map(split_file, [(where, paths, i, schema, str(stage), folders)
                                          for i in range(len(files))], progress, "split")
             timer.lap("split")
             n_attrs = len(schema.bitmask) + len(schema.bloom)

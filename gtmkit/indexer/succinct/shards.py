@@ -176,7 +176,8 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
         stage = w.staging / "shards"
         stage.mkdir()
         try:
-            split = run.map(split_keys, [(str(source), files, i, column, str(stage)) for i in range(len(files))],
+            where, paths = run.paths(source, files)  # resolved here: a worker may run in another folder
+            split = run.map(split_keys, [(where, paths, i, column, str(stage)) for i in range(len(files))],
                             progress, "split")
             total = sum(r["keys"] for r in split)
             if total == 0:

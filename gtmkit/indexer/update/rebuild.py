@@ -27,7 +27,8 @@ from .subtrees import RebuildPieces, Run, subtree_bounds
 from .write import base_version, write_changes
 
 
-def rebuild_shards(index, changes, client=None, workers: int = None, progress: Progress = None, paused=None):
+def rebuild_shards(index, changes, client=None, workers: int = None, progress: Progress = None, paused=None,
+                   no_worker_timeout: float = None):
     """Write an index with its changed ads as its artifact's new version, ads on SIDs its trie lacks included: the
     first-token subtrees those SIDs fall in (and those that edited ads moving to them leave) are built again from
     the index's arrays plus the changes; every other subtree is kept as it is, with changes on its SIDs applied in
@@ -36,7 +37,8 @@ def rebuild_shards(index, changes, client=None, workers: int = None, progress: P
     index: an Index or an index directory; changes: as `Matcher.update_ads` takes them (a Parquet path or a
     pyarrow Table in the catalog's schema); client / workers: build the subtrees on a Dask cluster (a Client, or
     a LocalCluster of that many processes), else here; paused: the ad ids the new version serves paused (default:
-    the index's). Processes that loaded the index keep serving it until they load the new version.
+    the index's); no_worker_timeout: seconds a rebuild on Dask waits while the cluster has no live worker (default
+    300). Processes that loaded the index keep serving it until they load the new version.
     -> (the new version, loaded; UpdateReport with `rebuilt` set). UpdateError (nothing written) when the new ads
     applied in place would pass the index's slack; VersionChanged (nothing written) when another writer replaced
     the version the index was loaded from meanwhile."""
@@ -44,10 +46,12 @@ def rebuild_shards(index, changes, client=None, workers: int = None, progress: P
     from .changes import read_changes
     if not isinstance(index, Index):
         index = load_index(index)
-    return rebuild_changes(index, read_changes(index, changes, progress), client, workers, progress, paused)
+    return rebuild_changes(index, read_changes(index, changes, progress), client, workers, progress, paused,
+                           no_worker_timeout)
 
 
-def rebuild_changes(index, ch: Changes, client=None, workers: int = None, progress: Progress = None, paused=None):
+def rebuild_changes(index, ch: Changes, client=None, workers: int = None, progress: Progress = None, paused=None,
+                    no_worker_timeout: float = None):
     """rebuild_shards with the changes read (read_changes)."""
     from ..shards.run import count_arg, runner
     workers = None if workers is None else count_arg(workers, "workers", 1)
@@ -63,7 +67,7 @@ def rebuild_changes(index, ch: Changes, client=None, workers: int = None, progre
         new = load_index(index.path, verify=False)
         rep.version = sw.published  # the version written, as a rebuild reports it
         return new, rep
-    run = runner(client, workers)
+    run = runner(client, workers, no_worker_timeout=no_worker_timeout)
     try:
         return _rebuild(index, ch, run, progress, paused)
     finally:
