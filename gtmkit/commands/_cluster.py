@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 
 import click
@@ -58,13 +59,11 @@ def _quiet(root: str):
             logging.getLogger(n).setLevel(level)
 
 
-NO_WORKER_HELP = ("Fail when the cluster has had no live worker for this many seconds (none joined, all died) "
-                  "[default: 300].")
-
-
-def no_worker_option(help_prefix: str = ""):
+def no_worker_option(what: str):
     return click.option("--no-worker-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-                        help=help_prefix + NO_WORKER_HELP)
+                        help=f"With --workers or --scheduler: fail when the cluster has had no live worker for this "
+                        f"many seconds (none joined, or all died) [default: 300]; a lost scheduler, a worker that "
+                        f"cannot start or a task that kills every worker running it fails {what} at once.")
 
 
 def sharding_options(what: str, unit: str):
@@ -77,13 +76,18 @@ def sharding_options(what: str, unit: str):
                          "of this many worker processes (extra dist)."),
             click.option("--scheduler", help=f"Build the shards on the Dask cluster at this address, e.g. "
                          f"tcp://host:8786 (its workers must see {what} and the output path)."),
-            no_worker_option("With --workers or --scheduler: "),
+            no_worker_option("the build"),
             click.option("--memory-limit", callback=parse_bytes, help="Memory a worker may hold, e.g. 4GiB "
                          "[default: this machine's memory over the workers and the assembling process]."),
         ]):
             f = option(f)
         return f
     return add
+
+
+def inputs(*paths) -> list:
+    """Input paths with ~ expanded here, as a shell does unquoted: a task on a worker elsewhere gets them resolved."""
+    return [None if p is None else os.path.expanduser(p) for p in paths]
 
 
 def check_cluster(workers, scheduler, no_worker_timeout=None) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import GtmkitError
 from ..formats.inputs import regular_file
-from ._cluster import check_cluster, dask_client, sharding_options
+from ._cluster import check_cluster, dask_client, inputs, sharding_options
 from ._common import StderrProgress, echo_json, handle_errors, report_problems
 from ._stops import watched
 
@@ -71,6 +71,7 @@ def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force
 
     check_output(out_dir, overwrite=force)  # before the keys are read: a refusal costs nothing
     check_cluster(workers, scheduler, no_worker_timeout)
+    keys, = inputs(keys)
     if shards or workers or scheduler:
         t0 = time.perf_counter()
         with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, watched(out_dir) as sw:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import numpy as np
 
-from ._cluster import check_cluster, dask_client, no_worker_option
+from ._cluster import check_cluster, dask_client, inputs, no_worker_option
 from ._common import StderrProgress, echo_json, handle_errors
 from ._stops import watched
 
@@ -42,7 +42,7 @@ def _read_ids(path) -> np.ndarray:
               "Dask cluster of this many worker processes (extra dist).")
 @click.option("--scheduler", help="With --rebuild-shards: rebuild the subtrees on the Dask cluster at this address "
               "(its workers must see the index's directory).")
-@no_worker_option("With --workers or --scheduler: ")
+@no_worker_option("the update")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
 @handle_errors
@@ -73,6 +73,7 @@ def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers
     if (workers or scheduler) and not rebuild_shards:
         raise click.UsageError("--workers and --scheduler go with --rebuild-shards")
     check_cluster(workers, scheduler, no_worker_timeout)
+    changes, pause_file, resume_file = inputs(changes, pause_file, resume_file)
     pause = _read_ids(pause_file) if pause_file else None
     resume = _read_ids(resume_file) if resume_file else None
     # a cluster named by --scheduler is reached first: a bad address fails before anything is read

@@ -60,10 +60,12 @@ def in_thread(fn, seconds: float, close=None):
     return box["value"]
 
 
-def connect(address: str, timeout: float = HANDSHAKE_TIMEOUT, label: str = None):
+def connect(address: str, timeout: float = None, label: str = None):
     """A dask.distributed Client of the scheduler at address, or GtmkitError (one line naming label, default the
-    address) within about 2 * timeout seconds: the address is checked by a handshake first."""
+    address) within about 2 * timeout seconds (default HANDSHAKE_TIMEOUT): the address is checked by a handshake
+    first."""
     label = label or address
+    timeout = HANDSHAKE_TIMEOUT if timeout is None else seconds_arg(timeout, "timeout")
     try:
         from distributed import Client
     except ImportError:
@@ -80,12 +82,13 @@ def connect(address: str, timeout: float = HANDSHAKE_TIMEOUT, label: str = None)
         raise GtmkitError(f"{label}: cannot connect to the Dask scheduler there ({first_line(exc)})") from None
 
 
-def check_scheduler(address: str, timeout: float = HANDSHAKE_TIMEOUT, label: str = None) -> None:
+def check_scheduler(address: str, timeout: float = None, label: str = None) -> None:
     """GtmkitError (one line) unless a Dask scheduler answers at address within about timeout seconds: it
     accepts a connection, answers the comm handshake and says it is a scheduler."""
     from distributed.comm.addressing import parse_address, parse_host_port
     from distributed.comm.registry import get_backend
     label = label or address
+    timeout = HANDSHAKE_TIMEOUT if timeout is None else seconds_arg(timeout, "timeout")
     try:
         scheme, loc = parse_address(address)
         get_backend(scheme)
