@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,7 +91,7 @@ def skip_reason(text: str, no_extras: bool) -> str:
     return ""
 
 
-def plan(readme: Path, src: str, no_extras: bool, blocks_dir: Path) -> list:
+def plan(readme: Path, src: str, no_extras: bool, blocks_dir: Path, cold_repeats: int = 0) -> list:
     """Every step after the venv, in README order: dicts of section, what, command (or skip reason)."""
     blocks = readme_blocks(readme)
     first = next(b for b in blocks if b[1] in ("bash", "sh", "console"))
@@ -103,6 +104,9 @@ def plan(readme: Path, src: str, no_extras: bool, blocks_dir: Path) -> list:
     steps = [dict(section=f"README.md:{first[0]} first command", what="install", command=with_source(install, src)),
              dict(section=f"README.md:{first[0]} first command", what="demo, cold", command=demo),
              dict(section=f"README.md:{first[0]} first command", what="demo, warm", command=demo)]
+    # the same cold demo again, each with its own empty cache: one run on a shared machine is one sample
+    steps += [dict(section="cold demo again", what=f"demo, cold, again ({i + 1})", command=demo, fresh_cache=True)
+              for i in range(cold_repeats)]
     if no_extras:
         steps.append(dict(section=f"README.md:{first[0]} second command", what="install, editable, no extras",
                           command=f"pip install -e {shlex.quote(src)}"))
@@ -120,7 +124,7 @@ def plan(readme: Path, src: str, no_extras: bool, blocks_dir: Path) -> list:
         if lang == "python":
             script = blocks_dir / f"readme_{line}.py"
             script.write_text(textwrap.dedent("\n".join(body)) + "\n", encoding="utf-8")
-            step = dict(section=f"README.md:{line} python block", what=f"{len(body)} lines",
+            step = dict(section=f"README.md:{line} python block", what=f"python block, {len(body)} lines",
                         command=f"python {shlex.quote(str(script))}")
             reason = "marked <!-- no-run --> in README" if no_run else skip_reason("\n".join(body), no_extras)
             if reason:
@@ -168,8 +172,8 @@ def run_step(step: dict, cwd: Path, env: dict, logs: Path, n: int, timeout: floa
     if rc != 0:
         tail = [x for x in err.read_text(errors="replace").splitlines() if x.strip()] or \
                [x for x in out.read_text(errors="replace").splitlines() if x.strip()]
-        step["last_line"] = (f"ran past {timeout:g} s; " if rc == "timeout" else "") + \
-            (tail[-1].strip()[:300] if tail else "")
+        parts = [f"ran past {timeout:g} s" if rc == "timeout" else "", tail[-1].strip()[:300] if tail else ""]
+        step["last_line"] = "; ".join(x for x in parts if x)
 
 
 def status(step: dict) -> str:
@@ -193,8 +197,11 @@ def write(result: dict, js: Path, md: Path) -> None:
              "blocks are saved as scripts and run by the venv's python. Instead of the README's whole test suite, "
              "the second command runs `tests/package` without the `slow` and `emu` marks (the full suite is "
              "CI's job).", "",
-             f"**Install {fig.get('install_s', '-')} s, cold demo {fig.get('cold_demo_s', '-')} s, warm demo "
-             f"{fig.get('warm_demo_s', '-')} s.** Steps: {r['counts']}.", "",
+             f"**Install {fig.get('install_s', '-')} s, cold demo {fig.get('cold_demo_s', '-')} s (all cold runs: "
+             f"{', '.join(map(str, fig.get('cold_demo_runs_s', [])))}; median {fig.get('cold_demo_median_s', '-')} s; "
+             f"other work meanwhile {fig.get('cold_demo_other_cores', [])} cores), warm demo "
+             f"{fig.get('warm_demo_s', '-')} s.** Steps: {r['counts']}. The cold demo runs again after the warm one, "
+             "each time with a fresh empty numba cache; the README steps after them use the first cache.", "",
              "Load: " + "; ".join(f"{g['before']}: waited {g['waited_s']} s, 1-min load {g['load_1m']}"
                                   f"{'' if g['quiet'] else ' (NOT quiet: ran anyway)'}" for g in r["quiet_gates"])
              + f"; after the last step {r.get('load_after', '-')}. `other cores` is the CPU time of other work "
@@ -231,6 +238,8 @@ def main():
     ap.add_argument("--load-max", type=float, default=1.0, help="a quiet machine's 1-min load average")
     ap.add_argument("--max-wait-min", type=float, default=60.0, help="minutes to wait for a quiet machine in all")
     ap.add_argument("--step-timeout", type=float, default=1800.0, help="seconds one step may take")
+    ap.add_argument("--cold-repeats", type=int, default=2,
+                    help="cold demos again after the warm one, each with a fresh empty numba cache")
     ap.add_argument("--dry-run", action="store_true", help="print the steps and stop")
     args = ap.parse_args()
 
@@ -253,7 +262,7 @@ def main():
                                capture_output=True, text=True).stdout.strip()
         how = f"the working tree `{src}` as it is{' (with uncommitted edits)' if dirty else ''}, whose path " \
               "stands for the README's `.`"
-    steps = plan(src / "README.md", str(src), args.skip_install_extras, blocks)
+    steps = plan(src / "README.md", str(src), args.skip_install_extras, blocks, args.cold_repeats)
     if args.dry_run:
         for s in steps:
             print(f"{s['section']:40} {'SKIP ' + s['skip'] if 'skip' in s else ''} {s['command']}")
@@ -278,13 +287,22 @@ def main():
     for n, step in enumerate(result["steps"]):
         if "skip" in step:
             continue
-        if step["what"] == "demo, cold":
-            result["quiet_gates"].append(wait_quiet(args.load_max, deadline, gate_log, "the cold demo"))
+        step_env = env
+        if step["what"].startswith("demo, cold"):
+            result["quiet_gates"].append(wait_quiet(args.load_max, deadline, gate_log, f"[{n}] {step['what']}"))
+        if step.get("fresh_cache"):
+            step_env = dict(env, XDG_CACHE_HOME=str(work / f"cache-{n}"))
         print(f"[{n}] {step['command']}", flush=True)
-        run_step(step, folder, env, logs, n, args.step_timeout)
+        run_step(step, folder, step_env, logs, n, args.step_timeout)
         print(f"    {status(step)} in {step['seconds']} s {step.get('last_line', '')}", flush=True)
         if step["what"] in figures and step["rc"] == 0:
             result["figures"][figures[step["what"]]] = round(step["seconds"], 1)
+        if step["what"].startswith("demo, cold") and step["rc"] == 0:
+            cold = result["figures"].setdefault("cold_demo_runs_s", [])
+            cold.append(round(step["seconds"], 1))
+            result["figures"]["cold_demo_median_s"] = round(statistics.median(cold), 1)
+            result["figures"]["cold_demo_other_cores"] = [s.get("other_cores") for s in result["steps"]
+                                                          if s["what"].startswith("demo, cold") and "rc" in s]
         outcomes = [status(s) for s in result["steps"]]
         result["counts"] = ", ".join(f"{outcomes.count(k)} {k}" for k in ("ok", "failed", "timeout", "skipped",
                                                                            "not run") if outcomes.count(k))
@@ -297,6 +315,12 @@ def main():
     result["notes"].append("All README commands and blocks that ran succeeded." if not failed else
                            "Failed: " + "; ".join(f"{s['section']} `{s['what']}`: {s.get('last_line', '')}"
                                                   for s in failed))
+    pip_cache = cache / "pip"
+    size = sum(f.stat().st_size for f in pip_cache.rglob("*") if f.is_file()) if pip_cache.exists() else 0
+    result["notes"].append(f"pip's cache (`{pip_cache}`) was empty at the start; {size / 2**20:.0f} MiB in it at the "
+                           "end." if pip_cache.exists() else f"pip's cache (`{pip_cache}`) was empty at the start "
+                           "and pip wrote nothing there: every package came from PyPI or this machine's configured "
+                           "local indexes, none from a warm cache.")
     result["notes"].append(f"Logs of every step (stdout NN.out, stderr NN.err): `{logs}`.")
     write(result, js, md)
     print(md.read_text())
