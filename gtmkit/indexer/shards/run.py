@@ -115,7 +115,7 @@ class OnDask:
                             if g.status == "error":
                                 raise self._as_given(g.exception())
                     # fetched as each ends: a result held by a worker that dies later would be computed again
-                    got = self._result(f)
+                    got = self._result(f, phase)
                     if got is not None:
                         out[f.key] = got[0]
                         report(progress, len(out), len(args), phase)
@@ -135,13 +135,17 @@ class OnDask:
                 if len(out) < len(futures):
                     self._wait_stopped(list(place))
 
-    def _result(self, f):
+    def _result(self, f, phase: str):
         """(f's result,), or None when its worker died holding it (the scheduler computes it again)."""
         import distributed
         try:
             return (f.result(timeout=ASK_S),)
         except (TimeoutError, distributed.TimeoutError):
             return None
+        except Exception:  # cancelled meanwhile: only a lost connection cancels ours
+            if f.status == "cancelled" or not self._connected():
+                raise self._lost(phase) from None
+            raise
 
     def _wait_any(self, pending: list, phase: str) -> list:
         """Those of pending that are done, once one is; the cluster checked while none is."""
@@ -193,13 +197,13 @@ class OnDask:
             return
         t = f"{self.no_worker_timeout:g} s"
         if n is None:
-            raise GtmkitError(f"{phase}: {self.where} has not answered for {t}; the build stopped")
-        raise GtmkitError(f"{phase}: no live Dask worker for {t}: {self._none}; the build stopped "
-                          f"(--no-worker-timeout / no_worker_timeout sets the wait)")
+            raise GtmkitError(f"{phase}: {self.where} has not answered for {t}")
+        raise GtmkitError(f"{phase}: no live Dask worker for {t}: {self._none}; --no-worker-timeout / "
+                          f"no_worker_timeout sets the wait")
 
     def _lost(self, phase: str) -> GtmkitError:
         return GtmkitError(f"{phase}: lost {self.where} (the connection closed: it stopped, or the network "
-                           f"failed); the build stopped")
+                           f"failed)")
 
     def _as_given(self, exc: BaseException) -> BaseException:
         """A task's error naming its paths as the caller gave them."""
