@@ -186,7 +186,36 @@ def test_the_handshake_bound_holds_at_its_default(inputs, tmp_path, silent_port)
     assert not (work / "out").exists()
 
 
-def test_the_library_refuses_the_same_ports_and_names_a_worker(tmp_path, silent_port, http_port):
+@pytest.fixture
+def eager_http_port():
+    """A server that answers every connection at once with an HTTP error, as some proxies do."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    stop = threading.Event()
+
+    def serve():
+        s.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                c = s.accept()[0]
+                c.sendall(b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                c.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield s.getsockname()[1]
+    stop.set()
+    t.join()
+    s.close()
+
+
+def test_the_library_refuses_the_same_ports_and_names_a_worker(tmp_path, silent_port, http_port, eager_http_port):
+    t0 = time.monotonic()
+    with pytest.raises(GtmkitError, match=r"not a Dask scheduler: an HTTP server \(a dashboard's port\? a scheduler's "
+                       r"is usually 8786\) answered the Dask handshake with something else \(no Dask frame\)$"):
+        cluster_mod.connect(f"tcp://127.0.0.1:{eager_http_port}", timeout=5)
+    assert time.monotonic() - t0 < 3  # an HTTP reply read as a frame's length: no exabytes asked for, no wait
     with pytest.raises(GtmkitError, match="sent no Dask handshake within 0.5 s"):
         cluster_mod.connect(f"tcp://127.0.0.1:{silent_port}", timeout=0.5)
     with pytest.raises(GtmkitError, match="an HTTP server"):

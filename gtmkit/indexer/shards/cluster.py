@@ -104,9 +104,11 @@ def check_scheduler(address: str, timeout: float = None, label: str = None) -> N
     except (TimeoutError, asyncio.TimeoutError):
         raise GtmkitError(f"{label}: not a Dask scheduler: {_http(host, port, timeout) or 'the server there'} "
                           f"accepts connections but sent no Dask handshake within {timeout:g} s") from None
-    except Exception as exc:  # an HTTP reply read as a frame's length asks for exabytes, say
+    except Exception as exc:
+        # an HTTP reply read as a frame's length asks for exabytes: the allocation's error says nothing useful
+        why = "no Dask frame" if isinstance(exc, MemoryError) else first_line(exc)
         raise GtmkitError(f"{label}: not a Dask scheduler: {_http(host, port, timeout) or 'the server there'} "
-                          f"answered the Dask handshake with something else ({first_line(exc)})") from None
+                          f"answered the Dask handshake with something else ({why})") from None
     kind = reply.get("type") if isinstance(reply, dict) else None
     if kind == "Worker":
         raise GtmkitError(f"{label}: a Dask worker answers there, not a scheduler: give its scheduler's address")
