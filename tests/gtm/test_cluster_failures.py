@@ -234,7 +234,7 @@ def test_the_library_refuses_the_same_ports_and_names_a_worker(tmp_path, silent_
 # --- an external cluster: `dask scheduler` and `dask worker` processes, in a folder of their own ---------------------
 
 def _spawn(args, cwd, env=None):
-    """A process in a session of its own: its whole group is stopped at the end."""
+    """A process leading a process group of its own: the whole group is stopped at the end."""
     return subprocess.Popen([sys.executable, "-m", *map(str, args)], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
 

@@ -45,7 +45,7 @@ def in_thread(fn, seconds: float, close=None):
         if late and value is not None and close is not None:
             close(value)
 
-    t = threading.Thread(target=run, name="gtmkit-dask-connect", daemon=True)
+    t = threading.Thread(target=run, name="gtmkit-dask-start", daemon=True)
     t.start()
     try:
         t.join(seconds)
@@ -200,9 +200,11 @@ def start_local(workers: int, memory_limit, env: dict, timeout: float = START_TI
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
-        why = first_line(exc.__cause__ or exc) if "failed to start" in str(exc) else first_line(exc)
+        if "failed to start" not in str(exc):
+            raise GtmkitError(f"a local Dask cluster of {workers} worker processes could not start "
+                              f"({first_line(exc)})") from None
         raise GtmkitError(f"a local Dask cluster of {workers} worker processes could not start: a worker failed "
-                          f"to start ({why})") from None
+                          f"to start ({first_line(exc.__cause__ or exc)})") from None
 
 
 def worker_env(workers: int) -> dict:
