@@ -172,7 +172,10 @@ def run_step(step: dict, cwd: Path, env: dict, logs: Path, n: int, timeout: floa
     if rc != 0:
         tail = [x for x in err.read_text(errors="replace").splitlines() if x.strip()] or \
                [x for x in out.read_text(errors="replace").splitlines() if x.strip()]
-        parts = [f"ran past {timeout:g} s" if rc == "timeout" else "", tail[-1].strip()[:300] if tail else ""]
+        # pytest's summary line counts failures; its FAILED lines name them
+        named = [x.strip() for x in out.read_text(errors="replace").splitlines() if x.startswith(("FAILED ", "ERROR "))]
+        parts = [f"ran past {timeout:g} s" if rc == "timeout" else "", tail[-1].strip()[:300] if tail else "",
+                 "; ".join(named)[:600]]
         step["last_line"] = "; ".join(x for x in parts if x)
 
 
