@@ -175,6 +175,7 @@ def start_local(workers: int, memory_limit, env: dict, timeout: float = START_TI
     import logging
     from multiprocessing import resource_tracker
 
+    import dask
     from distributed import Client, LocalCluster
 
     def start():
@@ -182,10 +183,13 @@ def start_local(workers: int, memory_limit, env: dict, timeout: float = START_TI
             # started first: starting multiprocessing's resource tracker unblocks SIGINT in the thread that starts it
             resource_tracker.ensure_running()
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        preload, argv = _with_preload(dask.config.get("distributed.worker.preload", None) or [],
+                                      dask.config.get("distributed.worker.preload-argv", None) or [],
+                                      "gtmkit.indexer.shards.worker_output")
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
                                dashboard_address=":0",
                                silence_logs=logging.CRITICAL,  # a task's error is the build's one line
-                               env=env)
+                               env=env, preload=preload, preload_argv=argv)
         try:
             return cluster, Client(cluster)
         except BaseException:
@@ -205,6 +209,15 @@ def start_local(workers: int, memory_limit, env: dict, timeout: float = START_TI
                               f"({first_line(exc)})") from None
         raise GtmkitError(f"a local Dask cluster of {workers} worker processes could not start: a worker failed "
                           f"to start ({first_line(exc.__cause__ or exc)})") from None
+
+
+def _with_preload(preload, argv, module: str) -> tuple:
+    """The workers' preloads (dask's config, kept) and their arguments, with module added last."""
+    preload = [preload] if isinstance(preload, str) else list(preload)
+    argv = list(argv)
+    if argv and isinstance(argv[0], list):  # one list of arguments a preload: ours takes none
+        argv = argv + [[]] * (len(preload) + 1 - len(argv))
+    return preload + [module], argv
 
 
 def worker_env(workers: int) -> dict:
