@@ -27,6 +27,7 @@ from ..write import write_index
 
 POLL_S = 1.0  # seconds between checks of the cluster while no task ends
 ASK_S = 10.0  # seconds the scheduler has to answer one question
+CLOSE_S = 30.0  # seconds a build's own local cluster has to close
 
 
 def count_arg(x, name: str, lo: int) -> int:
@@ -107,6 +108,8 @@ class OnDask:
             while pending:
                 for f in self._wait_any(pending, phase):
                     if f.status == "error":
+                        if not isinstance(f.exception(), GtmkitError):  # a dead worker's error: no file's order
+                            raise f.exception()
                         # the first failing task in order raises, as InProcess would: with several bad files the
                         # error is the single-process build's, whichever task ends first
                         before = futures[:place[f.key]]
@@ -233,8 +236,11 @@ class OnDask:
     def close(self) -> None:
         if self._own is not None:
             own, self._own = self._own, None
-            self.client.close()
-            own.close()
+            for close in (self.client.close, lambda: own.close(timeout=CLOSE_S)):
+                try:
+                    close()
+                except Exception:  # distributed's close fails on a worker mid-restart: the build's error is the line
+                    pass
 
 
 def _running(keys: list, dask_worker=None) -> list:
