@@ -50,7 +50,7 @@ def test_build_stats_verify(tmp_path, catalog):
 
 
 def test_stats_plot(tmp_path, catalog):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="needs the plot extra: pip install 'gtmkit[plot]'")
     out = tmp_path / "idx"
     assert run("build", catalog, "-o", out, "-s").exit_code == 0
     r = run("stats", out, "--plot", tmp_path / "s.png")

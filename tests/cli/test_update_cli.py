@@ -225,6 +225,15 @@ def test_rebuild_shards_adds_ads_on_new_sids_and_verifies(tmp_path):
     assert s.exit_code == 0 and "1 paused" in s.output and "first-token subtrees" in s.output
     r = run("update", out, tmp_path / "changes.parquet", "--workers", "2")
     assert r.exit_code == 2 and "--rebuild-shards" in r.output
+
+
+def test_rebuild_shards_refuses_a_bad_scheduler_address_in_one_line(tmp_path):
+    pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
+    sd = schema_dict(L=3, V=8)
+    table = random_catalog(5, n_ads=60, L=3, V=8, n_sids=20)
+    out = tmp_path / "idx"
+    assert run("build", write(tmp_path, table, sd), "-o", out, "-s").exit_code == 0
+    pq.write_table(table.slice(0, 5), tmp_path / "changes.parquet")
     for address in ("not a url", "foo://bar"):  # refused in one line before anything is read
         r = run("update", out, tmp_path / "changes.parquet", "--rebuild-shards", "--scheduler", address)
         assert r.exit_code == 1 and "not a Dask scheduler address" in r.output and "Traceback" not in r.output
@@ -232,7 +241,7 @@ def test_rebuild_shards_adds_ads_on_new_sids_and_verifies(tmp_path):
 
 @pytest.mark.slow  # starts a LocalCluster of two worker processes
 def test_rebuild_shards_on_local_dask_workers_writes_the_same_arrays(tmp_path):
-    pytest.importorskip("distributed")
+    pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
     sd = schema_dict(L=3, V=8)
     schema = parse_schema(sd)
     table = random_catalog(6, n_ads=150, L=3, V=8, n_sids=40)

@@ -85,7 +85,7 @@ def test_fused_step_at_other_sizes_equals_cpu(tmp_path, step_path, cluster, thre
 
 
 def test_half_precision_and_torch_inputs(tmp_path, step_path):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs the hf extra: pip install 'gtmkit[hf]'")
     idx, _, _ = _build(tmp_path, 71, "static", {"k": [2, 3, 2]}, n_ads=400, L=3, V=9)
     cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
     rng = np.random.default_rng(2)

@@ -47,7 +47,7 @@ def test_overflow_steps_equal_cpu(small_index, step_path):
 
 def test_overflow_bfloat16_logprobs_equal_cpu(small_index, step_path):
     """torch bfloat16 log-probs near float32 max (bfloat16 holds them): the step widens them and sums in float32."""
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs the hf extra: pip install 'gtmkit[hf]'")
     idx, reqs = small_index
     cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
     rng = np.random.default_rng(6)

@@ -254,7 +254,7 @@ def test_injected_enospc_in_trie_build_is_one_line(inputs, tmp_path, disk, extra
 
 def test_a_dask_task_s_full_disk_comes_back_as_the_same_line(inputs, tmp_path, disk):
     """On Dask workers (threads here, so the injected disk is theirs too): the task's WriteError is the build's."""
-    distributed = pytest.importorskip("distributed")
+    distributed = pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
     disk(_Disk(size=200_000))
     with distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=":0") as lc, \
             distributed.Client(lc) as client:
@@ -328,7 +328,7 @@ TMPFS_CASES = {  # name: (tmpfs size, what is written there first: index, trie o
 def test_a_full_tmpfs_is_one_line_and_the_old_version_stays(inputs, tmpfs, case):
     size, first, args = TMPFS_CASES[case]
     if "--workers" in case:
-        pytest.importorskip("distributed")
+        pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
     mnt = tmpfs(size)
     out = mnt / ("trie" if case.startswith("trie") else "idx")
     before = None

@@ -160,7 +160,7 @@ def test_only_empty_key_parts_say_no_keys_alike(tmp_path):
 
 @pytest.mark.slow  # starts a LocalCluster of two worker processes, twice
 def test_workers_builds_ignore_empty_parts(catalog, tmp_path):
-    pytest.importorskip("distributed")
+    pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
     tmp, table, _, _, ref = catalog
     cat = _parts(tmp_path / "cat", table, EMPTY_AT["everywhere"])
     r = _cli("build", cat, "-o", tmp_path / "idx", "--schema", tmp / "schema.json", "--workers", "2", "-s")

@@ -254,7 +254,7 @@ def _local_cluster():
 
 
 def test_dask_workers_rebuild_the_same_arrays(tmp_path):
-    pytest.importorskip("distributed")
+    pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
     V, L = 12, 3
     table, sd = random_catalog(6, n_ads=150, L=L, V=V, n_sids=50), schema_dict(L=L, V=V)
     changes, _ = _to_new_sids(table, 2, 4, 8, V, L)

@@ -162,7 +162,7 @@ def _synth_parts(tmp_path, n: int, parts: int, seed: int) -> tuple:
 @contextlib.contextmanager
 def _local_cluster():
     """A Client of a real 2-worker LocalCluster."""
-    distributed = pytest.importorskip("distributed")
+    distributed = pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=logging.CRITICAL) as lc, distributed.Client(lc) as client:
         yield client
@@ -264,7 +264,7 @@ def test_cli_sharding_options_are_checked(tmp_path, args, message):
 
 @pytest.mark.slow  # waits out the client's 10 s connect timeout
 def test_cli_unreachable_scheduler_is_one_error(tmp_path):
-    pytest.importorskip("distributed")
+    pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
     cat = _catalog(tmp_path, 11, 20, False, True, [])
     r = _cli("build", cat, "-o", tmp_path / "idx", "-s", "--scheduler", "tcp://127.0.0.1:1")
     assert r.exit_code == 1 and "cannot reach a Dask scheduler" in r.output and "Traceback" not in r.output

@@ -94,7 +94,7 @@ def _error(catalog, out, **kw) -> str:
 
 @pytest.fixture(scope="module")
 def cluster():
-    distributed = pytest.importorskip("distributed")
+    distributed = pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=logging.CRITICAL) as lc, distributed.Client(lc) as client:
         yield client
@@ -118,7 +118,7 @@ def _cli(*args):
 
 @pytest.mark.parametrize("fault", [*sorted(TYPE_FAULTS)[:4], "ad_id repeated in its part", "value outside the domain"])
 def test_cli_build_and_build_with_workers_print_the_same_line(tmp_path, fault):
-    pytest.importorskip("distributed")
+    pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
     cat = _write(tmp_path, {1: fault})
     lines = []
     for extra in ([], ["--workers", "2"]):

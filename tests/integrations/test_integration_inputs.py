@@ -12,8 +12,8 @@ import warnings
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = pytest.importorskip("torch", reason="needs the hf extra: pip install 'gtmkit[hf]'")
+pytest.importorskip("transformers", reason="needs the hf extra: pip install 'gtmkit[hf]'")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = pytest.importorskip("torch", reason="needs the hf extra: pip install 'gtmkit[hf]'")
+pytest.importorskip("transformers", reason="needs the hf extra: pip install 'gtmkit[hf]'")
 
 import gtmkit  # noqa: E402
 from gtmkit.errors import GtmkitError  # noqa: E402

@@ -92,6 +92,9 @@ def test_python_block_runs(path, line, source, runs, tmp_path):
     compile(source, f"{path.name}:{line}", "exec")
     if not runs:
         return
+    for module, extra in (("torch", "hf"), ("transformers", "hf"), ("matplotlib", "plot"), ("distributed", "dist")):
+        if re.search(rf"^\s*(import [\w., ]*\b{module}\b|from {module}\b)", source, re.M):
+            pytest.importorskip(module, reason=f"needs the {extra} extra: pip install 'gtmkit[{extra}]'")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH")) if x))
     try:
         r = subprocess.run([sys.executable, "-c", source], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -61,7 +61,7 @@ def test_bad_key_names_its_file_and_row_and_leaves_nothing(tmp_path):
 
 
 def test_dask_cluster_builds_the_same_trie(tmp_path):
-    distributed = pytest.importorskip("distributed")
+    distributed = pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
     import logging
     col = _keys(5, 3000, True, False)
     _write(tmp_path / "keys", col, [700, 1900])
