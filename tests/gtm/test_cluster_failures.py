@@ -236,7 +236,7 @@ def test_the_library_refuses_the_same_ports_and_names_a_worker(tmp_path, silent_
 def _spawn(args, cwd, env=None):
     """A process leading a process group of its own: the whole group is stopped at the end."""
     return subprocess.Popen([sys.executable, "-m", *map(str, args)], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.DEVNULL, preexec_fn=os.setpgrp)
 
 
 def _kill(proc) -> None:
@@ -284,7 +284,7 @@ def _external(tmp_path, workers: int, preload: str = None):
 
 def _gtmkit(args, cwd, env=None):
     return subprocess.Popen([sys.executable, "-m", "gtmkit", *map(str, args)], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=os.setpgrp)
 
 
 def _finish(proc, timeout: float) -> tuple:
