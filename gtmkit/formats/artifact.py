@@ -461,13 +461,24 @@ class Artifact:
         return self._cache[name]
 
 
+def _artifact_path(path):
+    """A path the file system can be asked about: a str, bytes or os.PathLike without NUL bytes."""
+    try:
+        text = os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise ArtifactError(f"an artifact path must be a str or os.PathLike, got {type(path).__name__}") from None
+    if "\0" in text:
+        raise ArtifactError(f"{text!r}: an artifact path cannot hold a NUL byte")
+    return path
+
+
 def open_artifact(path, format_name: str, supported_versions: Iterable[int], verify: bool = True,
                   mmap: bool = True, progress: Progress = None) -> Artifact:
     """Validate and open the version an artifact path serves; raise ArtifactError (one line, naming
     path/file) on the first problem: manifest present and valid, format name, format version, files present
     with recorded sizes (truncation reported), .npy headers matching the manifest, and with verify=True the
     sha256 of every file (progress ``(bytes_done, bytes_total, "verify")``)."""
-    vdir, lock = acquire(path)
+    vdir, lock = acquire(_artifact_path(path))
     try:
         for problem in _problems(vdir, format_name, supported_versions, verify, progress):
             raise ArtifactError(problem)
@@ -482,7 +493,7 @@ def verify_artifact(path, format_name: str, supported_versions: Iterable[int],
                     progress: Progress = None) -> list[str]:
     """Run every check of open_artifact(verify=True) on the version served, collecting all problems;
     [] means the artifact is sound."""
-    vdir, lock = acquire(path)
+    vdir, lock = acquire(_artifact_path(path))
     try:
         return list(_problems(vdir, format_name, supported_versions, True, progress))
     finally:

@@ -258,3 +258,10 @@ def test_beam_search_keeps_overflowed_beams_first(built):
         assert (scores[live][:-1] >= scores[live][1:]).all()  # best first, the +inf ones on top
         if (n_big >= 2).any():
             assert scores[0] == np.inf
+
+
+@pytest.mark.parametrize("path", ["idx\0x", b"idx\0x", 5, None])
+def test_an_artifact_path_the_file_system_cannot_take_is_one_line(path):
+    for load in (gtmkit.load_index, gtmkit.SuccinctTrie.load):
+        with pytest.raises(ArtifactError, match="artifact path"):
+            load(path)
