@@ -447,8 +447,8 @@ def test_workers_that_keep_dying_fail_in_one_line(inputs, tmp_path):
 
 # --- Ctrl-C and SIGTERM ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("command", ["build", "update", "trie"])
-@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+# each command once, the two signals shared among them (a run costs a local cluster's start)
+@pytest.mark.parametrize("command, stop", [("build", "SIGINT"), ("update", "SIGTERM"), ("trie", "SIGINT")])
 def test_a_stop_with_workers_is_one_line_and_says_nothing_was_published(inputs, tmp_path, command, stop):
     """Ctrl-C at a terminal reaches the whole process group, workers included: one line, no worker's traceback."""
     work = _work(inputs, tmp_path)
