@@ -21,8 +21,9 @@ print(sum(issubclass(w.category, gtmkit.CompileNotice) for w in seen))
 
 
 def _notices(cache, **env) -> int:
+    base = {k: v for k, v in os.environ.items() if k != "GTMKIT_COMPILE_NOTICE"}  # (a CLI run in this process sets it)
     r = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, cwd=ROOT, timeout=600,
-                       env=dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), **env))
+                       env=dict(base, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), **env))
     assert r.returncode == 0, r.stderr[-2000:]
     return int(r.stdout.split()[-1])
 
