@@ -51,6 +51,14 @@ SLOW = PRELOAD.format(tasks=TASKS, act="lambda: time.sleep(2)")
 KILL = PRELOAD.format(tasks=TASKS, act="lambda: os._exit(1)")
 FAIL = "raise RuntimeError('this worker cannot start')\n"
 
+def _own_group() -> None:
+    """A child in its own process group, with the default Ctrl-C and SIGTERM a terminal's program starts with: a
+    stopped CLI run earlier in this process leaves SIGINT ignored here, which a child would inherit."""
+    os.setpgrp()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+
+
 
 def _one_line(err: str) -> str:
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
@@ -236,7 +244,7 @@ def test_the_library_refuses_the_same_ports_and_names_a_worker(tmp_path, silent_
 def _spawn(args, cwd, env=None):
     """A process leading a process group of its own: the whole group is stopped at the end."""
     return subprocess.Popen([sys.executable, "-m", *map(str, args)], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, preexec_fn=os.setpgrp)
+                            stderr=subprocess.DEVNULL, preexec_fn=_own_group)
 
 
 def _kill(proc) -> None:
@@ -284,7 +292,7 @@ def _external(tmp_path, workers: int, preload: str = None):
 
 def _gtmkit(args, cwd, env=None):
     return subprocess.Popen([sys.executable, "-m", "gtmkit", *map(str, args)], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=os.setpgrp)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_own_group)
 
 
 def _finish(proc, timeout: float) -> tuple:

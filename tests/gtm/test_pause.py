@@ -6,7 +6,9 @@ post-filter returns exactly the eligible active ads, step and mask prune exactly
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -39,11 +41,21 @@ def _index(mode: str, seed: int = 7):
     return idx, catalog_rows(table, parse_schema(sd)), parse_schema(sd)
 
 
+def _copy(cached) -> tuple:
+    """A copy of a cached index's path, loaded: a shard rebuild writes its new version there, and a writer publishes
+    only over the version it read, so each example writes to its own copy and the cached one stays as built."""
+    idx, rows, schema = cached
+    work = Path(tempfile.mkdtemp(prefix="gtmkit-pause-copy-"))
+    atexit.register(shutil.rmtree, work, True)
+    shutil.copytree(idx.path, work / "idx")
+    return gtmkit.load_index(work / "idx", verify=False), rows, schema
+
+
 class PauseMachine(RuleBasedStateMachine):
     @initialize(mode=st.sampled_from([m for m, _ in MODES]), seed=st.integers(0, 2**32 - 1))
     def start(self, mode, seed):
         self.mode = mode
-        self.idx, self.rows, self.schema = _index(mode)
+        self.idx, self.rows, self.schema = _copy(_index(mode))
         self.m = Matcher(self.idx)
         self.paused = set()
         self.rng = np.random.default_rng(seed)
@@ -52,7 +64,7 @@ class PauseMachine(RuleBasedStateMachine):
     @rule(catalog=st.sampled_from([7, 8]))
     def swap(self, catalog):
         """Another catalog's index (or a reload of this one): served from the next call, nothing paused in it."""
-        self.idx, self.rows, self.schema = _index(self.mode, catalog)
+        self.idx, self.rows, self.schema = _copy(_index(self.mode, catalog))
         assert self.m.swap(self.idx) == self.idx.version
         self.paused = set()
         self.ids = [ad["ad_id"] for ad in self.rows]
