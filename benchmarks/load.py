@@ -36,9 +36,9 @@ print(json.dumps({"build_s": time.perf_counter() - t, "sids": idx.num_sids, "ads
 CHILD_LOAD = r"""
 import json, sys, time
 import gtmkit
-from gtmkit.formats import index_format as fmt
-from gtmkit.formats.artifact import open_artifact
-from gtmkit.formats.index_checks import index_problems
+from gtmkit.artifact import index_format as fmt
+from gtmkit.artifact.container import open_artifact
+from gtmkit.artifact.index_checks import index_problems
 path, repeat = sys.argv[1], int(sys.argv[2])
 
 def verify_false():

@@ -28,7 +28,7 @@ marisa-trie on the same keys, then constrained beam search latency and throughpu
    for both devices alike): in blocks of 10 a GPU turn still follows ~20 ms of GPU idleness (the CPU's
    turn), which makes its first queries ~25 us slower than in a stream of GPU queries; the CPU's thread pool
    sleeps after the GPU's turn in the same way.
-   "cuda" is skipped, with the reason recorded, when gtmkit.matcher.matcher.cuda_available() is False or
+   "cuda" is skipped, with the reason recorded, when gtmkit.matcher.index_matcher.cuda_available() is False or
    trie_beam_search(device="cuda") raises on a trial query; otherwise its results are checked equal to
    the CPU's (key ids; scores within 1e-5) on every timed query and the GPU targets are evaluated.
 3. Plots as in FlashTrie, Fig. 2-4 (trie_<host>_build.png, _latency.png, _throughput.png) and
@@ -208,13 +208,13 @@ def _sync(result):
     return np.asarray(ids), np.asarray(scores)
 
 
-SERVER = "cuda-server"  # gtmkit.matcher.succinct.server_cuda.TrieSearchServer: b=1 latency only
+SERVER = "cuda-server"  # gtmkit.trie.server_cuda.TrieSearchServer: b=1 latency only
 
 
 def server_searcher(trie):
     """fn(tokens [1, T, K], logp, bw) on a TrieSearchServer kept while (bw, T, K) stays the same; fn.close()
     stops the last one (a resident kernel would make a device-wide synchronize wait forever)."""
-    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
+    from gtmkit.trie.server_cuda import TrieSearchServer
     held = {}
 
     def fn(tokens, logp, bw):
@@ -242,14 +242,14 @@ def server_searcher(trie):
 def make_searchers(trie, devices: list) -> tuple:
     """-> ({device: fn(tokens, logp, bw) -> (ids, scores) on the host}, {device: reason it was skipped})."""
     from gtmkit import trie_beam_search
-    from gtmkit.matcher.matcher import cuda_available
+    from gtmkit._gpu import cuda_available
     from gtmkit.synth.proposals import synth_proposals
 
     fns, skipped = {}, {}
     trial = synth_proposals(trie, 1, 8, 16, seed=99)
     for dev in devices:
         if dev in ("cuda", SERVER) and not cuda_available():
-            skipped[dev] = "no CUDA device (gtmkit.matcher.matcher.cuda_available() is False)"
+            skipped[dev] = "no CUDA device (gtmkit.matcher.index_matcher.cuda_available() is False)"
             continue
 
         if dev.startswith("cpu:"):  # the CPU search limited to N numba threads (then restored)

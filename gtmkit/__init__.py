@@ -6,19 +6,22 @@ import logging
 
 from . import _cache  # noqa: F401  (numba's cache folder, before any kernel module)
 from . import threads as _threads  # noqa: F401  (picks the numba threading layer first)
+from . import _moved
 from ._compile_notice import CompileNotice
 from ._version import __version__
 from .errors import ArtifactError, CatalogError, GtmkitError, RequestError, SchemaError
 from .index import Index, load_index
 from .indexer.build import build_index
 from .indexer.update.rebuild import rebuild_shards
-from .indexer.succinct.trie import SuccinctTrie
-from .matcher.succinct.search import TrieBeamStepper, trie_beam_search, trie_beam_stepper
-from .matcher.succinct.server_cuda import TrieSearchServer
+from .trie.trie import SuccinctTrie
+from .trie.search import TrieBeamStepper, trie_beam_search, trie_beam_stepper
+from .trie.server_cuda import TrieSearchServer
 from .matcher.beam import Result, beam_search
-from .matcher.matcher import IndexMatcher, Step
-from .matcher.served import Matcher
+from .matcher.index_matcher import IndexMatcher, Step
+from .matcher.matcher import Matcher
 from .targeting.semantics import Request
+
+_moved.install()  # old module paths, for one release
 
 # the library logs and never prints: without a handler of the application's, its warnings go nowhere
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -11,7 +11,7 @@ from .threads import parallel_njit
 from .synth.logits import SyntheticDecoder
 from .matcher.beam import as_numpy, beam_search
 from .matcher.cpu.step import ad_eligible, depth_of, node_passes
-from .matcher.served import Matcher
+from .matcher.matcher import Matcher
 from .progress import Progress, report
 
 

@@ -14,9 +14,9 @@ import numpy as np
 
 from ._arrays import read_only
 from .errors import ArtifactError, GtmkitError, RequestError
-from .formats import index_format as fmt
-from .formats.artifact import open_artifact
-from .formats.index_checks import PAUSED, index_problems
+from .artifact import index_format as fmt
+from .artifact.container import open_artifact
+from .artifact.index_checks import PAUSED, index_problems
 from .targeting import exact
 from .progress import Progress
 from .targeting.semantics import (BitmaskLayout, Request, check_request, encode_request, row_passes,

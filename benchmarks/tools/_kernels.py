@@ -77,9 +77,9 @@ def build(current: Path, v: Variant, extra: tuple = ()):
     """A CuPy RawModule of variant v's build of the kernel file `current` (plus the `extra` defines)."""
     import cupy as cp
 
-    from gtmkit.matcher.cuda.source import KERNEL_DIR, kernel_source
+    from gtmkit._gpu.source import SHARED_KERNELS, kernel_source
     path = kernel_path(current, v.src)
-    options = ("--std=c++14", f"-I{path.parent}", f"-I{KERNEL_DIR}", *(f"-D{d}" for d in v.defines + tuple(extra)))
+    options = ("--std=c++14", f"-I{path.parent}", f"-I{SHARED_KERNELS}", *(f"-D{d}" for d in v.defines + tuple(extra)))
     return cp.RawModule(code=kernel_source(path), options=options)
 
 

@@ -90,8 +90,8 @@ def trie_ab(a) -> int:
     import numpy as np
     import cupy as cp
 
-    from gtmkit.indexer.succinct.trie import SuccinctTrie
-    from gtmkit.matcher.succinct import search_cuda as tsc
+    from gtmkit.trie.trie import SuccinctTrie
+    from gtmkit.trie import search_cuda as tsc
     from gtmkit.synth.keys import synth_keys
     from gtmkit.synth.proposals import synth_proposals
     t = time.perf_counter()

@@ -1,5 +1,5 @@
 """Where the GPU trie search spends its time: the search kernel built with -DPROFILE (block 0's thread 0
-stamps %globaltimer at phase ends, matcher/succinct/kernels/trie_search.cu), per step, at b=1, T=8, for a
+stamps %globaltimer at phase ends, trie/kernels/trie_search.cu), per step, at b=1, T=8, for a
 few BW=K. Prints tables; with --out also writes them to <out>/profile_trie_<host>.md.
 
     python benchmarks/tools/profile_trie.py --keys 10000000                   # a GPU
@@ -60,8 +60,8 @@ def profile(a) -> None:
     import cupy as cp
     import numpy as np
 
-    from gtmkit.indexer.succinct.trie import SuccinctTrie
-    from gtmkit.matcher.succinct import search_cuda as tsc
+    from gtmkit.trie.trie import SuccinctTrie
+    from gtmkit.trie import search_cuda as tsc
     from gtmkit.synth.keys import synth_keys
     from gtmkit.synth.proposals import synth_proposals
     t = time.perf_counter()

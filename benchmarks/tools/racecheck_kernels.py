@@ -32,7 +32,7 @@ def main(parts=PARTS) -> int:
     cp.cuda.set_allocator(None)  # each array its own allocation, as under the sanitized tests
     cp.cuda.set_pinned_memory_allocator(None)
 
-    from gtmkit.matcher.served import Matcher
+    from gtmkit.matcher.index_matcher import Matcher
     from support.catalogs import random_user
     from support.indexes import MODES, _build
     from support.step_cases import step_case
@@ -82,7 +82,7 @@ def main(parts=PARTS) -> int:
 
 def _paused(tmp, steps, did) -> None:
     """The step, mask and post-filter with paused ads (the kernels' liveness paths)."""
-    from gtmkit.matcher.served import Matcher
+    from gtmkit.matcher.index_matcher import Matcher
     from support.catalogs import random_user
     from support.indexes import _build
     from support.step_cases import step_case
@@ -107,7 +107,7 @@ def _paused(tmp, steps, did) -> None:
 def _search(tmp, steps, did) -> None:
     import gtmkit
     from gtmkit.matcher.cuda.graph import GraphedBeamSearch
-    from gtmkit.matcher.served import Matcher
+    from gtmkit.matcher.index_matcher import Matcher
     from gtmkit.synth import synth_users, write_catalog
     from gtmkit.synth.logits_cuda import GpuSyntheticDecoder
 
@@ -134,7 +134,7 @@ def _decoder_masks(tmp, steps, did) -> None:
     import gtmkit
     from gtmkit.integrations.layout import SidTokenLayout
     from gtmkit.integrations.masking import SidMasker
-    from gtmkit.matcher.served import Matcher
+    from gtmkit.matcher.index_matcher import Matcher
     from support.catalogs import random_user
     from support.indexes import _build
 
@@ -159,7 +159,7 @@ def _decoder_masks(tmp, steps, did) -> None:
 
 def _small_trie():
     """A 50k-key succinct trie and two queries of proposals over 6 steps."""
-    from gtmkit.indexer.succinct.trie import SuccinctTrie
+    from gtmkit.trie.trie import SuccinctTrie
     from gtmkit.synth.keys import synth_keys
     from gtmkit.synth.proposals import synth_proposals
 
@@ -170,8 +170,8 @@ def _small_trie():
 def _trie(did) -> None:
     import cupy as cp
 
-    from gtmkit.matcher.succinct import search_cuda as tsc
-    from gtmkit.matcher.succinct.search import trie_beam_search, trie_beam_stepper
+    from gtmkit.trie import search_cuda as tsc
+    from gtmkit.trie.search import trie_beam_search, trie_beam_stepper
 
     trie, tokens, logp = _small_trie()
     for bw in (4, 1000, 3000):
@@ -189,7 +189,7 @@ def _trie(did) -> None:
 
 
 def _server(did) -> None:
-    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
+    from gtmkit.trie.server_cuda import TrieSearchServer
 
     from gtmkit.synth.proposals import synth_proposals
 

@@ -31,15 +31,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = "gtmkit/matcher/cuda/kernels"  # the shared headers (cluster.cuh is included by the trie search too)
-# (name, source, defines, archs): what the backends compile (cuda/backend.py, succinct/search_cuda.py,
+# (name, source, defines, archs): what the backends compile (cuda/backend.py, trie/search_cuda.py,
 # cuda/graph.py, synth/logits_cuda.py); the trie search runs CL=1 before sm_90
 BUILDS = [
     ("gtm_step", "gtmkit/matcher/cuda/kernels/gtm_step.cu", (), ("sm_80", "sm_90")),
     ("gtm_fused", "gtmkit/matcher/cuda/kernels/gtm_fused.cu", (), ("sm_90",)),
     ("postfilter", "gtmkit/matcher/cuda/kernels/postfilter.cu", (), ("sm_80", "sm_90")),
     ("beam", "gtmkit/matcher/cuda/kernels/beam.cu", (), ("sm_80", "sm_90")),
-    ("trie_search", "gtmkit/matcher/succinct/kernels/trie_search.cu", (), ("sm_90",)),
-    ("trie_search CL=1", "gtmkit/matcher/succinct/kernels/trie_search.cu", ("CL=1",), ("sm_80", "sm_90")),
+    ("trie_search", "gtmkit/trie/kernels/trie_search.cu", (), ("sm_90",)),
+    ("trie_search CL=1", "gtmkit/trie/kernels/trie_search.cu", ("CL=1",), ("sm_80", "sm_90")),
     ("decoder", "gtmkit/synth/kernels/decoder.cu", (), ("sm_80", "sm_90")),
 ]
 _ADDR = re.compile(r"/\*[0-9a-f]{4,}\*/")

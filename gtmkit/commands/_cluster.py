@@ -36,7 +36,7 @@ def dask_client(address):
         import distributed  # noqa: F401
     except ImportError:
         raise GtmkitError("--scheduler needs dask and distributed: pip install 'gtmkit[dist]'") from None
-    from ..indexer.shards.cluster import connect
+    from ..sharding.cluster import connect
     with _quiet("distributed"):
         client = connect(address, label=f"--scheduler {address}")
         try:

@@ -17,7 +17,7 @@ def reset() -> None:
 @contextlib.contextmanager
 def watched(out_dir):
     """A Switch of out_dir (any base: it changes nothing of the write), kept for the stop line."""
-    from ..formats.staging import Switch
+    from ..artifact.staging import Switch
     with Switch(out_dir) as sw:
         _watched.append((str(out_dir), sw))
         yield sw
@@ -42,7 +42,7 @@ def _switched(sw):
     """The version the path serves if its pointer moved since the command started: a stop that came between the
     pointer's switch and the writer's note of it."""
     from ..errors import GtmkitError
-    from ..formats import layout
+    from ..artifact import layout
     try:
         now = layout.served(sw.root)
     except (GtmkitError, OSError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import GtmkitError, RequestError
-from ..formats.inputs import parse_json, read_text
+from ..inputs.files import parse_json, read_text
 
 
 def read_users_file(path, index=None) -> list:

@@ -36,7 +36,7 @@ def check_workdir(work: Path, force: bool) -> None:
 
 def _first_cpu_run(device: str) -> bool:
     from .._cache import compiled_marker
-    from ..matcher.matcher import cuda_available
+    from .._gpu import cuda_available
     if compiled_marker("demo").exists() or device == "cuda":
         return False
     return device == "cpu" or not cuda_available()
@@ -64,9 +64,9 @@ def command(ads, seed, n_users, device, workdir, force, as_json, silent):
     if workdir:
         check_workdir(Path(workdir), force)
     from ..evaluate import evaluate
-    from ..formats.output import check_output
+    from ..artifact.output import check_output
     from ..indexer.build import build_index
-    from ..matcher.served import Matcher
+    from ..matcher.matcher import Matcher
     from ..synth import synth_users, write_catalog
     from .match import match_user
     from . import _warmup

@@ -96,7 +96,7 @@ def command(index_dir, n_users, users_file, seed, beams, logits, peak, device, r
 def _sweep_catalog(index, catalog):
     """The sweep's catalog, checked before the first evaluation rather than after it."""
     from ..errors import CatalogError
-    from ..formats.dataset import input_files
+    from ..inputs.dataset import input_files
 
     if catalog:
         input_files(catalog, CatalogError, "Parquet file")

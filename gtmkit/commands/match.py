@@ -14,7 +14,7 @@ def match_user(index, user: dict, beams, logits: str = "peaked", seed: int = 0, 
 
     from ..synth.logits import SyntheticDecoder
     from ..matcher.beam import as_numpy, beam_search
-    from ..matcher.served import Matcher
+    from ..matcher.matcher import Matcher
 
     m = Matcher(index, device=device)
     req = index.encode_request(user)

@@ -11,9 +11,9 @@ from pathlib import Path
 import click
 
 from ..errors import ArtifactError, SchemaError
-from ..formats.artifact import manifest_path
-from ..formats.inputs import parse_json, read_text, short_repr
-from ..formats.schema import parse_schema
+from ..artifact.container import manifest_path
+from ..inputs.files import parse_json, read_text, short_repr
+from ..inputs.schema import parse_schema
 from ..synth import TargetingRates, synth_users, write_catalog, write_users
 from ._common import StderrProgress, echo_json, handle_errors
 

@@ -73,7 +73,7 @@ def proposals(trie_dir, b, T, K, r, seed, output, as_json):
         gtmkit synth proposals --trie trie/ -b 16 -T 8 -K 1000 -o props.npz
         gtmkit synth proposals --trie trie/ -b 1 -K 600 -r 0 --seed 3 -o noise.npz
     """
-    from ..indexer.succinct.trie import SuccinctTrie
+    from ..trie.trie import SuccinctTrie
     from ..synth.proposals import write_proposals
 
     if r is not None and r > K:

@@ -9,7 +9,7 @@ import click
 import numpy as np
 
 from ..errors import GtmkitError
-from ..formats.inputs import regular_file
+from ..inputs.files import regular_file
 from ._cluster import check_cluster, dask_client, inputs, sharding_options
 from ._common import StderrProgress, echo_json, handle_errors, report_problems
 from ._stops import watched
@@ -65,9 +65,9 @@ def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force
         gtmkit trie build queries.parquet --column tokens -o trie/ -f --json
         gtmkit trie build keys/ -o trie/ --workers 2
     """
-    from ..formats.output import check_output
-    from ..indexer.succinct.inputs import key_error_at, read_key_column
-    from ..indexer.succinct.trie import SuccinctTrie
+    from ..artifact.output import check_output
+    from ..inputs.keys import key_error_at, read_key_column
+    from ..trie.trie import SuccinctTrie
 
     check_output(out_dir, overwrite=force)  # before the keys are read: a refusal costs nothing
     check_cluster(workers, scheduler, no_worker_timeout)
@@ -117,7 +117,7 @@ def verify(trie_dir, as_json):
         gtmkit trie verify trie/
         gtmkit trie verify trie/ --json
     """
-    from ..indexer.succinct.trie import verify_trie
+    from ..trie.trie import verify_trie
 
     t0 = time.perf_counter()
     problems = verify_trie(trie_dir)
@@ -138,7 +138,7 @@ def stats(trie_dir, as_json):
         gtmkit trie stats trie/
         gtmkit trie stats trie/ --json
     """
-    from ..indexer.succinct.trie import SuccinctTrie
+    from ..trie.trie import SuccinctTrie
 
     trie = SuccinctTrie.load(trie_dir, verify=False)
     s = dict(trie.stats(), path=str(trie_dir))
@@ -210,8 +210,8 @@ def search(trie_dir, proposals, beam_width, theta_tok, theta_sent, alpha, device
         gtmkit trie search trie/ --proposals props.npz --bw 100
         gtmkit trie search trie/ --proposals props.npz --bw 1000 --theta-tok -20 --alpha 1 --json
     """
-    from ..indexer.succinct.trie import SuccinctTrie
-    from ..matcher.succinct.search import trie_beam_search
+    from ..trie.trie import SuccinctTrie
+    from ..trie.search import trie_beam_search
 
     trie = SuccinctTrie.load(trie_dir)
     tokens, logp = _load_proposals(proposals)

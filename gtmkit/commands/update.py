@@ -13,7 +13,7 @@ from ._stops import watched
 def _read_ids(path) -> np.ndarray:
     """Ad ids from a text file, one a line (blank lines and lines starting with # skipped)."""
     from ..errors import GtmkitError
-    from ..formats.inputs import read_text
+    from ..inputs.files import read_text
     lines = read_text(path, GtmkitError, "file of ad ids").splitlines()  # a FIFO or device would block
     out = []
     for i, line in enumerate(lines, 1):

@@ -5,17 +5,8 @@ that passes may still need more (deduplicated tables, Parquet buffers)."""
 
 from __future__ import annotations
 
-import os
-
+from .._machine import physical_memory
 from ..errors import CatalogError
-
-
-def physical_memory() -> int | None:
-    """Bytes of physical memory of this machine, or None where the platform does not say."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):
-        return None
 
 
 def human(nbytes: int) -> str:

@@ -8,11 +8,11 @@ import numpy as np
 
 from .._arrays import offsets_from_lengths
 from ..errors import GtmkitError
-from ..formats import index_format as fmt
-from ..formats.artifact import ArtifactWriter
-from ..formats.catalog import open_catalog, read_catalog
-from ..formats.output import check_output
-from ..formats.schema import PartitionSpec, Schema, make_partition, resolve_schema
+from ..artifact import index_format as fmt
+from ..artifact.container import ArtifactWriter
+from ..inputs.catalog import open_catalog, read_catalog
+from ..artifact.output import check_output
+from ..inputs.schema import PartitionSpec, Schema, make_partition, resolve_schema
 from ..progress import Progress, report
 from ..targeting.semantics import wide_attributes, wide_note
 from .adindex import reorder_lists, sid_ad_map
@@ -159,7 +159,8 @@ def _slack_arg(slack):
 def _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memory_limit, progress, overwrite,
                    timer, slack, no_worker_timeout=None):
     from ..index import load_index
-    from .shards.run import build_sharded, count_arg, runner
+    from .shards.run import build_sharded
+    from ..sharding.runner import count_arg, runner
     shards = None if shards is None else count_arg(shards, "shards", 1)
     workers = None if workers is None else count_arg(workers, "workers", 1)
     memory_limit = None if memory_limit is None else count_arg(memory_limit, "memory_limit", 1 << 20)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats.schema import PartitionSpec
+from ..inputs.schema import PartitionSpec
 from .partition import level_partitions
 
 

@@ -12,8 +12,8 @@ from numba import prange
 
 from ..threads import parallel_njit
 from ..errors import CatalogError
-from ..formats.catalog import Catalog
-from ..formats.schema import Schema
+from ..inputs.catalog import Catalog
+from ..inputs.schema import Schema
 from ..targeting.semantics import BitmaskLayout, bloom_signature
 
 ONE = np.uint64(1)

@@ -12,11 +12,11 @@ from .._arrays import read_only
 from .._bits import lower_bound
 from ..errors import ArtifactError, CatalogError
 from ..threads import parallel_njit
-from ..formats import index_format as fmt
-from ..formats.artifact import open_artifact, verify_artifact
-from ..formats.catalog import read_catalog
-from ..formats.index_checks import index_problems
-from ..formats.schema import parse_schema, resolve_schema
+from ..artifact import index_format as fmt
+from ..artifact.container import open_artifact, verify_artifact
+from ..inputs.catalog import read_catalog
+from ..artifact.index_checks import index_problems
+from ..inputs.schema import parse_schema, resolve_schema
 from ..progress import Progress, report
 from .adindex import reorder_lists
 from .rows import rows_in_layout

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..formats import index_format as fmt
+from ..artifact import index_format as fmt
 from ..progress import Progress, report
 from .stats import summarize
 

@@ -7,7 +7,7 @@ import operator
 import numpy as np
 
 from ..errors import GtmkitError
-from ..matcher.args import int_arg
+from .._args import int_arg
 
 
 class SidTokenLayout:

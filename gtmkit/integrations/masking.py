@@ -10,9 +10,9 @@ import numpy as np
 from numba import prange
 
 from ..errors import GtmkitError
-from ..matcher.args import check_kind, int_arg
-from ..matcher.matcher import IndexMatcher
-from ..matcher.served import Matcher
+from .._args import check_kind, int_arg
+from ..matcher.index_matcher import IndexMatcher
+from ..matcher.matcher import Matcher
 from ..threads import parallel_njit
 
 KERNEL = Path(__file__).with_name("kernels") / "sid_mask.cu"
@@ -120,8 +120,8 @@ class SidMasker:
         ts = torch.cuda.current_stream(x.device)
         st = self._streams.get(ts.cuda_stream)
         if st is None:
-            from ..matcher.matcher import _stream_of
-            st = self._streams[ts.cuda_stream] = _stream_of(x)
+            from ..matcher.cuda.interop import stream_of
+            st = self._streams[ts.cuda_stream] = stream_of(x)
         return st
 
     def _rule(self, depth: int, L: int) -> tuple:
@@ -180,7 +180,7 @@ class SidMasker:
     def _block_cuda(self, scores, words, div, nodes, offset, eos, eos_only):
         import cupy as cp
 
-        from ..matcher.cuda.backend import load_module
+        from .._gpu import load_module
         if self._kernel is None:
             self._kernel = load_module(KERNEL).get_function("block_scores_kernel")
         bits, neg_inf = _device_bits(scores)

@@ -15,7 +15,7 @@ try:
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"gtmkit.integrations.torch needs torch: pip install 'gtmkit[hf]' ({e})") from None
 
-from ..matcher.args import int_arg
+from .._args import int_arg
 from .layout import SidTokenLayout
 
 __all__ = ["ModuleLogits", "reorder_state"]

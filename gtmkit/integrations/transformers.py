@@ -16,10 +16,10 @@ except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"gtmkit.integrations.transformers needs transformers>=5 and torch: pip install 'gtmkit[hf]' "
                       f"({e})") from None
 
-from ..matcher.args import beam_sizes_arg, bool_arg, check_search_memory, int_arg
+from .._args import beam_sizes_arg, bool_arg, check_search_memory, int_arg
 from ..matcher.beam import Result
-from ..matcher.matcher import IndexMatcher
-from ..matcher.served import Matcher
+from ..matcher.index_matcher import IndexMatcher
+from ..matcher.matcher import Matcher
 from .layout import SidTokenLayout
 from .masking import SidMasker
 
@@ -106,8 +106,8 @@ def gtmkit_beam_search(model, input_ids, logits_processor=None, stopping_criteri
     if input_ids.device.type != ("cuda" if gpu else "cpu"):
         raise GtmkitError(f"inputs on {input_ids.device} and a device={matcher.device!r} Matcher: put both on the GPU "
                           "or both on the CPU")
-    from ..matcher.matcher import _stream_of
-    with torch.no_grad(), (_stream_of(input_ids) if gpu else _null()):
+    from ..matcher.cuda.interop import stream_of
+    with torch.no_grad(), (stream_of(input_ids) if gpu else _null()):
         return _search(model, input_ids, generation_config, model_kwargs, matcher, q, sizes, layout, gtm, postfilter)
 
 

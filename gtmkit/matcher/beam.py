@@ -8,7 +8,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from ..errors import GtmkitError
-from .args import beam_sizes_arg, bool_arg, check_search_memory
+from .._args import beam_sizes_arg, bool_arg, check_search_memory
 
 
 class Result(NamedTuple):

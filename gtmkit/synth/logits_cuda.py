@@ -8,7 +8,7 @@ from pathlib import Path
 import cupy as cp
 import numpy as np
 
-from ..matcher.cuda.backend import load_module
+from .._gpu import load_module
 from .logits import DEFAULT_PEAK, SyntheticDecoder
 
 DECODER_KERNELS = Path(__file__).with_name("kernels") / "decoder.cu"

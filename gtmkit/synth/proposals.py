@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..indexer.succinct import nav
+from ..trie import nav
 from .keys import _check
 
 

@@ -10,7 +10,7 @@ import mmh3
 import numpy as np
 
 from ..errors import RequestError
-from ..formats.inputs import short_repr, utf8_problem
+from ..inputs.files import short_repr, utf8_problem
 
 ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
 # a bitmask attribute with more values than this costs every matcher row a bit a value: a Bloom attribute fits it

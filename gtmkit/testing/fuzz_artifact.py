@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..formats.artifact import MANIFEST, file_sha256
-from ..formats.layout import POINTER, current
+from ..artifact.container import MANIFEST, file_sha256
+from ..artifact.layout import POINTER, current
 from .fuzz_core import OK_CHANGED, OK_SAME, REFUSED, WRONG, Wrong, after_load, classify, same
 from .fuzz_fixtures import check_kernels, index_answers, load_fixture, trie_answers
 from .fuzz_manifest import digest_key, write_manifest

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..formats.schema import parse_schema
+from ..inputs.schema import parse_schema
 from .fuzz_core import OK_SAME, REFUSED, Wrong, classify
 from .fuzz_gen import check_against_catalog, random_spec, random_table, random_user
 

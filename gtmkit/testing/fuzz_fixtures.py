@@ -57,7 +57,7 @@ def build_fixtures(root: Path, seed: int) -> dict:
 def _normalise(path: Path) -> None:
     """Give the manifest fixed bytes for a seed (no time stamp, timings or temporary paths), so that a
     byte flip at an offset hits the same field when a failure is rerun."""
-    from ..formats.artifact import manifest_path
+    from ..artifact.container import manifest_path
 
     if digest_status(path).startswith("not reproducible"):
         return

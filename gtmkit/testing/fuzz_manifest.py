@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from ..formats.artifact import MANIFEST, manifest_path
+from ..artifact.container import MANIFEST, manifest_path
 
 DIGEST_KEY = re.compile(r"(manifest_)?(sha256|digest|checksum)", re.I)
 

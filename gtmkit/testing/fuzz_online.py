@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pyarrow.parquet as pq
 
-from ..formats.schema import parse_schema
+from ..inputs.schema import parse_schema
 from ..matcher.arrays import RequestBatch
 from ..targeting.semantics import Request
 from .trie import NarProposals, RefTrie, ref_beam_search

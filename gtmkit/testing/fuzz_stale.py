@@ -91,7 +91,7 @@ class Case:
 
     def __init__(self, rng, ctx):
         from .. import Matcher
-        from ..formats.schema import parse_schema
+        from ..inputs.schema import parse_schema
 
         self.rng, self.ctx, self.work = rng, ctx, Path(ctx["work"])
         self.spec = _spec(rng)

@@ -92,7 +92,7 @@ def _after(fixture: pa.Table, changes: pa.Table, rebuilt: bool) -> pa.Table:
 
 def case(rng, ctx) -> str:
     from .. import Matcher, load_index, rebuild_shards
-    from ..formats.schema import parse_schema
+    from ..inputs.schema import parse_schema
 
     work = Path(ctx["work"])
     name = str(rng.choice(["fixed", "jagged"]))

@@ -126,8 +126,8 @@ def _refused_line(text: str, who: str) -> None:
 def case(rng, ctx) -> str:
     from .. import load_index
     from ..errors import GtmkitError
-    from ..formats.schema import parse_schema
-    from ..formats.staging import VersionChanged
+    from ..inputs.schema import parse_schema
+    from ..artifact.staging import VersionChanged
     from ..indexer.update.publish import update_path
 
     work = Path(ctx["work"])

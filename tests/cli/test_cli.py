@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import gtmkit
 from gtmkit.cli import cli
-from gtmkit.formats.artifact import manifest_path
+from gtmkit.artifact.container import manifest_path
 
 from support.catalogs import random_catalog, schema_dict, write
 

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from gtmkit.commands import synth_trie, trie as trie_cmd
-from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.trie.trie import SuccinctTrie
 from gtmkit.synth.keys import synth_keys
 from gtmkit.synth.proposals import synth_proposals
-from gtmkit.matcher.matcher import cuda_available
+from gtmkit._gpu import cuda_available
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -136,7 +136,7 @@ def test_trie_verify_command(tmp_path):
     from click.testing import CliRunner
 
     from gtmkit.cli import cli
-    from gtmkit.indexer.succinct.trie import SuccinctTrie
+    from gtmkit.trie.trie import SuccinctTrie
 
     d = tmp_path / "t"
     SuccinctTrie.build([[1, 2], [1, 3], [4], [5, 6, 7]]).save(d)

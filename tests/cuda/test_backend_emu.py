@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.served import Matcher
+from gtmkit.matcher.index_matcher import Matcher
 from gtmkit.matcher.cuda.sparse_req import Caps, sparse_images
 
 from support.catalogs import random_user

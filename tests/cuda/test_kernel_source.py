@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from gtmkit.matcher.cuda.source import KERNEL_DIR, kernel_source
+import gtmkit
+from gtmkit._gpu.source import SHARED_KERNELS, kernel_source
 
-SOURCES = sorted(KERNEL_DIR.parent.parent.parent.rglob("*.cu"))
+SOURCES = sorted(Path(gtmkit.__file__).parent.rglob("*.cu"))
 
 
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
@@ -18,7 +20,7 @@ def test_no_local_include_left(src):
     text = kernel_source(src)
     assert not re.search(r'^\s*#\s*include\s*"', text, re.M)
     for h in re.findall(r'^\s*#\s*include\s*"([^"]+)"', src.read_text(), re.M):
-        header = src.parent / h if (src.parent / h).is_file() else KERNEL_DIR / h
+        header = src.parent / h if (src.parent / h).is_file() else SHARED_KERNELS / h
         assert header.read_text().strip().splitlines()[-1] in text  # its text is there
 
 
@@ -51,7 +53,7 @@ def test_inlined_source_compiles_to_the_same_ptx(src, tmp_path):
     flat = tmp_path / src.name
     flat.write_text(kernel_source(src))
     outs = []
-    for path, extra in ((flat, []), (src, [f"-I{KERNEL_DIR}"])):
+    for path, extra in ((flat, []), (src, [f"-I{SHARED_KERNELS}"])):
         out = tmp_path / f"{len(outs)}.ptx"
         r = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "--std=c++14", *extra, str(path), "-o", str(out)],
                            capture_output=True, text=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gtmkit.matcher.matcher import cuda_available
-from gtmkit.matcher.served import Matcher
+from gtmkit._gpu import cuda_available
+from gtmkit.matcher.index_matcher import Matcher
 
 pytestmark = pytest.mark.gpu
 if not cuda_available():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gtmkit.matcher.matcher import cuda_available
+from gtmkit._gpu import cuda_available
 
 pytestmark = pytest.mark.gpu
 if not cuda_available():
@@ -17,9 +17,9 @@ if not cuda_available():
 import cupy as cp  # noqa: E402
 
 from gtmkit.errors import GtmkitError  # noqa: E402
-from gtmkit.indexer.succinct.trie import SuccinctTrie  # noqa: E402
-from gtmkit.matcher.succinct import search_cuda as tsc  # noqa: E402
-from gtmkit.matcher.succinct.search import TrieBeamStepper, trie_beam_search, trie_beam_stepper  # noqa: E402
+from gtmkit.trie.trie import SuccinctTrie  # noqa: E402
+from gtmkit.trie import search_cuda as tsc  # noqa: E402
+from gtmkit.trie.search import TrieBeamStepper, trie_beam_search, trie_beam_stepper  # noqa: E402
 from gtmkit.synth.keys import synth_keys  # noqa: E402
 from gtmkit.synth.proposals import synth_proposals  # noqa: E402
 
@@ -173,7 +173,7 @@ def test_gpu_ar_stepper_errors():
 def test_server_equals_cpu_on_synth_workload(params):
     """A resident TrieSearchServer answers a stream of queries as the CPU search does, while a plain GPU
     search runs beside it on the same trie; after close() the device synchronizes (the kernel ended)."""
-    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
+    from gtmkit.trie.server_cuda import TrieSearchServer
     trie = SuccinctTrie.build(synth_keys(200_000, seed=3))
     tokens, logp = synth_proposals(trie, 12, 8, 1000, seed=7)
     with TrieSearchServer(trie, 1000, 8, 1000, **params) as srv:
@@ -204,7 +204,7 @@ def test_gpu_hostile_proposals_equal_reference(seed):
 def test_gpu_other_cluster_sizes_equal_cpu(cluster):
     """cluster= thread blocks a query (1: the kernel GPUs before sm_90 run) for the NAR search, the AR stepper and
     the server: the CPU search's answers. A search of the default cluster size runs beside them."""
-    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
+    from gtmkit.trie.server_cuda import TrieSearchServer
     hopper = int(cp.cuda.Device().compute_capability[:-1]) >= 9
     assert tsc.cuda_device(cluster).cl == (cluster if hopper else 1)
     rng = np.random.default_rng(70 + cluster)

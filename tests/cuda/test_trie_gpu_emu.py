@@ -1,4 +1,4 @@
-"""The GPU trie search without a GPU: kernels/trie_search.cu, driven by succinct/search_cuda.py as on the
+"""The GPU trie search without a GPU: kernels/trie_search.cu, driven by trie/search_cuda.py as on the
 device, runs on the CPU through the CUDA emulation of tests/support/cuda_emu.py and must equal the CPU search
 exactly. Configurations shrink the block and shared-memory sizes so that the radix select, the sort in
 global memory, the global work offsets and the host-prepared rows all run on small inputs."""
@@ -11,10 +11,10 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.succinct.search import TrieBeamStepper, trie_beam_search
-from gtmkit.matcher.succinct.search_cuda import KERNEL_FILE, TrieBeamStepperCuda, trie_beam_search_cuda
+from gtmkit.trie.search import TrieBeamStepper, trie_beam_search
+from gtmkit.trie.search_cuda import KERNEL_FILE, TrieBeamStepperCuda, trie_beam_search_cuda
 from gtmkit.errors import GtmkitError
-from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.trie.trie import SuccinctTrie
 
 from support.cuda_emu import build_emulator, garbage, kernel_signatures, launch
 from support.trie_cases import check_reference, hostile_case
@@ -147,9 +147,10 @@ def test_navigation_equals_numba(emu, share, monkeypatch):
     """select0, run ends (children), labels and key ids of the kernels at every node of a synthetic trie;
     zero_pair (sampled zero positions) gives the same child ranges, with every wide group listed (share 8)
     and with none listed (the general path)."""
-    from gtmkit.indexer.succinct import bits as bits, nav as nav
-    from gtmkit.matcher.succinct import gpu_tables as aux
-    from gtmkit.matcher.succinct.search_cuda import _trie_params
+    from gtmkit import _rank_select as bits
+    from gtmkit.trie import nav as nav
+    from gtmkit.trie import gpu_tables as aux
+    from gtmkit.trie.search_cuda import _trie_params
     from gtmkit.synth.keys import synth_keys
     monkeypatch.setattr(aux, "WIDE_SHARE", share)
     trie = SuccinctTrie.build(synth_keys(20000, seed=7, vocab=3_000_000))
@@ -174,8 +175,8 @@ def test_navigation_equals_numba(emu, share, monkeypatch):
 
 
 def test_root_directory_and_zero_samples():
-    from gtmkit.indexer.succinct import bits as bits
-    from gtmkit.matcher.succinct.gpu_tables import root_directory, zero_positions, zero_samples
+    from gtmkit import _rank_select as bits
+    from gtmkit.trie.gpu_tables import root_directory, zero_positions, zero_samples
     from gtmkit.synth.keys import synth_keys
     trie = SuccinctTrie.build(synth_keys(5000, seed=3, vocab=100_000))
     a = trie.arrays
@@ -345,7 +346,7 @@ def test_nar_rows_with_repeated_tokens(emu):
 
 def test_nar_more_steps_than_factor_cache(emu):
     """More steps than the kernel keeps length factors for (FAC_CAP): read each step, prep_kernel path."""
-    from gtmkit.matcher.succinct.search_cuda import FAC_CAP
+    from gtmkit.trie.search_cuda import FAC_CAP
     rng = np.random.default_rng(11)
     keys = [[int(x) for x in rng.integers(0, 3, size=int(rng.integers(1, FAC_CAP + 4)))] for _ in range(30)]
     trie = SuccinctTrie.build(keys)
@@ -462,7 +463,7 @@ def test_ar_fewer_rows_than_beams(emu):
 def test_server_equals_cpu(emu, seed):
     """TrieSearchServer's serve_kernel (one request a launch here) against the CPU search, several requests
     on one server (its buffers and counters reused), thresholds and length normalisation."""
-    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
+    from gtmkit.trie.server_cuda import TrieSearchServer
     rng = np.random.default_rng(300 + seed)
     trie, _ = random_trie(rng, int(rng.integers(1, 60)))
     T, K, bw = int(rng.integers(1, 6)), int(rng.integers(1, 9)), int(rng.integers(1, 12))
@@ -478,7 +479,7 @@ def test_server_equals_cpu(emu, seed):
 
 
 def test_server_rejects_bad_shapes(emu):
-    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
+    from gtmkit.trie.server_cuda import TrieSearchServer
     trie = SuccinctTrie.build([[1, 2], [3]])
     with pytest.raises(GtmkitError, match="K must be"):
         TrieSearchServer(trie, 4, 2, emu.nt + 1, device=emu)
@@ -492,9 +493,9 @@ def test_shared_memory_and_cluster_argument():
     """search_kernel's dynamic shared memory at the default capacities fits a block's opt-in on the H200 (227 KiB);
     the searches' cluster argument is checked on any device, with one-line errors."""
     from types import SimpleNamespace
-    from gtmkit.matcher.succinct import search_cuda as tsc
-    from gtmkit.matcher.succinct.search import trie_beam_stepper
-    from gtmkit.matcher.succinct.server_cuda import TrieSearchServer
+    from gtmkit.trie import search_cuda as tsc
+    from gtmkit.trie.search import trie_beam_stepper
+    from gtmkit.trie.server_cuda import TrieSearchServer
     dev = SimpleNamespace(**{a: getattr(tsc.CupyDevice, a) for a in (
         "nt", "sort_cap", "prep_cap", "beam_cap", "tok_cap", "sel_cap")})
     base = tsc.search_smem(dev)
@@ -543,9 +544,9 @@ def test_block_select(emu, layout):
 
 def test_host_sizes_match_the_kernels_defaults():
     """CupyDevice's sizes are the kernel file's defaults (its dynamic shared memory follows them): a changed
-    default in kernels/trie_search.cu must change succinct/search_cuda.py too."""
+    default in kernels/trie_search.cu must change trie/search_cuda.py too."""
     import re
-    from gtmkit.matcher.succinct import search_cuda as tsc
+    from gtmkit.trie import search_cuda as tsc
     src = tsc.KERNEL_FILE.read_text()
 
     def default(name):

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from gtmkit.errors import ArtifactError
-from gtmkit.formats.artifact import ArtifactWriter, file_sha256, manifest_path, open_artifact, read_manifest, verify_artifact
+from gtmkit.artifact.container import (ArtifactWriter, file_sha256, manifest_path, open_artifact, read_manifest, verify_artifact)
 
 FMT = "gtmkit-test"
 
@@ -267,7 +267,7 @@ def test_streamed_array_equals_added_array_and_checks_its_length(tmp_path):
     """stream_array writes the bytes add_array writes (same checksum); writing more or fewer values than the
     shape holds is refused, and nothing is published."""
     from gtmkit.errors import ArtifactError
-    from gtmkit.formats.artifact import ArtifactWriter
+    from gtmkit.artifact.container import ArtifactWriter
 
     a = (np.arange(5000, dtype=np.int64) * 31) % 977
     sums = []

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gtmkit
 from gtmkit.errors import ArtifactError
-from gtmkit.formats.artifact import manifest_path, manifest_digest
-from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.artifact.container import manifest_path, manifest_digest
+from gtmkit.trie.trie import SuccinctTrie
 from gtmkit.indexer.verify import verify_index
 
 from support.catalogs import random_catalog, schema_dict, write

@@ -22,8 +22,8 @@ from click.testing import CliRunner
 
 import gtmkit
 from gtmkit.cli import cli
-from gtmkit.formats import layout
-from gtmkit.formats.staging import Staging, VersionChanged
+from gtmkit.artifact import layout
+from gtmkit.artifact.staging import Staging, VersionChanged
 from gtmkit.indexer.update import publish
 from gtmkit.indexer.update.publish import update_path
 
@@ -190,7 +190,7 @@ def test_build_force_says_which_version_it_replaced(tmp_path, monkeypatch):
 
 
 def test_trie_build_force_says_which_version_it_replaced(tmp_path, monkeypatch):
-    from gtmkit.indexer.succinct.trie import SuccinctTrie
+    from gtmkit.trie.trie import SuccinctTrie
     keys = tmp_path / "k.parquet"
     pq.write_table(pa.table({"key": pa.array([[1, 2], [1, 3], [2, 5]], pa.list_(pa.int32()))}), keys)
     out = tmp_path / "t"

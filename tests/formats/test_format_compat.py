@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 import gtmkit
-from gtmkit.formats.schema import load_schema
+from gtmkit.inputs.schema import load_schema
 from gtmkit.indexer.verify import verify_index
 from gtmkit.testing.gtm import catalog_rows, eligible
 

@@ -1,4 +1,4 @@
-"""A full disk or quota anywhere in a build, a trie build or an update (formats/writes.py): one line naming the path,
+"""A full disk or quota anywhere in a build, a trie build or an update (artifact/writes.py): one line naming the path,
 the file, about the bytes needed and the bytes free, a non-zero exit, no traceback; the version served before is
 still served and nothing the write began is left (no staging directory, no pointer temporary).
 
@@ -27,9 +27,9 @@ from click.testing import CliRunner
 import gtmkit
 from gtmkit.cli import cli
 from gtmkit.errors import ArtifactError
-from gtmkit.formats import artifact, layout, writes
-from gtmkit.formats.writes import WriteError
-from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.artifact import container as artifact, layout, writes
+from gtmkit.artifact.writes import WriteError
+from gtmkit.trie.trie import SuccinctTrie
 
 ADS = 30_000  # an index of ~2.4 MB
 KEYS = 100_000  # a trie of ~1.1 MB
@@ -359,7 +359,7 @@ def test_a_full_temporary_folder_under_changes_given_as_a_table_is_one_line(inpu
     line naming it, and the index is left as it was."""
     import pyarrow.parquet as pq_module
 
-    from gtmkit.matcher.served import Matcher
+    from gtmkit.matcher.index_matcher import Matcher
 
     out = tmp_path / "idx"
     before = _base(inputs, out)

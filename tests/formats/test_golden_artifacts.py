@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import gtmkit
-from gtmkit.formats.schema import load_schema
+from gtmkit.inputs.schema import load_schema
 from gtmkit.indexer.verify import verify_index
 from gtmkit.testing.gtm import catalog_rows, eligible
 from gtmkit.testing.trie import RefTrie

@@ -1,4 +1,4 @@
-""".npy files read without numpy's header parser (formats/npy.py): every header numpy writes, of any plain
+""".npy files read without numpy's header parser (artifact/npy.py): every header numpy writes, of any plain
 dtype, shape, order and format version, reads as np.lib.format reads it and loads the same array; a header
 numpy refuses is refused; a malformed or structured one is one NpyError line, and one ArtifactError line naming
 the member when an artifact holds it."""
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gtmkit.errors import ArtifactError
-from gtmkit.formats import npy
-from gtmkit.formats.artifact import ArtifactWriter, open_artifact
+from gtmkit.artifact import npy
+from gtmkit.artifact.container import ArtifactWriter, open_artifact
 
 DTYPES = ["<u8", "|u1", "<f4", ">f8", "<i2", ">i4", "<i8", "|b1", "<c8", ">c16", "<u2", ">u4", "<f2", "<M8[ns]",
           "<m8[10s]", "<U3", "|S5", "|i1"]

@@ -21,11 +21,11 @@ from click.testing import CliRunner
 import gtmkit
 from gtmkit.cli import cli
 from gtmkit.errors import ArtifactError
-from gtmkit.formats import layout
-from gtmkit.formats.artifact import ArtifactWriter, open_artifact
-from gtmkit.formats.locks import Lock
-from gtmkit.formats.output import check_output
-from gtmkit.matcher.served import Matcher
+from gtmkit.artifact import layout
+from gtmkit.artifact.container import ArtifactWriter, open_artifact
+from gtmkit.artifact.locks import Lock
+from gtmkit.artifact.output import check_output
+from gtmkit.matcher.index_matcher import Matcher
 
 from support.catalogs import random_catalog, random_user, schema_dict, write
 

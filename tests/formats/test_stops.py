@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from gtmkit import cli
-from gtmkit.formats import layout
-from gtmkit.formats.artifact import ArtifactWriter, open_artifact
+from gtmkit.artifact import layout
+from gtmkit.artifact.container import ArtifactWriter, open_artifact
 
 FMT = "stop-test"
 

@@ -1,4 +1,4 @@
-"""Loading from several threads at once: .npy headers are read by gtmkit's own parser (formats/npy.py), never
+"""Loading from several threads at once: .npy headers are read by gtmkit's own parser (artifact/npy.py), never
 by np.load's, whose ast.literal_eval fails now and then when threads parse at once on Python 3.11 (CPython
 gh-106905: `SystemError: AST constructor recursion depth mismatch`)."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import gtmkit
-from gtmkit.formats import index_format as fmt
-from gtmkit.formats.artifact import open_artifact
+from gtmkit.artifact import index_format as fmt
+from gtmkit.artifact.container import open_artifact
 
 from support.catalogs import random_catalog, schema_dict, write
 

@@ -28,14 +28,14 @@ distributed = pytest.importorskip("distributed", reason="needs the dist extra: p
 import gtmkit  # noqa: E402
 from gtmkit import cli  # noqa: E402
 from gtmkit.errors import GtmkitError  # noqa: E402
-from gtmkit.formats import layout  # noqa: E402
-from gtmkit.indexer.shards import cluster as cluster_mod  # noqa: E402
+from gtmkit.artifact import layout  # noqa: E402
+from gtmkit.sharding import cluster as cluster_mod  # noqa: E402
 
 ADS, PARTS = 20_000, 4
 KEYS = 4_000
 
 # worker preloads: the first task of each sharded command sleeps (a build that is surely mid-way), or kills its worker
-TASKS = [("gtmkit.indexer.shards.split", "split_file"), ("gtmkit.indexer.succinct.shards", "split_keys"),
+TASKS = [("gtmkit.indexer.shards.split", "split_file"), ("gtmkit.trie.shards", "split_keys"),
          ("gtmkit.indexer.update.subtree_task", "build_subtrees")]
 PRELOAD = """import importlib, os, time
 def wrap(task, act):
@@ -334,7 +334,7 @@ def test_a_scheduler_without_workers_fails_after_the_no_worker_timeout(inputs, t
 
 
 def test_the_library_forms_take_no_worker_timeout(inputs, tmp_path):
-    from gtmkit.indexer.succinct.trie import SuccinctTrie
+    from gtmkit.trie.trie import SuccinctTrie
     from gtmkit.indexer.update.rebuild import rebuild_shards
     work = _work(inputs, tmp_path)
     with _external(tmp_path, workers=0) as c, distributed.Client(c.address) as client:

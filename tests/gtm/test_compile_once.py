@@ -9,10 +9,10 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 import gtmkit
-from gtmkit.formats.schema import parse_schema
+from gtmkit.inputs.schema import parse_schema
 from gtmkit.indexer.update.apply import _unique_rows, find_ids
 from gtmkit.matcher.cpu import step as step_cpu
-from gtmkit.matcher.served import Matcher
+from gtmkit.matcher.index_matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows
 
 from support.catalogs import random_catalog, random_user, schema_dict, write

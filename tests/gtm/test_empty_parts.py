@@ -16,8 +16,8 @@ from click.testing import CliRunner
 import gtmkit
 from gtmkit.cli import cli
 from gtmkit.errors import CatalogError, GtmkitError
-from gtmkit.formats.schema import parse_schema
-from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.inputs.schema import parse_schema
+from gtmkit.trie.trie import SuccinctTrie
 from gtmkit.testing.gtm import catalog_rows
 
 from support.catalogs import random_catalog, schema_dict

@@ -15,9 +15,9 @@ from hypothesis import given, settings, strategies as st
 
 import gtmkit
 from gtmkit.errors import ArtifactError, GtmkitError, RequestError
-from gtmkit.formats.artifact import manifest_path, verify_artifact
-from gtmkit.matcher import args as margs
-from gtmkit.matcher.served import Matcher
+from gtmkit.artifact.container import manifest_path, verify_artifact
+from gtmkit import _args as margs
+from gtmkit.matcher.index_matcher import Matcher
 from gtmkit.testing.gtm import step_reference
 
 from support.catalogs import random_catalog, random_user, schema_dict, write

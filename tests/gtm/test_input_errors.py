@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from gtmkit.cli import cli
 from gtmkit.errors import CatalogError, GtmkitError, RequestError, SchemaError
-from gtmkit.formats.schema import Schema, parse_schema
+from gtmkit.inputs.schema import Schema, parse_schema
 from gtmkit.indexer import budget
 from gtmkit.indexer.build import build_index
-from gtmkit.indexer.succinct.inputs import key_arrays
+from gtmkit.inputs.keys import key_arrays
 
 from support.catalogs import random_catalog, schema_dict, write
 

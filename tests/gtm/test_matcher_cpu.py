@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gtmkit
-from gtmkit.matcher.served import Matcher
+from gtmkit.matcher.index_matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows, eligible, mask_reference, step_reference
 
 from support.catalogs import random_user

@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 import gtmkit
 from gtmkit.errors import GtmkitError, RequestError
 from gtmkit.matcher.arrays import RequestBatch
-from gtmkit.matcher.served import Matcher
+from gtmkit.matcher.index_matcher import Matcher
 from gtmkit.targeting.semantics import Request
 from gtmkit.testing.gtm import step_reference
 
@@ -107,7 +107,7 @@ CHILD = textwrap.dedent("""
     import numpy as np
     import gtmkit
     from gtmkit.matcher.arrays import RequestBatch
-    from gtmkit.matcher.served import Matcher
+    from gtmkit.matcher.index_matcher import Matcher
     idx = gtmkit.load_index(sys.argv[1])
     m = Matcher(idx)
     req = [idx.encode_request({})]

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import gtmkit
 from gtmkit.errors import RequestError
-from gtmkit.matcher.served import Matcher
+from gtmkit.matcher.index_matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows, eligible, live_nodes, mask_reference, step_reference
 
 from support.catalogs import random_catalog, random_user, schema_dict, write
@@ -37,7 +37,7 @@ def _index(mode: str, seed: int = 7):
     table = random_catalog(seed, n_ads=N_ADS, L=3, V=5, n_sids=30)
     sd = schema_dict(L=3, V=5)
     idx = gtmkit.build_index(write(work, table, sd), work / "idx", partition=mode, **kw)
-    from gtmkit.formats.schema import parse_schema
+    from gtmkit.inputs.schema import parse_schema
     return idx, catalog_rows(table, parse_schema(sd)), parse_schema(sd)
 
 

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gtmkit
 from gtmkit.errors import RequestError, UpdateError
-from gtmkit.formats.schema import parse_schema
+from gtmkit.inputs.schema import parse_schema
 from gtmkit.indexer.update import rebuild as rebuild_mod
-from gtmkit.matcher.served import Matcher
+from gtmkit.matcher.index_matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows
 
 from support.catalogs import random_catalog, random_user, schema_dict, write

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gtmkit
 from gtmkit.errors import CatalogError, GtmkitError
-from gtmkit.indexer.shards.plan import shard_bounds
+from gtmkit.sharding.plan import shard_bounds
 
 from support.catalogs import random_catalog, schema_dict
 

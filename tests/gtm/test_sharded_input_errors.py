@@ -17,8 +17,8 @@ from click.testing import CliRunner
 import gtmkit
 from gtmkit.cli import cli
 from gtmkit.errors import CatalogError
-from gtmkit.formats.catalog import read_catalog
-from gtmkit.formats.schema import parse_schema
+from gtmkit.inputs.catalog import read_catalog
+from gtmkit.inputs.schema import parse_schema
 
 from support.catalogs import random_catalog, schema_dict
 

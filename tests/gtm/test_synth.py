@@ -88,9 +88,9 @@ def test_schema_structure(big):
 
 def test_schema_accepted_by_schema_parser(big):
     try:
-        from gtmkit.formats.schema import parse_schema
+        from gtmkit.inputs.schema import parse_schema
     except ImportError:  # pragma: no cover - written by another module
-        pytest.skip("gtmkit.formats.schema not available")
+        pytest.skip("gtmkit.inputs.schema not available")
     s = parse_schema(big[1])
     assert s.sid_length == 4 and s.vocab == 512 and len(s.bitmask) == 3 and len(s.bloom) == 1
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gtmkit import threads
-from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.trie.trie import SuccinctTrie
 
 from support.indexes import _build
 from support.thread_work import run_threaded, work_items
@@ -59,7 +59,7 @@ def test_workqueue_launches_are_serialised(served):
     idx, _, _ = served
     script = (
         "import gtmkit, numba, numpy as np\n"
-        "from gtmkit.indexer.succinct.trie import SuccinctTrie\n"
+        "from gtmkit.trie.trie import SuccinctTrie\n"
         "from support import thread_work as T\n"
         f"idx = gtmkit.load_index({str(idx.path)!r})\n"
         "rng = np.random.default_rng(5)\n"
@@ -105,7 +105,7 @@ def test_every_cpu_kernel_releases_the_gil_and_parallel_ones_take_the_guard():
     import re
     bad = []
     for path in sorted((ROOT / "gtmkit").rglob("*.py")):
-        if path.name in ("threads.py", "succinct/search_cuda.py"):  # the guard itself; the GPU trie host code
+        if path.name in ("threads.py", "trie/search_cuda.py"):  # the guard itself; the GPU trie host code
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             m = re.match(r"\s*@(?:numba\.)?njit\b(.*)", line)

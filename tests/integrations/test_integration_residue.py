@@ -16,7 +16,7 @@ pytest.importorskip("transformers", reason="needs the hf extra: pip install 'gtm
 import gtmkit  # noqa: E402
 from gtmkit.errors import GtmkitError  # noqa: E402
 from gtmkit.integrations.transformers import GTMLogitsProcessor, SidTokenLayout, gtmkit_beam_search  # noqa: E402
-from gtmkit.matcher import args as margs  # noqa: E402
+from gtmkit import _args as margs  # noqa: E402
 
 from support.hf_models import MODELS, SPECIALS, synthetic_world  # noqa: E402
 

@@ -25,7 +25,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 def _device_or_skip(device):
     if device == "cuda":
-        from gtmkit.matcher.matcher import cuda_available
+        from gtmkit._gpu import cuda_available
         if not (cuda_available() and torch.cuda.is_available()):
             pytest.skip("needs CuPy and torch with a CUDA device")
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gtmkit.errors import ArtifactError, GtmkitError
-from gtmkit.formats.artifact import manifest_digest, manifest_path
-from gtmkit.indexer.succinct import bits as bits
-from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.artifact.container import manifest_digest, manifest_path
+from gtmkit import _rank_select as bits
+from gtmkit.trie.trie import SuccinctTrie
 from gtmkit.testing.trie import RefTrie
 
 BIG = 2**31 - 1

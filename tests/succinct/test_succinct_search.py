@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gtmkit.errors import GtmkitError
-from gtmkit.indexer.succinct.trie import SuccinctTrie
-from gtmkit.matcher.succinct.search import TrieBeamStepper, trie_beam_search
-from gtmkit.matcher.succinct.search_cpu import length_factors
+from gtmkit.trie.trie import SuccinctTrie
+from gtmkit.trie.search import TrieBeamStepper, trie_beam_search
+from gtmkit.trie.search_cpu import length_factors
 from gtmkit.testing.trie import ArProposals, NarProposals, ref_beam_search
 
 from support.tries import assert_same, random_logp, random_tokens, random_trie

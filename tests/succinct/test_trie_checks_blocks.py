@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import gtmkit.indexer.succinct.checks as C
-from gtmkit.indexer.succinct.trie import SuccinctTrie
+import gtmkit.artifact.trie_checks as C
+from gtmkit.trie.trie import SuccinctTrie
 
 EDITS = ["none", "louds_bit", "labels_swap", "label_high", "terminal_bit", "level", "louds_swap"]
 

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gtmkit.errors import GtmkitError
-from gtmkit.formats.array_checks import FieldError
-from gtmkit.indexer.succinct.build import levels_arrays
-from gtmkit.indexer.succinct.checks import manifest_counts
-from gtmkit.indexer.succinct.format import MAX_NODES
-from gtmkit.indexer.succinct.nav import child_range, labels_of
-from gtmkit.matcher.succinct.search_cpu import live_push, live_sort
+from gtmkit.artifact.array_checks import FieldError
+from gtmkit.trie.build import levels_arrays
+from gtmkit.artifact.trie_checks import manifest_counts
+from gtmkit.artifact.trie_format import MAX_NODES
+from gtmkit.trie.nav import child_range, labels_of
+from gtmkit.trie.search_cpu import live_push, live_sort
 
 from support.tries import random_trie
 

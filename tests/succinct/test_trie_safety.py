@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gtmkit.errors import GtmkitError
-from gtmkit.indexer.succinct.trie import SuccinctTrie
-from gtmkit.matcher.succinct.search import TrieBeamStepper, trie_beam_search
+from gtmkit.trie.trie import SuccinctTrie
+from gtmkit.trie.search import TrieBeamStepper, trie_beam_search
 from gtmkit.testing.trie import ArProposals, NarProposals, ref_beam_search
 
 from support.tries import assert_same, random_tokens, random_trie

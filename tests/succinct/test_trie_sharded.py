@@ -1,4 +1,4 @@
-"""Sharded succinct-trie builds (indexer/succinct/shards.py): for any shard count, in this process or on a
+"""Sharded succinct-trie builds (trie/shards.py): for any shard count, in this process or on a
 real Dask LocalCluster, the saved arrays are SuccinctTrie.build's over all the keys, byte for byte."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gtmkit.errors import GtmkitError
-from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.trie.trie import SuccinctTrie
 
 
 def _sums(trie) -> dict:

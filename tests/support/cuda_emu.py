@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "gtmkit" / "matcher" / "cuda" / "kernels"
+SHARED_KERNELS = KERNEL_DIR.parents[2] / "_gpu" / "kernels"
 
 HARNESS = r"""
 #include <pthread.h>
@@ -259,7 +260,7 @@ def build_emulator(tmp_path: Path, kernel_file: Path, defines: dict, extra: str 
     src.write_text(HARNESS + f'#include "{kernel_file}"\n' + "\n".join(wrappers) + "\n" + extra)
     lib = tmp_path / "emu.so"
     flags = [f"-D{k}={v}" for k, v in defines.items()]
-    r = subprocess.run(["g++", "-O1", "-std=c++17", "-pthread", "-shared", "-fPIC", "-w", f"-I{KERNEL_DIR}", *flags,
+    r = subprocess.run(["g++", "-O1", "-std=c++17", "-pthread", "-shared", "-fPIC", "-w", f"-I{KERNEL_DIR}", f"-I{SHARED_KERNELS}", *flags,
                         str(src), "-o", str(lib)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     return ctypes.CDLL(str(lib)), sigs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gtmkit
-from gtmkit.formats.schema import parse_schema
+from gtmkit.inputs.schema import parse_schema
 
 from support.catalogs import random_catalog, schema_dict, write
 

@@ -11,9 +11,9 @@ import pytest
 
 import gtmkit
 from gtmkit.errors import RequestError
-from gtmkit.formats.schema import parse_schema
+from gtmkit.inputs.schema import parse_schema
 from gtmkit.matcher.beam import beam_search
-from gtmkit.matcher.served import Matcher
+from gtmkit.matcher.index_matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows, eligible
 
 from support.catalogs import random_catalog, random_user, schema_dict, write

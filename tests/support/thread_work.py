@@ -10,8 +10,8 @@ import numpy as np
 
 from gtmkit.synth.logits import SyntheticDecoder
 from gtmkit.matcher.beam import beam_search
-from gtmkit.matcher.served import Matcher
-from gtmkit.matcher.succinct.search import trie_beam_search
+from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.trie.search import trie_beam_search
 
 from support.catalogs import random_user
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gtmkit.matcher.succinct.search_cuda import TrieBeamStepperCuda, trie_beam_search_cuda
+from gtmkit.trie.search_cuda import TrieBeamStepperCuda, trie_beam_search_cuda
 
 from support.tries import assert_same, random_logp, random_settings, random_tokens, random_trie
 

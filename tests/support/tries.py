@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from gtmkit.indexer.succinct.trie import SuccinctTrie
+from gtmkit.trie.trie import SuccinctTrie
 from gtmkit.testing.trie import RefTrie
 
 VOCAB = [0, 1, 2, 3, 4, 65536, 70001, 2**31 - 1]

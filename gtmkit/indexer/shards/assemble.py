@@ -14,15 +14,15 @@ import numpy as np
 from numba import njit
 
 from ..._bits import row_popcount
-from ...formats.catalog import check_unique
-from ...formats.npy import load as load_npy
-from ...formats.writes import save_npy
+from ...inputs.catalog import check_unique
+from ...artifact.npy import load as load_npy
+from ...artifact.writes import save_npy
 from ..adindex import _argsort_ids
 from ..dedup import RowDeduper, add_columns
 from ..levels import level_k, node_partitions
 from ..stats import table_stats
 from ..trie import token_dtype
-from ...formats import index_format as fmt
+from ...artifact import index_format as fmt
 from .shard import shard_dir
 
 

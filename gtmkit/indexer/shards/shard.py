@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from ..._arrays import join_offsets
-from ...formats.catalog import Catalog, StringLists
-from ...formats.npy import load as load_npy
-from ...formats.writes import save_npy
+from ...inputs.catalog import Catalog, StringLists
+from ...artifact.npy import load as load_npy
+from ...artifact.writes import save_npy
 from ..adindex import reorder_lists, sid_ad_map
 from ..levels import level_parts
 from ..dedup import RowDeduper, add_columns
@@ -19,7 +19,8 @@ from ..partition import level_partitions
 from ..rows import ad_rows, resolve_layout
 from ..trie import build_trie
 from .plan import load_dictionary
-from .split import ARRAYS, piece_dir, position, publish, task_dir
+from .split import ARRAYS, piece_dir, position
+from ...sharding.tasks import publish, task_dir
 
 
 def shard_dir(stage, s: int) -> Path:

@@ -3,39 +3,22 @@ two SID tokens and keeps them in the staging area, so that a shard reads one run
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
 from pathlib import Path
 
 import numpy as np
 from numba import njit
 
 from ..._arrays import offsets_from_lengths
-from ...formats.catalog import open_catalog, read_catalog
-from ...formats.npy import load as load_npy
-from ...formats.writes import make_dir, save_npy, writing
+from ...inputs.catalog import open_catalog, read_catalog
+from ...artifact.npy import load as load_npy
+from ...artifact.writes import save_npy
+from ...sharding.tasks import publish, task_dir
 
 ARRAYS = ("ad_ids", "sids", "rows")
 
 
 def piece_dir(stage, i: int) -> Path:
     return Path(stage) / f"file-{i:05d}"
-
-
-def task_dir(final: Path) -> Path:
-    """A fresh directory for a task's files, made final by publish(): a task that runs again after its
-    worker died (perhaps midway through writing) starts clean and replaces what the first run left."""
-    tmp = final.with_name(f"{final.name}.{uuid.uuid4().hex[:12]}")
-    make_dir(tmp)
-    return tmp
-
-
-def publish(tmp: Path, final: Path) -> None:
-    with writing(final):
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
 
 
 @njit(cache=True, nogil=True)

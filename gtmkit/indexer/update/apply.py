@@ -13,7 +13,7 @@ import numpy as np
 
 from ..._arrays import read_only
 from ...errors import UpdateError
-from ...formats import index_format as fmt
+from ...artifact import index_format as fmt
 from ...index import extended_fingerprint
 from .changes import Changes
 from .merge import gather_lists, gather_rows, merge_id_lookup, merge_plan, shift_offsets

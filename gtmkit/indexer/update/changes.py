@@ -1,4 +1,4 @@
-"""An update's changed ads: rows in the catalog's schema, read and validated as a catalog is (formats/catalog.py),
+"""An update's changed ads: rows in the catalog's schema, read and validated as a catalog is (inputs/catalog.py),
 then put in the terms of the index they update: each ad's leaf (or -1 where its SID is not in the trie), its
 combined targeting row in the index's bit layout, and its Bloom string lists in the index's codes, strings the
 index never met getting the next free codes."""
@@ -13,9 +13,9 @@ import numpy as np
 
 from ..._arrays import read_only
 from ...errors import CatalogError
-from ...formats.catalog import open_catalog, read_catalog
-from ...formats.schema import parse_schema
-from ...formats.writes import WriteError, writing
+from ...inputs.catalog import open_catalog, read_catalog
+from ...inputs.schema import parse_schema
+from ...artifact.writes import WriteError, writing
 from ..adindex import reorder_lists
 from ..rows import rows_in_layout
 from ..verify import walk

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...formats.staging import VersionChanged, label
+from ...artifact.staging import VersionChanged, label
 from ...progress import Progress
 from .apply import UpdateReport
 

@@ -12,11 +12,11 @@ import shutil
 import numpy as np
 
 from ..._arrays import read_only
-from ...formats import index_format as fmt
-from ...formats.artifact import ArtifactWriter
-from ...formats.index_checks import PAUSED
-from ...formats.schema import parse_schema
-from ...formats.staging import Switch
+from ...artifact import index_format as fmt
+from ...artifact.container import ArtifactWriter
+from ...artifact.index_checks import PAUSED
+from ...inputs.schema import parse_schema
+from ...artifact.staging import Switch
 from ...progress import Progress, report
 from ..shards.assemble import assemble
 from ..write import Timer, write_index
@@ -53,7 +53,7 @@ def rebuild_shards(index, changes, client=None, workers: int = None, progress: P
 def rebuild_changes(index, ch: Changes, client=None, workers: int = None, progress: Progress = None, paused=None,
                     no_worker_timeout: float = None):
     """rebuild_shards with the changes read (read_changes)."""
-    from ..shards.run import count_arg, runner
+    from ...sharding.runner import count_arg, runner
     workers = None if workers is None else count_arg(workers, "workers", 1)
     if paused is not None:
         check_ids(index, ch, paused)
@@ -194,7 +194,7 @@ def _split_hot(index, run, rows: np.ndarray, sids: np.ndarray, mine: np.ndarray,
     """One subtree's ads (the index's rows, the entries mine) in tasks of about `cap` ads each, cut between second
     tokens (plan.shard_bounds): per task (rows, entries, shares its depth-1 node with the task before, with the
     one after)."""
-    from ..shards.plan import shard_bounds
+    from ...sharding.plan import shard_bounds
     V = index.vocab_size
     second = np.zeros(0, np.int64)
     if run is not None:
@@ -209,7 +209,7 @@ def _split_hot(index, run, rows: np.ndarray, sids: np.ndarray, mine: np.ndarray,
 
 def _task_ads(workers: int) -> int:
     """The ads one rebuild task may hold: a worker's share of this machine's memory (that of a sharded build)."""
-    from ..budget import physical_memory
+    from ..._machine import physical_memory
     from ..shards.plan import SHARD_BYTES_PER_AD
     mem = physical_memory()
     return mem // (workers + 1) // SHARD_BYTES_PER_AD if mem else 1 << 62

@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 
 from ..._arrays import join_offsets
-from ...formats.npy import load as load_npy
-from ...formats.writes import make_dir, save_npy
+from ...artifact.npy import load as load_npy
+from ...artifact.writes import make_dir, save_npy
 from ..adindex import sid_ad_map
 from ..rows import RowLayout, add_bloom_words, bloom_signatures
 from ..shards.shard import save_ads, save_matchers, shard_dir
-from ..shards.split import gather_lists, publish, task_dir
+from ..shards.split import gather_lists
+from ...sharding.tasks import publish, task_dir
 from ..trie import build_trie
 from .apply import select_lists
 from .changes import Changes

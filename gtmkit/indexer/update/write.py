@@ -10,10 +10,10 @@ import pyarrow as pa
 
 import copy
 
-from ...formats import index_format as fmt
-from ...formats.artifact import ArtifactWriter
-from ...formats.index_checks import PAUSED
-from ...formats.staging import Switch
+from ...artifact import index_format as fmt
+from ...artifact.container import ArtifactWriter
+from ...artifact.index_checks import PAUSED
+from ...artifact.staging import Switch
 from ...progress import Progress, report
 
 _KEPT = ("schema", "source", "bitmask_layout", "bloom", "partition_layout", "stats", "build")

@@ -31,7 +31,7 @@ import numpy as np
 
 from ...errors import GtmkitError
 from ..arrays import RequestBatch, TrieArrays
-from .source import kernel_source
+from ..._gpu import load_module
 from .sparse_req import sparse_images
 from .params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params, step_settings,
                      trie_params)
@@ -50,8 +50,6 @@ STEP_KERNELS = ("count", "base", "expand", "hist", "plan", "round", "replan", "f
                 "mask_scores")
 MASK_SCORES_WARPS = 8  # rows a block of mask_scores_kernel
 MASK_SCORES_SMEM = 48 * 1024  # its shared bitmasks, a warp's V/32 words each; wider vocabularies take the 3 launches
-_modules = {}
-_modules_lock = threading.Lock()
 PER_THREAD_STREAM = 2  # cudaStreamPerThread: each host thread's own stream behind one handle
 KEPT_STREAMS = 64      # streams whose scratch buffers are kept (the least recently used one's are freed)
 STREAM_LOCKS = 64      # striped: streams whose keys collide only take turns at enqueueing
@@ -60,19 +58,6 @@ STREAM_LOCKS = 64      # striped: streams whose keys collide only take turns at 
 def _stream_key(stream):
     ptr = int(stream.ptr)
     return (ptr, threading.get_ident()) if ptr == PER_THREAD_STREAM else ptr
-
-
-def load_module(path: Path, defines: tuple = ()) -> cp.RawModule:
-    """A .cu file compiled for the current device (NVRTC, once per device, file and defines ("NAME=VALUE");
-    CuPy caches to disk)."""
-    key = (cp.cuda.Device().id, str(path), defines)
-    with _modules_lock:
-        if key not in _modules:
-            # the headers inlined (kernel_source: CuPy's disk cache keys on this string); the kernels folder stays
-            # on the include path all the same
-            options = ("--std=c++14", f"-I{KERNEL_DIR}") + tuple(f"-D{d}" for d in defines)
-            _modules[key] = cp.RawModule(code=kernel_source(path), options=options)
-        return _modules[key]
 
 
 def step_outputs(B: int, k: int) -> tuple:

@@ -18,8 +18,9 @@ import cupy as cp
 import numpy as np
 
 from ...errors import GtmkitError
-from ..args import beam_sizes_arg
-from .backend import load_module, step_outputs
+from ..._args import beam_sizes_arg
+from ..._gpu import load_module
+from .backend import step_outputs
 from .windows import calibrate_window, pass_counts, per_step_setting
 
 BEAM_KERNELS = Path(__file__).with_name("kernels") / "beam.cu"

@@ -13,7 +13,8 @@ import numpy as np
 from ...errors import RequestError
 from ...index import int64_ids
 from ..live import subtree_ad_counts
-from .backend import KERNEL_DIR, _ptr, load_module
+from .backend import KERNEL_DIR, _ptr
+from ..._gpu import load_module
 
 LIVE_FILE = KERNEL_DIR / "live.cu"
 THREADS = 256

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import GtmkitError
-from ..args import int_arg
+from ..._args import int_arg
 from ..arrays import RequestBatch, TrieArrays
 
 CUDA_STEPS = ("auto", "fused", "multi")

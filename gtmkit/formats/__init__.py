@@ -1,1 +1,0 @@
-"""Catalog schema, catalog reader and on-disk artifact format."""

@@ -1,0 +1,245 @@
+"""Where a sharded build's tasks run: in this process one after another, or on a Dask cluster with its
+failures (a lost scheduler, dead workers, Ctrl-C) turned into one line (docs/design.md §3)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import numpy as np
+
+from ..errors import GtmkitError
+from ..progress import report
+from .cluster import NO_WORKER_TIMEOUT, seconds_arg, start_local, worker_env
+
+
+POLL_S = 1.0  # seconds between checks of the cluster while no task ends
+ASK_S = 10.0  # seconds the scheduler has to answer one question
+CLOSE_S = 30.0  # seconds a build's own local cluster has to close
+
+
+def count_arg(x, name: str, lo: int) -> int:
+    """A build's shard, worker or byte count: an integer >= lo (bools refused)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) or x < lo:
+        raise GtmkitError(f"{name} must be an integer >= {lo}, got {x!r}")
+    return int(x)
+
+
+class InProcess:
+    """Tasks run here, one after another: a shard at a time in memory."""
+    workers = 1
+    address = None
+
+    def paths(self, source, files: list) -> tuple:
+        return source, files
+
+    def map(self, fn, args: list, progress, phase: str) -> list:
+        out = []
+        for i, a in enumerate(args):
+            out.append(fn(*a))
+            report(progress, i + 1, len(args), phase)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class OnDask:
+    """Tasks on a dask.distributed cluster: a Client given, or a LocalCluster of `workers` processes. No wait is
+    unbounded: a map fails in one line when the cluster has had no live worker for no_worker_timeout seconds, when
+    the scheduler is lost, or when one task kills every worker that runs it."""
+
+    def __init__(self, client=None, workers: int | None = None, memory_limit: int | None = None,
+                 no_worker_timeout: float | None = None):
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            raise GtmkitError("a build on Dask workers needs dask and distributed: "
+                              "pip install 'gtmkit[dist]'") from None
+        self.no_worker_timeout = NO_WORKER_TIMEOUT if no_worker_timeout is None else \
+            seconds_arg(no_worker_timeout, "no_worker_timeout")
+        self._own = None
+        self._given = {}  # task paths resolved on this side -> as the caller gave them, for error lines
+        if client is None:
+            self._own, client = start_local(workers, memory_limit or "auto", worker_env(workers))
+            self.where = f"the local cluster's {workers} worker processes"
+            self._none = f"the local cluster's {workers} worker processes keep dying"
+        else:
+            self.where = f"the Dask scheduler at {client.scheduler.address}"
+            self._none = f"the scheduler at {client.scheduler.address} has none (none joined, or all died)"
+        self.client = client
+        self._none_since = None
+        self.workers = max(1, self._alive() or 0)
+        # a LocalCluster of this build is named by its size alone: its address is gone with it
+        self.address = None if self._own is not None else client.scheduler.address
+
+    def paths(self, source, files: list) -> tuple:
+        """source and files as the tasks read them: absolute, ~ and links resolved here, where the caller gave them
+        (a worker may run elsewhere, in another folder); a task's error names them as given."""
+        def resolve(p):
+            r = os.path.realpath(os.path.expanduser(str(p)))
+            if r != str(p):
+                self._given[r] = str(p)
+            return r
+        return resolve(source), [resolve(f) for f in files]
+
+    def map(self, fn, args: list, progress, phase: str) -> list:
+        from distributed import KilledWorker
+        tag = uuid.uuid4().hex[:8]
+        futures = [self.client.submit(fn, *a, key=f"gtmkit-{phase}-{tag}-{i}", pure=False)
+                   for i, a in enumerate(args)]
+        place = {f.key: i for i, f in enumerate(futures)}
+        out = {}
+        self._none_since = None  # the driver's own work between maps is not the workers' absence
+        try:
+            pending = futures
+            while pending:
+                for f in self._wait_any(pending, phase):
+                    if f.status == "error":
+                        if not isinstance(f.exception(), GtmkitError):  # a dead worker's error: no file's order
+                            raise f.exception()
+                        # the first failing task in order raises, as InProcess would: with several bad files the
+                        # error is the single-process build's, whichever task ends first
+                        before = futures[:place[f.key]]
+                        self._wait_all(before, phase)
+                        for g in before + [f]:
+                            if g.status == "error":
+                                raise self._as_given(g.exception())
+                    # fetched as each ends: a result held by a worker that dies later would be computed again
+                    got = self._result(f, phase)
+                    if got is not None:
+                        out[f.key] = got[0]
+                        report(progress, len(out), len(args), phase)
+                pending = [f for f in futures if f.key not in out]
+            return [out[f.key] for f in futures]
+        except KilledWorker as exc:
+            # the scheduler ran the task again on other workers (distributed.scheduler.allowed-failures times)
+            tries = exc.allowed_failures + 1
+            raise GtmkitError(f"{phase}: Dask workers died running one task, every time it ran ({tries} times, task "
+                              f"{exc.task} on {self.where}): a crash in the task, or a worker's memory limit") from None
+        finally:
+            if self._connected():
+                try:
+                    self.client.cancel(futures)
+                except Exception:  # a scheduler lost meanwhile keeps no task of ours
+                    pass
+                if len(out) < len(futures):
+                    self._wait_stopped(list(place))
+
+    def _result(self, f, phase: str):
+        """(f's result,), or None when its worker died holding it (the scheduler computes it again)."""
+        import distributed
+        try:
+            return (f.result(timeout=ASK_S),)
+        except (TimeoutError, distributed.TimeoutError):
+            return None
+        except Exception:  # cancelled meanwhile: only a lost connection cancels ours
+            if f.status == "cancelled" or not self._connected():
+                raise self._lost(phase) from None
+            raise
+
+    def _wait_any(self, pending: list, phase: str) -> list:
+        """Those of pending that are done, once one is; the cluster checked while none is."""
+        from distributed import wait
+        while True:
+            if not self._connected():
+                raise self._lost(phase)
+            try:
+                wait(pending, timeout=POLL_S, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                pass
+            except Exception:  # futures cancelled by a lost connection: their states say so below
+                if self._connected() and not any(f.status == "cancelled" for f in pending):
+                    raise
+            ready = [f for f in pending if f.done()]
+            if any(f.status == "cancelled" for f in ready) or not self._connected():
+                raise self._lost(phase)  # only the client's lost connection cancels ours
+            if ready:
+                return ready
+            self._check(phase)
+
+    def _wait_all(self, futures: list, phase: str) -> None:
+        while futures:
+            self._wait_any(futures, phase)
+            futures = [f for f in futures if not f.done()]
+
+    def _connected(self) -> bool:
+        return self.client.status == "running"
+
+    def _alive(self) -> int | None:
+        """Live workers the scheduler counts; None when it does not answer."""
+        try:
+            return len(self.client.nthreads(callback_timeout=ASK_S))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception:  # unreachable or closed: the caller's bound decides
+            return None
+
+    def _check(self, phase: str) -> None:
+        """GtmkitError once the cluster has had no live worker (or the scheduler no answer) for no_worker_timeout."""
+        n = self._alive()
+        if n:
+            self._none_since = None
+            return
+        now = time.monotonic()
+        if self._none_since is None:
+            self._none_since = now
+        if now - self._none_since < self.no_worker_timeout:
+            return
+        t = f"{self.no_worker_timeout:g} s"
+        if n is None:
+            raise GtmkitError(f"{phase}: {self.where} has not answered for {t}")
+        raise GtmkitError(f"{phase}: no live Dask worker for {t}: {self._none}; --no-worker-timeout / "
+                          f"no_worker_timeout sets the wait")
+
+    def _lost(self, phase: str) -> GtmkitError:
+        return GtmkitError(f"{phase}: lost {self.where} (the connection closed: it stopped, or the network "
+                           f"failed)")
+
+    def _as_given(self, exc: BaseException) -> BaseException:
+        """A task's error naming its paths as the caller gave them."""
+        if not self._given or not isinstance(exc, GtmkitError) or [type(a) for a in exc.args] != [str]:
+            return exc
+        msg = exc.args[0]
+        for resolved in sorted(self._given, key=len, reverse=True):
+            msg = msg.replace(resolved, self._given[resolved])
+        exc.args = (msg,)
+        return exc
+
+    def _wait_stopped(self, keys: list, timeout: float = 60.0) -> None:
+        """Until no worker runs any of these tasks: a cancelled task runs on to its end, and one that wrote into
+        the staging directory while the build removed it would leave that directory behind."""
+        if self._own is not None:
+            return  # this build's own workers stop with it, before its files are removed
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self._connected():
+            try:
+                busy = self.client.run(_running, keys, callback_timeout=ASK_S)
+            except Exception:  # a worker gone or unreachable runs nothing of ours
+                return
+            if not any(busy.values()):
+                return
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        if self._own is not None:
+            own, self._own = self._own, None
+            for close in (self.client.close, lambda: own.close(timeout=CLOSE_S)):
+                try:
+                    close()
+                except Exception:  # distributed's close fails on a worker mid-restart: the build's error is the line
+                    pass
+
+
+def _running(keys: list, dask_worker=None) -> list:
+    """Those of the keys this worker still executes (a cancelled task's thread runs to its end)."""
+    tasks = dask_worker.state.tasks
+    return [k for k in keys if k in tasks and tasks[k].state in ("executing", "long-running", "cancelled", "resumed")]
+
+
+def runner(client=None, workers: int | None = None, memory_limit: int | None = None,
+           no_worker_timeout: float | None = None):
+    if client is None and not workers:
+        return InProcess()
+    return OnDask(client, workers, memory_limit, no_worker_timeout)
