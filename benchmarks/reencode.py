@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import gtmkit  # noqa: E402
 from gtmkit.matcher.arrays import stack_requests  # noqa: E402
-from gtmkit.matcher.index_matcher import Matcher  # noqa: E402
+from gtmkit.matcher.matcher import Matcher  # noqa: E402
 from gtmkit.synth import synth_users, write_catalog  # noqa: E402
 from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
 

@@ -16,6 +16,7 @@ import datetime
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -330,7 +331,8 @@ def whole_search(m, q, steps, res, sizes):
     whole["graph_ms_gtm_postfilter"] = cuda_time(g.launch, reps=50, stream=g.stream)
     whole["gtm_windows"] = g.windows
     # side by side: the kernel's default first window (FIRST_WIN x k) at every step
-    gd = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True, gtm_windows=None)
+    gd = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True,
+                           options=replace(m.options, gtm_windows=None))
     whole["graph_ms_gtm_postfilter_default_windows"] = cuda_time(gd.launch, reps=50, stream=gd.stream)
     g2 = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=False)
     whole["graph_ms_gtm"] = cuda_time(g2.launch, reps=50, stream=g2.stream)
@@ -338,7 +340,7 @@ def whole_search(m, q, steps, res, sizes):
     whole["graph_ms_cd"] = cuda_time(g3.launch, reps=50, stream=g3.stream)
     # the other launch mode side by side: programmatic dependent launch of the steps and post-filter, or not
     whole["pdl"] = g.pdl
-    ga = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True, pdl=not g.pdl)
+    ga = GraphedBeamSearch(m, q, replayed, sizes, gtm=True, postfilter=True, options=replace(m.options, pdl=not g.pdl))
     if ga.pdl != g.pdl:
         whole["graph_ms_gtm_postfilter_pdl_" + ("on" if ga.pdl else "off")] = cuda_time(ga.launch, reps=50,
                                                                                       stream=ga.stream)

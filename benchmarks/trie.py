@@ -28,7 +28,7 @@ marisa-trie on the same keys, then constrained beam search latency and throughpu
    for both devices alike): in blocks of 10 a GPU turn still follows ~20 ms of GPU idleness (the CPU's
    turn), which makes its first queries ~25 us slower than in a stream of GPU queries; the CPU's thread pool
    sleeps after the GPU's turn in the same way.
-   "cuda" is skipped, with the reason recorded, when gtmkit.matcher.index_matcher.cuda_available() is False or
+   "cuda" is skipped, with the reason recorded, when gtmkit._gpu.cuda_available() is False or
    trie_beam_search(device="cuda") raises on a trial query; otherwise its results are checked equal to
    the CPU's (key ids; scores within 1e-5) on every timed query and the GPU targets are evaluated.
 3. Plots as in FlashTrie, Fig. 2-4 (trie_<host>_build.png, _latency.png, _throughput.png) and
@@ -249,7 +249,7 @@ def make_searchers(trie, devices: list) -> tuple:
     trial = synth_proposals(trie, 1, 8, 16, seed=99)
     for dev in devices:
         if dev in ("cuda", SERVER) and not cuda_available():
-            skipped[dev] = "no CUDA device (gtmkit.matcher.index_matcher.cuda_available() is False)"
+            skipped[dev] = "no CUDA device (gtmkit._gpu.cuda_available() is False)"
             continue
 
         if dev.startswith("cpu:"):  # the CPU search limited to N numba threads (then restored)

@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import gtmkit  # noqa: E402
 from gtmkit.indexer.update.write import write_updated  # noqa: E402
-from gtmkit.matcher.index_matcher import Matcher  # noqa: E402
+from gtmkit.matcher.matcher import Matcher  # noqa: E402
 from gtmkit.synth import synth_users  # noqa: E402
 from gtmkit.synth.logits import SyntheticDecoder  # noqa: E402
 

@@ -19,6 +19,7 @@ from .trie.server_cuda import TrieSearchServer
 from .matcher.beam import Result, beam_search
 from .matcher.index_matcher import IndexMatcher, Step
 from .matcher.matcher import Matcher
+from .matcher.options import CudaOptions
 from .targeting.semantics import Request
 
 _moved.install()  # old module paths, for one release
@@ -26,5 +27,5 @@ _moved.install()  # old module paths, for one release
 # the library logs and never prints: without a handler of the application's, its warnings go nowhere
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__all__ = ["__version__", "CompileNotice", "build_index", "rebuild_shards", "load_index", "Index", "Request", "Matcher", "IndexMatcher", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
+__all__ = ["__version__", "CompileNotice", "build_index", "rebuild_shards", "load_index", "Index", "Request", "Matcher", "IndexMatcher", "CudaOptions", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
            "SchemaError", "ArtifactError", "RequestError"]

@@ -32,7 +32,8 @@ def main(parts=PARTS) -> int:
     cp.cuda.set_allocator(None)  # each array its own allocation, as under the sanitized tests
     cp.cuda.set_pinned_memory_allocator(None)
 
-    from gtmkit.matcher.index_matcher import Matcher
+    from gtmkit.matcher.matcher import Matcher
+    from gtmkit.matcher.options import CudaOptions
     from support.catalogs import random_user
     from support.indexes import MODES, _build
     from support.step_cases import step_case
@@ -52,7 +53,7 @@ def main(parts=PARTS) -> int:
         idx, _, _ = _build(tmp, 70, mode, kw, n_ads=300, L=3, V=9)
         reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
         for path in steps:
-            m = Matcher(idx, "cuda", cuda_step=path)
+            m = Matcher(idx, "cuda", options=CudaOptions(step=path))
             for depth in range(idx.sid_length):
                 nodes, rr, lp, bs = step_case(idx, rng, 3, 5, depth)
                 for gtm, count in ((True, True), (True, False), (False, False)):
@@ -82,7 +83,8 @@ def main(parts=PARTS) -> int:
 
 def _paused(tmp, steps, did) -> None:
     """The step, mask and post-filter with paused ads (the kernels' liveness paths)."""
-    from gtmkit.matcher.index_matcher import Matcher
+    from gtmkit.matcher.matcher import Matcher
+    from gtmkit.matcher.options import CudaOptions
     from support.catalogs import random_user
     from support.indexes import _build
     from support.step_cases import step_case
@@ -92,7 +94,7 @@ def _paused(tmp, steps, did) -> None:
     ids = np.asarray(table.column("ad_id").to_numpy(), np.int64)
     reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
     for path in steps:
-        m = Matcher(idx, "cuda", cuda_step=path)
+        m = Matcher(idx, "cuda", options=CudaOptions(step=path))
         m.pause_ads(ids[::2])
         for depth in range(idx.sid_length):
             nodes, rr, lp, bs = step_case(idx, rng, 3, 5, depth)
@@ -107,7 +109,8 @@ def _paused(tmp, steps, did) -> None:
 def _search(tmp, steps, did) -> None:
     import gtmkit
     from gtmkit.matcher.cuda.graph import GraphedBeamSearch
-    from gtmkit.matcher.index_matcher import Matcher
+    from gtmkit.matcher.matcher import Matcher
+    from gtmkit.matcher.options import CudaOptions
     from gtmkit.synth import synth_users, write_catalog
     from gtmkit.synth.logits_cuda import GpuSyntheticDecoder
 
@@ -117,15 +120,15 @@ def _search(tmp, steps, did) -> None:
     reqs = [idx.encode_request(u) for u in users]
     sizes = (1, 16, 32, 32)
     for path in steps:
-        m = Matcher(idx, "cuda", cuda_step=path)
+        m = Matcher(idx, "cuda", options=CudaOptions(step=path))
         gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
         did(f"beam_search {path}")
-        for fused, pdl in ((True, True), (False, False)):
+        for pdl in (True, False):
             g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes,
-                                  fuse_history=fused, pdl=pdl)
+                                  options=CudaOptions(step=path, pdl=pdl))
             g.replay()
             g.replay()
-            did(f"graph {path} fuse_history={fused} pdl={pdl}")
+            did(f"graph {path} pdl={pdl}")
 
 
 def _decoder_masks(tmp, steps, did) -> None:
@@ -134,7 +137,8 @@ def _decoder_masks(tmp, steps, did) -> None:
     import gtmkit
     from gtmkit.integrations.layout import SidTokenLayout
     from gtmkit.integrations.masking import SidMasker
-    from gtmkit.matcher.index_matcher import Matcher
+    from gtmkit.matcher.matcher import Matcher
+    from gtmkit.matcher.options import CudaOptions
     from support.catalogs import random_user
     from support.indexes import _build
 
@@ -142,7 +146,7 @@ def _decoder_masks(tmp, steps, did) -> None:
     rng = np.random.default_rng(3)
     reqs = [idx.encode_request(random_user(rng)) for _ in range(2)]
     layout = SidTokenLayout(2, 2 + idx.vocab_size + 1, eos_token_id=2 + idx.vocab_size)
-    m = Matcher(idx, "cuda", cuda_step=steps[-1])
+    m = Matcher(idx, "cuda", options=CudaOptions(step=steps[-1]))
     fits = m.cuda.mask_scores_fits
     leaves = rng.integers(idx.first_leaf, idx.num_nodes, size=8)
     sids = np.stack([idx.leaf_sid(int(x)) for x in leaves]) + 2

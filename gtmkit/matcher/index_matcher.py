@@ -5,6 +5,7 @@ backend "cpu" = numba (cpu/step.py); "cuda" = CuPy RawKernels (imported only whe
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import NamedTuple
 
@@ -19,7 +20,11 @@ from .cpu.prefix import prefix_nodes_kernel
 from .._args import bool_arg, check_kind, check_memory, floats, ids, int_arg
 from .arrays import stack_requests, trie_arrays
 from .cuda.interop import device_array, device_index, device_logprobs, host_floats, host_ids, stream_of
-from .cuda.params import FUSED_CLUSTER, FUSED_THREADS, step_settings
+from .options import CudaOptions, resolve
+
+
+CPU_SELECTIONS = ("auto", "band", "buckets")
+log = logging.getLogger("gtmkit")
 
 
 class Step(NamedTuple):
@@ -43,11 +48,11 @@ class IndexMatcher:
 
     device: "cpu" (numba), "cuda" (CuPy; needs a GPU) or "auto" (cuda when CuPy sees a GPU).
 
-    The GPU step's settings (checked on any device, used on the GPU; results are the same with any of them):
-    cuda_step "auto" (default: one fused launch a step on compute capability 9.0 and newer, the multi-kernel
-    pipeline before), "fused" (refused before 9.0) or "multi"; fused_cluster (default 6) the fused step's thread
-    blocks a request, 1 to 8; fused_threads (default 1024) its threads a block, 256, 512 or 1024. Settings other
-    than the defaults compile a kernel of their own at the first Matcher that uses them.
+    options: a CudaOptions, how the GPU runs the step (checked on any device, used on the GPU; answers are the
+    same with any of them); None: the defaults.
+
+    cpu_selection: how the CPU step picks each request's top k: "auto" (default: the band selection for
+    requests with at least 16384 candidates, buckets below), "band" or "buckets" (answers are the same).
 
     On the GPU the matcher keeps one set of scratch buffers, which its calls reuse: use one Matcher from one
     stream at a time (a GraphedBeamSearch owns its own buffers; build a Matcher per stream for concurrent
@@ -59,9 +64,12 @@ class IndexMatcher:
     workqueue is available, serialises the parallel kernel launches (gtmkit/threads.py; docs/matcher.md,
     "Threads")."""
 
-    def __init__(self, index, device: str = "cpu", cuda_step: str = "auto", fused_cluster: int = FUSED_CLUSTER,
-                 fused_threads: int = FUSED_THREADS):
-        step = step_settings(cuda_step, fused_cluster, fused_threads)
+    def __init__(self, index, device: str = "cpu", options: CudaOptions = None, cpu_selection: str = "auto",
+                 **deprecated):
+        self.options = resolve(options, deprecated, "Matcher")
+        if cpu_selection not in CPU_SELECTIONS:
+            raise GtmkitError(f"cpu_selection must be 'auto', 'band' or 'buckets', got {cpu_selection!r}")
+        self.cpu_selection = cpu_selection
         if device == "auto":
             device = "cuda" if cuda_available() else "cpu"
         if device not in ("cpu", "cuda"):
@@ -70,6 +78,7 @@ class IndexMatcher:
             raise GtmkitError("device 'cuda' needs CuPy and a visible GPU (pip install 'gtmkit[gpu]')")
         self.index = index
         self.device = device
+        log.debug("gtmkit: matcher on %s, index version %s", device, getattr(index, "version", None))
         self.arrays = trie_arrays(index)
         self.vocab_size = index.vocab_size
         self.first_leaf = index.first_leaf
@@ -78,12 +87,13 @@ class IndexMatcher:
         self._max_degree = int(np.max(index.max_degree, initial=1))
         # GTM pass rate last seen per depth (CPU step), one array per thread (see _gtm_rate)
         self._rates = threading.local()
-        self._band_from = select_cpu.BAND_FROM  # requests with this many candidates use the band selection
+        # requests with this many candidates use the band selection
+        self._band_from = {"auto": select_cpu.BAND_FROM, "band": 0, "buckets": 1 << 62}[cpu_selection]
         self._live_ads, self._live_lock = None, threading.Lock()  # paused ads (pause_ads)
         self.cuda = None
         if device == "cuda":
             from .cuda.backend import CudaBackend
-            self.cuda = CudaBackend(self.arrays, index, *step)
+            self.cuda = CudaBackend(self.arrays, index, self.options)
         paused = getattr(index, "paused_ad_ids", ())
         if len(paused) or getattr(index, "empty_sids", 0):  # served paused; SIDs an update left without ads pruned
             self._set_active(paused, False)

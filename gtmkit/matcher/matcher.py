@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 
 from ..errors import GtmkitError
-from .cuda.params import FUSED_CLUSTER, FUSED_THREADS
-from .index_matcher import IndexMatcher
+from .index_matcher import IndexMatcher, Step  # noqa: F401  (Step re-exported from its old place)
+from .options import CudaOptions, resolve
 
 _OWN = ("_current", "_settings", "_swap_lock")
 
@@ -22,12 +22,12 @@ class Matcher:
     that; beam_search, GraphedBeamSearch and the decoder integrations do so. An old index's memory (on the GPU
     too) is freed when the last call or object that took it lets it go."""
 
-    def __init__(self, index, device: str = "cpu", cuda_step: str = "auto", fused_cluster: int = FUSED_CLUSTER,
-                 fused_threads: int = FUSED_THREADS):
-        current = IndexMatcher(index, device, cuda_step, fused_cluster, fused_threads)
+    def __init__(self, index, device: str = "cpu", options: CudaOptions = None, cpu_selection: str = "auto",
+                 **deprecated):
+        current = IndexMatcher(index, device, resolve(options, deprecated, "Matcher"), cpu_selection)
         object.__setattr__(self, "_current", current)
-        object.__setattr__(self, "_settings", dict(device=current.device, cuda_step=cuda_step,
-                                                   fused_cluster=fused_cluster, fused_threads=fused_threads))
+        object.__setattr__(self, "_settings", dict(device=current.device, options=current.options,
+                                                   cpu_selection=cpu_selection))
         object.__setattr__(self, "_swap_lock", threading.Lock())
 
     def current(self) -> IndexMatcher:

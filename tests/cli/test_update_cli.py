@@ -14,7 +14,7 @@ from click.testing import CliRunner
 import gtmkit
 from gtmkit.cli import cli
 from gtmkit.inputs.schema import parse_schema
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows, eligible
 
 from support.catalogs import random_catalog, random_user, schema_dict, write

@@ -11,7 +11,8 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
+from gtmkit.matcher.options import CudaOptions
 from gtmkit.matcher.cuda.sparse_req import Caps, sparse_images
 
 from support.catalogs import random_user
@@ -150,22 +151,31 @@ def test_beam_search_fused_equals_cpu(tmp_path, monkeypatch):
 
 
 def test_step_settings_checked(tmp_path, monkeypatch):
-    """Matcher's GPU step settings: checked on any device with one-line errors; the fused step refused on a GPU
-    without thread block clusters; "auto" takes the step the GPU has, and the settings reach the backend."""
+    """CudaOptions: checked when made, with one-line errors; the fused step refused on a GPU without thread
+    block clusters; "auto" takes the step the GPU has, and the options reach the backend."""
     from gtmkit.errors import GtmkitError
     idx, _, _ = _build(tmp_path, 75, "static", {"k": [2, 3, 2]}, n_ads=100, L=3, V=9)
-    for bad, match in ((dict(cuda_step="flat"), "cuda_step must be"), (dict(fused_cluster=9), "1 to 8"),
-                       (dict(fused_cluster=0), "fused_cluster must be >= 1"), (dict(fused_cluster=2.0), "an integer"),
-                       (dict(fused_threads=128), "fused_threads must be 256, 512 or 1024")):
+    for bad, match in ((dict(step="flat"), "step must be"), (dict(cluster=9), "1 to 8"),
+                       (dict(cluster=0), "1 to 8"), (dict(cluster=2.0), "an integer"),
+                       (dict(threads=128), "256, 512 or 1024"), (dict(pdl="yes"), "pdl must be"),
+                       (dict(gtm_windows="fast"), "gtm_windows"), (dict(gtm_windows=[-1]), "gtm_windows"),
+                       (dict(gtm_windows=4096), "gtm_windows"), (dict(gtm_windows=["a"]), "gtm_windows")):
         with pytest.raises(GtmkitError, match=match) as e:
-            Matcher(idx, "cpu", **bad)
+            CudaOptions(**bad)
         assert "\n" not in str(e.value)
+    with pytest.raises(GtmkitError, match="options must be a gtmkit.CudaOptions"):
+        Matcher(idx, "cpu", options={"step": "multi"})
+    with pytest.warns(DeprecationWarning, match="cuda_step= -> CudaOptions"):  # the old keywords, for one release
+        assert Matcher(idx, "cpu", cuda_step="multi").options == CudaOptions(step="multi")
+    with pytest.raises(GtmkitError, match="cuda_step must be|step must be"):
+        with pytest.warns(DeprecationWarning):
+            Matcher(idx, "cpu", cuda_step="flat")
     with installed(monkeypatch):  # compute capability 8.0
         with pytest.raises(GtmkitError, match="compute capability 9.0") as e:
-            Matcher(idx, "cuda", cuda_step="fused")
+            Matcher(idx, "cuda", options=CudaOptions(step="fused"))
         assert "\n" not in str(e.value)
         assert not Matcher(idx, "cuda").cuda.fused
     with installed(monkeypatch, fused_cluster=3) as step:  # 9.0
-        assert Matcher(idx, "cuda").cuda.fused and not Matcher(idx, "cuda", cuda_step="multi").cuda.fused
+        assert Matcher(idx, "cuda").cuda.fused and not Matcher(idx, "cuda", options=CudaOptions(step="multi")).cuda.fused
         be = Matcher(idx, "cuda", **step).cuda
         assert be.fused and (be.fused_cluster, be.fused_threads) == (3, 256)

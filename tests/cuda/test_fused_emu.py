@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gtmkit.matcher.cuda.params import FUSED_PROF_W, FUSED_SMEM, fused_scratch_slots, request_params, trie_params
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.matcher.cuda.sparse_req import Caps, sparse_images
 
 from support.catalogs import random_user

@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 
 from support import gpu_input_cases as cases
 from support.fake_cupy import installed

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from gtmkit._gpu import cuda_available
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
+from gtmkit.matcher.options import CudaOptions
 
 pytestmark = pytest.mark.gpu
 if not cuda_available():
@@ -30,7 +31,7 @@ def _hopper() -> bool:
 @pytest.fixture(autouse=True, params=["fused", "multi"])
 def step_path(request):
     """Every test runs on both GPU step implementations (the fused one needs compute capability 9+): the tests'
-    Matchers take it as cuda_step."""
+    Matchers take it as CudaOptions(step=...)."""
     if request.param == "fused" and not _hopper():
         pytest.skip("the fused step needs a Hopper-class GPU")
     return request.param
@@ -45,7 +46,7 @@ def _same_step(a, b):
 @pytest.mark.parametrize("mode,kw", MODES)
 def test_step_mask_postfilter_equal_cpu(tmp_path, mode, kw, step_path):
     idx, _, _ = _build(tmp_path, 70, mode, kw, n_ads=400, L=3, V=9)
-    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", options=CudaOptions(step=step_path))
     rng = np.random.default_rng(1)
     B = 4
     reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
@@ -72,7 +73,7 @@ def test_fused_step_at_other_sizes_equals_cpu(tmp_path, step_path, cluster, thre
         pytest.skip("settings of the fused step")
     idx, _, _ = _build(tmp_path, 74, "static", {"k": [2, 3, 2]}, n_ads=400, L=3, V=9)
     cpu = Matcher(idx, "cpu")
-    gpu = Matcher(idx, "cuda", cuda_step="fused", fused_cluster=cluster, fused_threads=threads)
+    gpu = Matcher(idx, "cuda", options=CudaOptions(step="fused", cluster=cluster, threads=threads))
     assert (gpu.cuda.fused_cluster, gpu.cuda.fused_threads) == (cluster, threads)
     rng = np.random.default_rng(6)
     reqs = [idx.encode_request(random_user(rng)) for _ in range(4)]
@@ -87,7 +88,7 @@ def test_fused_step_at_other_sizes_equals_cpu(tmp_path, step_path, cluster, thre
 def test_half_precision_and_torch_inputs(tmp_path, step_path):
     torch = pytest.importorskip("torch", reason="needs the hf extra: pip install 'gtmkit[hf]'")
     idx, _, _ = _build(tmp_path, 71, "static", {"k": [2, 3, 2]}, n_ads=400, L=3, V=9)
-    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", options=CudaOptions(step=step_path))
     rng = np.random.default_rng(2)
     reqs = [idx.encode_request(random_user(rng)) for _ in range(3)]
     nodes, rr, lp, bs = step_case(idx, rng, 3, 7, 1)
@@ -126,7 +127,7 @@ def test_beam_search_equals_cpu(synth_index, step_path):
     sizes = (1, 64, 128, 128)
     for gtm in (True, False):
         a = gtmkit.beam_search(Matcher(idx, "cpu"), reqs, _host_decoder(users, idx.vocab_size), sizes, gtm=gtm)
-        b = gtmkit.beam_search(Matcher(idx, "cuda", cuda_step=step_path), reqs, _host_decoder(users, idx.vocab_size),
+        b = gtmkit.beam_search(Matcher(idx, "cuda", options=CudaOptions(step=step_path)), reqs, _host_decoder(users, idx.vocab_size),
                                sizes, gtm=gtm)
         for name in ("sids", "scores", "leaf_nodes", "beams"):
             assert np.array_equal(getattr(a, name), cp.asnumpy(getattr(b, name))), name
@@ -134,10 +135,9 @@ def test_beam_search_equals_cpu(synth_index, step_path):
             assert np.array_equal(x1, cp.asnumpy(x2)) and np.array_equal(r1, cp.asnumpy(r2))
 
 
-@pytest.mark.parametrize("fused,pdl,recorded", [(True, False, False), (False, False, False), (True, True, False),
-                                                (False, True, False), (True, True, True)])
-def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded, step_path):
-    """fused: the step kernels write the token history (on Hopper); else the reorder launches. pdl: the steps
+@pytest.mark.parametrize("pdl,recorded", [(False, False), (True, False), (True, True)])
+def test_graph_replay_equals_eager(synth_index, pdl, recorded, step_path):
+    """The fused step writes the token history itself (on Hopper); the multi-kernel one launches the reorder. pdl: the steps
     and post-filter kernels launched with programmatic dependent launch, after the decoder's kernels or
     (recorded: the logits of an earlier search, no kernel between the steps) right after each other;
     replayed often, since a kernel touching its predecessor's data too early would differ only now and then."""
@@ -147,7 +147,7 @@ def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded, step_path)
     idx = synth_index
     users = synth_users(idx.manifest["schema"], 4, seed=2)
     reqs = [idx.encode_request(u) for u in users]
-    m = Matcher(idx, "cuda", cuda_step=step_path)
+    m = Matcher(idx, "cuda", options=CudaOptions(step=step_path))
     sizes = (1, 32, 64, 64)
     decoder = GpuSyntheticDecoder(users, idx.vocab_size, seed=4)
     if recorded:
@@ -157,7 +157,7 @@ def test_graph_replay_equals_eager(synth_index, fused, pdl, recorded, step_path)
     eager = gtmkit.beam_search(m, reqs, decoder, sizes)
     assert GraphedBeamSearch(m, reqs, decoder, sizes).pdl == m.cuda.fused  # the default
     g = GraphedBeamSearch(m, reqs, decoder if recorded else GpuSyntheticDecoder(users, idx.vocab_size, seed=4),
-                          sizes, fuse_history=fused, pdl=pdl)
+                          sizes, options=CudaOptions(step=step_path, pdl=pdl))
     assert g.pdl == (pdl and m.cuda.fused)
     for _ in range(20 if pdl else 2):
         same_search(g.replay(), eager)
@@ -175,38 +175,34 @@ def test_graph_gtm_windows(synth_index, step_path):
     idx = synth_index
     users = synth_users(idx.manifest["schema"], 4, seed=6)
     reqs = [idx.encode_request(u) for u in users]
-    m = Matcher(idx, "cuda", cuda_step=step_path)
+    m = Matcher(idx, "cuda", options=CudaOptions(step=step_path))
     sizes = (1, 32, 64, 64)
     eager = gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
     for w in ("auto", None, [1] * len(sizes)):
-        g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, gtm_windows=w)
+        g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes,
+                              options=CudaOptions(step=step_path, gtm_windows=w))
         r = g.replay()
         assert np.array_equal(cp.asnumpy(r.sids), cp.asnumpy(eager.sids)), w
         assert np.array_equal(cp.asnumpy(r.scores), cp.asnumpy(eager.scores)), w
         if w == "auto" and m.cuda.fused:
             ks = list(sizes[1:]) + [sizes[-1]]
             assert all(k <= x <= FUSED_FIRST_WIN * k for x, k in zip(g.windows, ks)), g.windows
-    for bad in ("fast", [1, 2], [-1] * len(sizes), 4096, ["a"] * len(sizes)):
-        with pytest.raises(GtmkitError, match="gtm_windows"):
-            GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes, gtm_windows=bad)
+    with pytest.raises(GtmkitError, match="gtm_windows"):  # one window a step
+        GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes,
+                          options=CudaOptions(step=step_path, gtm_windows=[1, 2]))
 
 
-def test_pdl_off_by_environment(synth_index, monkeypatch, step_path):
-    """GTMKIT_PDL=0: the default graph launches plainly and says why; asking for PDL then is an error."""
-    from gtmkit.errors import GtmkitError
+def test_pdl_off_by_option(synth_index, step_path):
+    """CudaOptions(pdl=False): the graph launches plainly; the Matcher's options are the graph's default."""
     from gtmkit.matcher.cuda.graph import GraphedBeamSearch
     from gtmkit.synth.logits_cuda import GpuSyntheticDecoder
 
     idx = synth_index
     users = synth_users(idx.manifest["schema"], 2, seed=5)
     reqs = [idx.encode_request(u) for u in users]
-    m = Matcher(idx, "cuda", cuda_step=step_path)
-    monkeypatch.setenv("GTMKIT_PDL", "0")
+    m = Matcher(idx, "cuda", options=CudaOptions(step=step_path, pdl=False))
     g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), (1, 8, 16, 16))
-    assert not g.pdl and g.pdl_off == ("GTMKIT_PDL=0" if m.cuda.fused else "")
-    if m.cuda.fused:
-        with pytest.raises(GtmkitError, match="GTMKIT_PDL=0"):
-            GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), (1, 8, 16, 16), pdl=True)
+    assert not g.pdl and g.pdl_off == "" and g.options == m.options
 
 
 def test_eval_and_match_on_gpu_equal_cpu(synth_index, step_path):
@@ -234,7 +230,7 @@ def test_large_steps_equal_cpu(tmp_path, scores, step_path):
     """Hundreds of rows per request, k up to 2048, and score layouts that crowd one score bin (all
     equal: the radix-select path), spread far below the best (the last bin), or exceed 0 (logits)."""
     idx, _, _ = _build(tmp_path, 72, "dynamic", {"target_fill": 0.4, "k_max": 3}, n_ads=20000, L=3, V=48)
-    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", options=CudaOptions(step=step_path))
     assert gpu.cuda.fused == (step_path == "fused")
     rng = np.random.default_rng(3)
     B = 5
@@ -260,7 +256,7 @@ def test_large_steps_equal_cpu(tmp_path, scores, step_path):
 def test_uneven_requests_equal_cpu(tmp_path, step_path):
     """Requests with no rows, one row and many rows in one batch."""
     idx, _, _ = _build(tmp_path, 73, "static", {"k": [1, 3, 2]}, n_ads=3000, L=3, V=16)
-    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", options=CudaOptions(step=step_path))
     rng = np.random.default_rng(4)
     reqs = [idx.encode_request(random_user(rng)) for _ in range(4)]
     counts = [0, 1, 900, 17]
@@ -284,7 +280,7 @@ def test_hostile_inputs_equal_reference(small_index, step_path):
     are not internal nodes (int32 as the fused step reads them, int64), row_request outside [0, B), rows out of
     order, max_children below the out-degrees, non-leaves in the post-filter."""
     from support import gpu_input_cases as cases
-    cpu, gpu = Matcher(small_index, "cpu"), Matcher(small_index, "cuda", cuda_step=step_path)
+    cpu, gpu = Matcher(small_index, "cpu"), Matcher(small_index, "cuda", options=CudaOptions(step=step_path))
     rng = np.random.default_rng(5)
     cases.check_hostile_step(cp, small_index, gpu, rng, step_path == "fused")
     cases.check_rows_out_of_order(cp, small_index, gpu, rng)
@@ -296,5 +292,5 @@ def test_threads_share_one_matcher(small_index, own_streams, step_path):
     """Four host threads calling one GPU Matcher at once, each on its own stream or all on the current one: every
     thread's answers equal a single-threaded run's."""
     from support import gpu_input_cases as cases
-    cases.check_threads(cp, small_index, Matcher(small_index, "cuda", cuda_step=step_path), np.random.default_rng(8),
+    cases.check_threads(cp, small_index, Matcher(small_index, "cuda", options=CudaOptions(step=step_path)), np.random.default_rng(8),
                         own_streams, workers=4, repeats=5)

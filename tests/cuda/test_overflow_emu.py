@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 
 from support import overflow_cases as cases
 from support.catalogs import random_user

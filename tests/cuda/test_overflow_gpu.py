@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from gtmkit._gpu import cuda_available
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
+from gtmkit.matcher.options import CudaOptions
 
 pytestmark = pytest.mark.gpu
 if not cuda_available():
@@ -41,7 +42,7 @@ def step_path(request):
 
 def test_overflow_steps_equal_cpu(small_index, step_path):
     idx, reqs = small_index
-    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", options=CudaOptions(step=step_path))
     cases.check_overflow_steps(idx, cpu, gpu, reqs, np.random.default_rng(4), 60, (np.float32, np.float16))
 
 
@@ -49,7 +50,7 @@ def test_overflow_bfloat16_logprobs_equal_cpu(small_index, step_path):
     """torch bfloat16 log-probs near float32 max (bfloat16 holds them): the step widens them and sums in float32."""
     torch = pytest.importorskip("torch", reason="needs the hf extra: pip install 'gtmkit[hf]'")
     idx, reqs = small_index
-    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path)
+    cpu, gpu = Matcher(idx, "cpu"), Matcher(idx, "cuda", options=CudaOptions(step=step_path))
     rng = np.random.default_rng(6)
     for i in range(12):
         nodes, rr, lp, bs = cases.overflow_case(idx, rng, len(reqs), 6, i % idx.sid_length)
@@ -64,7 +65,7 @@ def test_overflow_bfloat16_logprobs_equal_cpu(small_index, step_path):
 
 def test_overflow_beam_search_equals_cpu(small_index, step_path):
     idx, reqs = small_index
-    cases.check_overflow_beam_search(idx, Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=step_path), reqs,
+    cases.check_overflow_beam_search(idx, Matcher(idx, "cpu"), Matcher(idx, "cuda", options=CudaOptions(step=step_path)), reqs,
                                      (1, 4, 6))
 
 
@@ -73,7 +74,7 @@ def test_overflow_graphed_search_equals_eager(small_index, step_path):
     replays the eager search's SIDs, scores and ads."""
     from gtmkit.matcher.cuda.graph import GraphedBeamSearch
     idx, reqs = small_index
-    m = Matcher(idx, "cuda", cuda_step=step_path)
+    m = Matcher(idx, "cuda", options=CudaOptions(step=step_path))
     sizes = (1, 4, 6)
     logits = []
     fn = cases.overflow_logits(idx, cp)
@@ -86,4 +87,4 @@ def test_overflow_graphed_search_equals_eager(small_index, step_path):
 
 def test_host_ids_refused_before_upload(small_index, step_path):
     idx, reqs = small_index
-    cases.check_host_ids_refused(idx, Matcher(idx, "cuda", cuda_step=step_path), reqs)
+    cases.check_host_ids_refused(idx, Matcher(idx, "cuda", options=CudaOptions(step=step_path)), reqs)

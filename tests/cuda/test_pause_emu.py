@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 
 from support.fake_cupy import installed
 from support.indexes import _build

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gtmkit._gpu import cuda_available
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
+from gtmkit.matcher.options import CudaOptions
 
 pytestmark = pytest.mark.gpu
 if not cuda_available():
@@ -29,21 +30,21 @@ STEPS = ["fused", "multi"] if int(cp.cuda.Device().compute_capability[:-1]) >= 9
 @pytest.mark.parametrize("mode,kw", [("static", {"k": [2, 3, 2]}), ("dynamic", {"target_fill": 0.5, "k_max": 3})])
 def test_pauses_equal_cpu(tmp_path, path, mode, kw):
     idx, table, _ = _build(tmp_path, 75, mode, kw, n_ads=300, L=3, V=9)
-    check_pauses(idx, table, Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=path))
+    check_pauses(idx, table, Matcher(idx, "cpu"), Matcher(idx, "cuda", options=CudaOptions(step=path)))
 
 
 @pytest.mark.parametrize("path", STEPS)
 @pytest.mark.parametrize("mode,kw", [("static", {"k": [2, 3, 2]}), ("dynamic", {"target_fill": 0.5, "k_max": 3})])
 def test_updates_equal_cpu(tmp_path, path, mode, kw):
     idx, table, _ = _build(tmp_path, 78, mode, kw, n_ads=300, L=3, V=9)
-    check_update(idx, table, Matcher(idx, "cpu"), Matcher(idx, "cuda", cuda_step=path))
+    check_update(idx, table, Matcher(idx, "cpu"), Matcher(idx, "cuda", options=CudaOptions(step=path)))
 
 
 @pytest.mark.parametrize("path", STEPS)
 def test_swap_serves_the_new_index(tmp_path, path):
     old, _, _ = _build(tmp_path, 76, "static", {"k": [2, 3, 2]}, n_ads=200, L=3, V=9, name="a")
     new, _, _ = _build(tmp_path, 77, "static", {"k": [2, 3, 2]}, n_ads=200, L=3, V=9, name="b")
-    check_swap(old, new, Matcher(old, "cuda", cuda_step=path))
+    check_swap(old, new, Matcher(old, "cuda", options=CudaOptions(step=path)))
 
 
 @pytest.mark.parametrize("path", STEPS)
@@ -57,7 +58,7 @@ def test_graph_follows_pauses_without_recapture(tmp_path, path):
     idx = gtmkit.build_index(cat, tmp_path / "idx", partition="static", k=[1, 4, 4, 2])
     users = synth_users(idx.manifest["schema"], 4, seed=2)
     reqs = [idx.encode_request(u) for u in users]
-    m = Matcher(idx, "cuda", cuda_step=path)
+    m = Matcher(idx, "cuda", options=CudaOptions(step=path))
     sizes = (1, 32, 64, 64)
     g = GraphedBeamSearch(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)
     before = gtmkit.beam_search(m, reqs, GpuSyntheticDecoder(users, idx.vocab_size, seed=4), sizes)

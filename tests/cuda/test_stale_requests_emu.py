@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 
 from support.fake_cupy import installed
 from support.stale_cases import check_batch_across_swap

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from gtmkit._gpu import cuda_available
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 
 pytestmark = pytest.mark.gpu
 if not cuda_available():

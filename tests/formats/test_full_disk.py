@@ -359,7 +359,7 @@ def test_a_full_temporary_folder_under_changes_given_as_a_table_is_one_line(inpu
     line naming it, and the index is left as it was."""
     import pyarrow.parquet as pq_module
 
-    from gtmkit.matcher.index_matcher import Matcher
+    from gtmkit.matcher.matcher import Matcher
 
     out = tmp_path / "idx"
     before = _base(inputs, out)

@@ -25,7 +25,7 @@ from gtmkit.artifact import layout
 from gtmkit.artifact.container import ArtifactWriter, open_artifact
 from gtmkit.artifact.locks import Lock
 from gtmkit.artifact.output import check_output
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 
 from support.catalogs import random_catalog, random_user, schema_dict, write
 

@@ -12,7 +12,7 @@ import gtmkit
 from gtmkit.inputs.schema import parse_schema
 from gtmkit.indexer.update.apply import _unique_rows, find_ids
 from gtmkit.matcher.cpu import step as step_cpu
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows
 
 from support.catalogs import random_catalog, random_user, schema_dict, write

@@ -17,7 +17,7 @@ import gtmkit
 from gtmkit.errors import ArtifactError, GtmkitError, RequestError
 from gtmkit.artifact.container import manifest_path, verify_artifact
 from gtmkit import _args as margs
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing.gtm import step_reference
 
 from support.catalogs import random_catalog, random_user, schema_dict, write
@@ -200,9 +200,8 @@ def test_overflow_to_inf_ranks_first(built):
     idx, reqs = built
     nodes, rr, lp, bs, row, token = one_overflow(idx, np.random.default_rng(1), 1)
     req = [idx.encode_request({})]  # eligible for every untargeted ad
-    for band in (0, 1 << 62):
-        m = Matcher(idx)
-        m._band_from = band
+    for selection in ("band", "buckets"):
+        m = Matcher(idx, cpu_selection=selection)
         for gtm in (False, True):
             st_ = m.step(nodes, lp, bs, rr, req, 3, gtm=gtm)
             par, tok, _, sc, _ = step_reference(idx, nodes, lp, bs, rr, req, 3, gtm)[0]
@@ -222,8 +221,7 @@ def test_scores_near_float32_max_equal_reference(built, seed, depth, per_req, k,
     step equals the brute-force reference (NaN as -inf, +inf first, ties by row then token)."""
     idx, reqs = built
     rng = np.random.default_rng(seed)
-    m = Matcher(idx)
-    m._band_from = 0 if selection == "band" else 1 << 62
+    m = Matcher(idx, cpu_selection=selection)
     nodes, rr, lp, bs = overflow_case(idx, rng, len(reqs), per_req, depth)
     st_ = m.step(nodes, lp, bs, rr, reqs, k, gtm=gtm)
     for b, (par, tok, kid, sc, n) in enumerate(step_reference(idx, nodes, lp, bs, rr, reqs, k, gtm)):
@@ -245,9 +243,8 @@ def test_beam_search_keeps_overflowed_beams_first(built):
         return lp
 
     req = [idx.encode_request({})]
-    for band in (0, 1 << 62):
-        m = Matcher(idx)
-        m._band_from = band
+    for selection in ("band", "buckets"):
+        m = Matcher(idx, cpu_selection=selection)
         res = gtmkit.beam_search(m, req, logits, (1, 8, 8), gtm=False, postfilter=False)
         sids, scores = res.sids[0], res.scores[0]
         live = res.leaf_nodes[0] >= 0

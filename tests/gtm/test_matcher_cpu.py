@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gtmkit
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows, eligible, mask_reference, step_reference
 
 from support.catalogs import random_user
@@ -187,8 +187,7 @@ def test_band_selection_on_large_requests(tmp_path, scores):
     rates and rate hints that force a second band: same answer as the bucket selection (itself
     checked against the reference above) and, on a sample, as the reference."""
     idx, _, _ = _build(tmp_path, 74, "dynamic", {"target_fill": 0.4, "k_max": 3}, n_ads=20000, L=3, V=48)
-    band, buckets = Matcher(idx), Matcher(idx)
-    band._band_from, buckets._band_from = 0, 1 << 62
+    band, buckets = Matcher(idx, cpu_selection="band"), Matcher(idx, cpu_selection="buckets")
     rng = np.random.default_rng(9)
     B = 3
     reqs = [idx.encode_request(random_user(rng)) for _ in range(B)]
@@ -220,8 +219,7 @@ def test_band_selection_keeps_every_tie_at_its_threshold(tmp_path):
     to drop later candidates instead, a better one arriving after the ties among them, and ties that a
     second band (strictly below the threshold) never revisits."""
     idx, _, _ = _build(tmp_path, 74, "dynamic", {"target_fill": 0.4, "k_max": 3}, n_ads=20000, L=3, V=48)
-    band, buckets = Matcher(idx), Matcher(idx)
-    band._band_from, buckets._band_from = 0, 1 << 62
+    band, buckets = Matcher(idx, cpu_selection="band"), Matcher(idx, cpu_selection="buckets")
     rng = np.random.default_rng(10)
     reqs = [idx.encode_request(random_user(rng)) for _ in range(2)]
     nodes, rr = _rows_for(idx, rng, 2, 500, 1)

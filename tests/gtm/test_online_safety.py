@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 import gtmkit
 from gtmkit.errors import GtmkitError, RequestError
 from gtmkit.matcher.arrays import RequestBatch
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.targeting.semantics import Request
 from gtmkit.testing.gtm import step_reference
 
@@ -59,8 +59,7 @@ def test_step_equals_reference_on_non_finite_scores(built, case):
     idx, reqs = built
     seed, depth, per_req, k, selection, gtm, count = case
     rng = np.random.default_rng(seed)
-    m = Matcher(idx)
-    m._band_from = 0 if selection == "band" else 1 << 62
+    m = Matcher(idx, cpu_selection=selection)
     B = len(reqs)
     lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
     nodes = rng.integers(lo, hi, size=B * per_req)
@@ -85,8 +84,7 @@ def test_step_equals_reference_on_non_finite_scores(built, case):
 def test_band_and_buckets_agree_on_large_requests_with_infinities(built):
     """Enough candidates for the band to compact its buffer, with many +inf ties: same answer as buckets."""
     idx, reqs = built
-    band, buckets = Matcher(idx), Matcher(idx)
-    band._band_from, buckets._band_from = 0, 1 << 62
+    band, buckets = Matcher(idx, cpu_selection="band"), Matcher(idx, cpu_selection="buckets")
     rng = np.random.default_rng(4)
     lo, hi = idx.level_offsets[1], idx.level_offsets[2]
     nodes = np.tile(np.arange(lo, hi), 200)
@@ -107,7 +105,7 @@ CHILD = textwrap.dedent("""
     import numpy as np
     import gtmkit
     from gtmkit.matcher.arrays import RequestBatch
-    from gtmkit.matcher.index_matcher import Matcher
+    from gtmkit.matcher.matcher import Matcher
     idx = gtmkit.load_index(sys.argv[1])
     m = Matcher(idx)
     req = [idx.encode_request({})]
@@ -121,7 +119,7 @@ CHILD = textwrap.dedent("""
     lp = np.full((1, idx.vocab_size), 3e38, np.float32)  # beam score + log-prob overflows to +inf
     st = m.step([0], lp, [3e38], [0], req, 4, gtm=False)
     out["overflow"] = st.scores[0].tolist()
-    m._band_from = 0
+    m = Matcher(idx, cpu_selection="band")
     st = m.step([0], lp, [3e38], [0], req, 4, gtm=False)
     out["overflow_band"] = st.scores[0].tolist()
     out["postfilter"] = [a.tolist() for a, _ in m.postfilter(np.array([[10**9]]), req)]

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import gtmkit
 from gtmkit.errors import RequestError
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows, eligible, live_nodes, mask_reference, step_reference
 
 from support.catalogs import random_catalog, random_user, schema_dict, write
@@ -52,11 +52,12 @@ def _copy(cached) -> tuple:
 
 
 class PauseMachine(RuleBasedStateMachine):
-    @initialize(mode=st.sampled_from([m for m, _ in MODES]), seed=st.integers(0, 2**32 - 1))
-    def start(self, mode, seed):
+    @initialize(mode=st.sampled_from([m for m, _ in MODES]), seed=st.integers(0, 2**32 - 1),
+                selection=st.sampled_from(["band", "buckets"]))
+    def start(self, mode, seed, selection):
         self.mode = mode
         self.idx, self.rows, self.schema = _copy(_index(mode))
-        self.m = Matcher(self.idx)
+        self.m = Matcher(self.idx, cpu_selection=selection)  # both top-k selections of the CPU step, kept by swap
         self.paused = set()
         self.rng = np.random.default_rng(seed)
         self.ids = [ad["ad_id"] for ad in self.rows]
@@ -138,7 +139,6 @@ class PauseMachine(RuleBasedStateMachine):
                     n = idx.child(n, tok)
                     assert idx.node_passes(n, reqs[b])
         # step and mask: CD prunes exactly the nodes without an active ad
-        m._band_from = 0 if rng.random() < 0.5 else 1 << 62
         for depth in range(idx.sid_length):
             lo, hi = idx.level_offsets[depth], idx.level_offsets[depth + 1]
             nodes = rng.integers(lo, hi, size=6)

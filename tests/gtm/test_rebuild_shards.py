@@ -19,7 +19,7 @@ import gtmkit
 from gtmkit.errors import RequestError, UpdateError
 from gtmkit.inputs.schema import parse_schema
 from gtmkit.indexer.update import rebuild as rebuild_mod
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows
 
 from support.catalogs import random_catalog, random_user, schema_dict, write

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 
 import gtmkit
 from gtmkit.errors import RequestError
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.targeting.semantics import Request
 
 from support.catalogs import random_catalog, write

@@ -11,7 +11,7 @@ import pytest
 
 from gtmkit.errors import GtmkitError
 from gtmkit.matcher.beam import beam_search
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing.gtm import eligible
 
 from support.catalogs import random_user

@@ -29,11 +29,10 @@ def served(tmp_path_factory):
     return idx, SuccinctTrie.build(keys), tmp
 
 
-@pytest.mark.parametrize("band_from", [0, 1 << 62])  # both top-k selections of the CPU step
-def test_threads_share_one_matcher(served, band_from):
+@pytest.mark.parametrize("selection", ["band", "buckets"])  # both top-k selections of the CPU step
+def test_threads_share_one_matcher(served, selection):
     idx, trie, _ = served
-    m, items = work_items(idx, trie)
-    m._band_from = band_from
+    m, items = work_items(idx, trie, selection)
     assert run_threaded(items) == []
 
 

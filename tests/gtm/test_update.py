@@ -11,7 +11,7 @@ import pytest
 import gtmkit
 from gtmkit.errors import CatalogError, GtmkitError
 from gtmkit.inputs.schema import parse_schema
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows
 
 from support.catalogs import LOCATIONS, random_catalog, random_user, schema_dict, write

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gtmkit.matcher.options import CudaOptions
 from support.cuda_emu import build_emulator, garbage, launch
 
 
@@ -196,9 +197,9 @@ def installed(monkeypatch, fused_cluster: int = 0):
     m = _module()
     if fused_cluster:
         m.cuda.Device = type("_Hopper", (_Device,), {"compute_capability": "90"})
-        step = dict(cuda_step="fused", fused_cluster=fused_cluster, fused_threads=256)
+        step = dict(options=CudaOptions(step="fused", cluster=fused_cluster, threads=256))
     else:
-        step = dict(cuda_step="multi")
+        step = dict(options=CudaOptions(step="multi"))
     monkeypatch.setitem(sys.modules, "cupy", m)
     monkeypatch.setitem(sys.modules, "cupy.cuda", m.cuda)
     monkeypatch.delitem(sys.modules, "gtmkit.matcher.cuda.backend", raising=False)

@@ -13,7 +13,7 @@ import gtmkit
 from gtmkit.errors import RequestError
 from gtmkit.inputs.schema import parse_schema
 from gtmkit.matcher.beam import beam_search
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows, eligible
 
 from support.catalogs import random_catalog, random_user, schema_dict, write

@@ -17,7 +17,7 @@ import gtmkit
 from gtmkit.errors import GtmkitError
 from gtmkit.inputs.schema import parse_schema
 from gtmkit.matcher.beam import beam_search
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.testing.gtm import catalog_rows, eligible
 
 from support.catalogs import COUNTRIES, LOCATIONS, random_catalog, random_user, schema_dict, write
@@ -191,7 +191,7 @@ def check_batch_across_swap(tmp_path, make_gpu) -> None:
     """A batch stacked (and on the GPU uploaded) for one index, used after a swap to a rebuild whose country domain
     and location dictionary grew: the post-filter equals the CPU's on freshly encoded requests, and old requests
     answer by brute force."""
-    from gtmkit.matcher.index_matcher import Matcher
+    from gtmkit.matcher.matcher import Matcher
     from support.step_cases import host
 
     def grow(t):

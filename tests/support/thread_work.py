@@ -10,7 +10,7 @@ import numpy as np
 
 from gtmkit.synth.logits import SyntheticDecoder
 from gtmkit.matcher.beam import beam_search
-from gtmkit.matcher.index_matcher import Matcher
+from gtmkit.matcher.matcher import Matcher
 from gtmkit.trie.search import trie_beam_search
 
 from support.catalogs import random_user
@@ -28,9 +28,10 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def work_items(idx, trie, seed=0) -> list:
-    """Calls on one Matcher and one trie, each a () -> comparable result, on random inputs."""
-    m = Matcher(idx)
+def work_items(idx, trie, selection="auto", seed=0) -> list:
+    """Calls on one Matcher (its CPU top-k selection: `selection`) and one trie, each a () -> comparable result, on
+    random inputs."""
+    m = Matcher(idx, cpu_selection=selection)
     rng = np.random.default_rng(seed)
     users = [random_user(rng) for _ in range(3)]
     reqs = [idx.encode_request(u) for u in users]

@@ -6,7 +6,7 @@ buffers are sized from the row count and the index's maximum out-degree, never f
 
 Two implementations of the step, with identical results: on Hopper and newer (compute capability 9+)
 one launch of kernels/gtm_fused.cu (a thread block cluster per request); elsewhere the multi-kernel
-pipeline of kernels/gtm_step.cu. cuda_step="multi" takes the latter on any GPU (the GPU tests run both).
+pipeline of kernels/gtm_step.cu. CudaOptions(step="multi") takes the latter on any GPU (the GPU tests run both).
 
 Inputs the kernels cannot check without a host round trip are made harmless inside them: a node id that is not
 an internal node, or a row whose row_request is outside [0, B), is a dead row; a leaf id that is not a leaf is
@@ -23,6 +23,7 @@ thread: a thread that moves between streams would otherwise let two of its own c
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from pathlib import Path
 
@@ -31,11 +32,13 @@ import numpy as np
 
 from ...errors import GtmkitError
 from ..arrays import RequestBatch, TrieArrays
+from ..options import CudaOptions
 from ..._gpu import load_module
 from .sparse_req import sparse_images
-from .params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params, step_settings,
+from .params import (FUSED_CLUSTER, FUSED_SMEM, FUSED_THREADS, fused_scratch_slots, request_params,
                      trie_params)
 
+log = logging.getLogger("gtmkit")
 KERNEL_DIR = Path(__file__).with_name("kernels")
 KERNEL_FILE = KERNEL_DIR / "gtm_step.cu"
 FUSED_FILE = KERNEL_DIR / "gtm_fused.cu"
@@ -88,17 +91,21 @@ class DeviceBatch:
 
 
 class CudaBackend:
-    """cuda_step, fused_cluster, fused_threads: as Matcher's (params.step_settings)."""
+    """options: the Matcher's CudaOptions (step, cluster, threads are read here; pdl and gtm_windows by
+    GraphedBeamSearch)."""
 
-    def __init__(self, t: TrieArrays, index, cuda_step: str = "auto", fused_cluster: int = FUSED_CLUSTER,
-                 fused_threads: int = FUSED_THREADS):
-        cuda_step, self.fused_cluster, self.fused_threads = step_settings(cuda_step, fused_cluster, fused_threads)
+    def __init__(self, t: TrieArrays, index, options: CudaOptions = None):
+        options = CudaOptions() if options is None else options
+        self.options, self.fused_cluster, self.fused_threads = options, options.cluster, options.threads
         cc = cp.cuda.Device().compute_capability
-        if cuda_step == "fused" and int(cc[:-1]) < 9:
-            raise GtmkitError(f"cuda_step='fused' needs thread block clusters (compute capability 9.0 or newer); this "
-                              f"GPU is {cc[:-1]}.{cc[-1]}: use cuda_step='auto' or 'multi'")
-        self.fused = cuda_step == "fused" or (cuda_step == "auto" and int(cc[:-1]) >= 9)
-        # set by GraphedBeamSearch(pdl=True) around its own launches: the fused step and the post-filter go
+        if options.step == "fused" and int(cc[:-1]) < 9:
+            raise GtmkitError(f"CudaOptions(step='fused') needs thread block clusters (compute capability 9.0 or "
+                              f"newer); this GPU is {cc[:-1]}.{cc[-1]}: use step='auto' or 'multi'")
+        self.fused = options.step == "fused" or (options.step == "auto" and int(cc[:-1]) >= 9)
+        log.debug("gtmkit: CD+GTM step on compute capability %s.%s: %s", cc[:-1], cc[-1],
+                  f"fused, {self.fused_cluster} blocks of {self.fused_threads} threads a request" if self.fused
+                  else "multi-kernel")
+        # set by a GraphedBeamSearch launching with PDL, around its own launches: the fused step and the post-filter go
         # through matcher/pdl.py (programmatic dependent launch); everyone else's stay plain CuPy launches
         self.pdl = False
         self.mod = load_module(KERNEL_FILE)  # the multi-kernel step, and the mask on either path

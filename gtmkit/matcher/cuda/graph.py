@@ -11,6 +11,7 @@ or float16) and must be capturable: no host synchronisation and no allocation af
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,11 +19,13 @@ import cupy as cp
 import numpy as np
 
 from ...errors import GtmkitError
+from ..options import CudaOptions, resolve
 from ..._args import beam_sizes_arg
 from ..._gpu import load_module
 from .backend import step_outputs
 from .windows import calibrate_window, pass_counts, per_step_setting
 
+log = logging.getLogger("gtmkit")
 BEAM_KERNELS = Path(__file__).with_name("kernels") / "beam.cu"
 
 
@@ -47,23 +50,27 @@ class GraphResult(NamedTuple):
 class GraphedBeamSearch:
     """Capture beam search (per-step beam sizes, CD+GTM, reordering, post-filter) once; replay it.
 
-    fuse_history: on the fused (Hopper) step the step kernel writes the token history itself; False
-    launches the reorder kernel after each step instead (as the multi-kernel path always does; A/B runs).
-    pdl: the fused steps and the post-filter kernels are launched with programmatic dependent launch
-    (matcher/pdl.py), so each one's blocks are scheduled while the kernel before it still runs; None (the
-    default) does so wherever the fused step runs (Hopper) and the driver can (else plainly, the reason in
-    self.pdl_off; GTMKIT_PDL=0 turns it off).
-    gtm_windows: candidates the fused step's first GTM round tests at each step. "auto" (the default): sized
-    from the pass rates the warm-up search sees (calibrate_window); None: FIRST_WIN x k at every step; or one
-    int per step (0: FIRST_WIN x k). Only the speed depends on it: a window too small for a request costs that
-    request a second round, never an answer. The windows used are in self.windows."""
+    options: a CudaOptions whose pdl and gtm_windows this search uses (None: the Matcher's; its step, cluster
+    and threads must be the Matcher's). pdl: the fused steps
+    and the post-filter kernels are launched with programmatic dependent launch (matcher/cuda/pdl.py), so each
+    one's blocks are scheduled while the kernel before it still runs; None does so wherever the fused step runs
+    (Hopper) and the driver can, else plainly, the reason in self.pdl_off. gtm_windows: candidates the fused
+    step's first GTM round tests at each step; "auto" sizes them from the pass rates the warm-up search sees
+    (calibrate_window). Only the speed depends on either. The windows used are in self.windows."""
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
-                 postfilter: bool = True, fuse_history: bool = True, pdl: bool = None, gtm_windows="auto"):
+                 postfilter: bool = True, options: CudaOptions = None, **deprecated):
         if getattr(matcher, "cuda", None) is None:
             raise GtmkitError("GraphedBeamSearch needs a Matcher on device 'cuda'")
         # the graph binds one index's tables and the requests encoded for it: after Matcher.swap, build a new one
         matcher = matcher.current()
+        options = resolve(matcher.options if options is None else options, deprecated, "GraphedBeamSearch")
+        mine = (options.step, options.cluster, options.threads)
+        if mine != (matcher.options.step, matcher.options.cluster, matcher.options.threads):
+            raise GtmkitError(f"GraphedBeamSearch runs the Matcher's step: its options' step, cluster and threads "
+                              f"must be the Matcher's, got {mine} for the Matcher's "
+                              f"{(matcher.options.step, matcher.options.cluster, matcher.options.threads)}")
+        self.options = options
         self.version = matcher.version
         index = matcher.index
         L = index.sid_length
@@ -72,22 +79,23 @@ class GraphedBeamSearch:
             raise GtmkitError(f"beam_sizes must hold {L} sizes starting with 1, got {tuple(beam_sizes)}")
         self.matcher, self.decoder, self.gtm, self.postfilter = matcher, decoder, bool(gtm), bool(postfilter)
         self.q = matcher.batch(requests)
-        self.fuse_history = fuse_history
-        self.pdl = (True if pdl is None else bool(pdl)) and matcher.cuda.fused
+        self.pdl = (True if options.pdl is None else bool(options.pdl)) and matcher.cuda.fused
         self.pdl_off = ""  # why the default could not launch with PDL (then it launches plainly)
         if self.pdl:
             from .pdl import unavailable
             self.pdl_off = unavailable()
-            if self.pdl_off and pdl:
-                raise GtmkitError(f"GraphedBeamSearch(pdl=True): {self.pdl_off}")
+            if self.pdl_off and options.pdl:
+                raise GtmkitError(f"GraphedBeamSearch with CudaOptions(pdl=True): {self.pdl_off}")
             self.pdl = not self.pdl_off
+        log.debug("gtmkit: graphed search launches %s", "with PDL" if self.pdl else
+                  f"plainly ({self.pdl_off or ('CudaOptions(pdl=False)' if matcher.cuda.fused else 'multi-kernel step')})")
         self.k_reorder = beam_module().get_function("reorder_history")
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.scratch = {}
         be = matcher.cuda
-        self.windows = per_step_setting("gtm_windows", gtm_windows, L, 0, 0)
+        self.windows = per_step_setting("gtm_windows", options.gtm_windows, L, 0, 0)
         # gtm_windows="auto": the warm-up sizes each step's window from that step's counts before running it
-        self._calibrate_windows = isinstance(gtm_windows, str) and self.gtm and be.fused
+        self._calibrate_windows = isinstance(options.gtm_windows, str) and self.gtm and be.fused
         with self.stream:
             self._allocate(index, L)
             keep, be.pdl = be.pdl, self.pdl
@@ -133,7 +141,7 @@ class GraphedBeamSearch:
             lp = self.decoder(t, prev, parent)
             lp_dtype = 1 if lp.dtype == cp.float16 else 0
             # the fused step writes the token history itself (one launch a step fewer in the graph)
-            history = (hist, t, self.hist[t]) if be.fused and self.fuse_history else None
+            history = (hist, t, self.hist[t]) if be.fused else None
             # rows come best first: one start row a request, then each step's ranked output
             D = int(index.max_degree[t])
             if self._calibrate_windows:  # warm-up of gtm_windows="auto": the candidates, and those that pass GTM

@@ -1,15 +1,12 @@
 """The int64 tables of pointers and sizes the CD+GTM kernels receive (TP, QP in kernels/gtm_common.cuh),
 and the fused step's scratch size, built the same way for the GPU (cuda/backend.py) and for the CPU
-emulation of the kernels (tests/cuda/test_fused_emu.py); the step's settings (Matcher's cuda_step, fused_cluster,
-fused_threads), checked on any device. No CuPy here: `ptr(name)` gives the device address of the array a
-table entry points to."""
+emulation of the kernels (tests/cuda/test_fused_emu.py). No CuPy here: `ptr(name)` gives the device address of
+the array a table entry points to."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...errors import GtmkitError
-from ..._args import int_arg
 from ..arrays import RequestBatch, TrieArrays
 
 CUDA_STEPS = ("auto", "fused", "multi")
@@ -42,16 +39,3 @@ def fused_scratch_slots(R: int, B: int, D: int, cluster: int) -> int:
     up to 32 (gtm_fused.cu's scratch layout), so every block region fits."""
     return (R + 2 * cluster * B) * (-(-D // 32) * 32)
 
-
-def step_settings(cuda_step="auto", fused_cluster=FUSED_CLUSTER, fused_threads=FUSED_THREADS) -> tuple:
-    """(cuda_step, fused_cluster, fused_threads), checked: cuda_step "auto" (the fused step on compute capability
-    9.0 and newer, the multi-kernel one before), "fused" or "multi"; fused_cluster blocks per request, 1 to 8;
-    fused_threads threads per block, 256, 512 or 1024. The cluster and block sizes are the fused step's (the
-    multi-kernel one ignores them); other values than the defaults compile a kernel of their own."""
-    if cuda_step not in CUDA_STEPS:
-        raise GtmkitError(f"cuda_step must be 'auto', 'fused' or 'multi', got {cuda_step!r}")
-    if int_arg(fused_cluster, "fused_cluster") > MAX_CLUSTER:
-        raise GtmkitError(f"fused_cluster must be 1 to {MAX_CLUSTER}, got {fused_cluster!r}")
-    if int_arg(fused_threads, "fused_threads") not in FUSED_THREAD_CHOICES:
-        raise GtmkitError(f"fused_threads must be 256, 512 or 1024, got {fused_threads!r}")
-    return cuda_step, int(fused_cluster), int(fused_threads)

@@ -5,7 +5,8 @@ SERIALIZATION the kernel may start before the one ahead of it in the stream has 
 SMs the earlier kernel leaves free and wait at `griddepcontrol.wait` (GRID_DEP_WAIT in kernels/gtm_common.cuh)
 until it has. Inside a captured CUDA graph that hides a launch's latency and block scheduling behind the
 kernel before it. Only kernels whose code waits before touching an earlier kernel's data may be launched so
-(the fused step and the post-filter kernels); GraphedBeamSearch(pdl=True) does, for its own launches only."""
+(the fused step and the post-filter kernels); GraphedBeamSearch does, for its own launches only, unless
+CudaOptions(pdl=False)."""
 
 from __future__ import annotations
 
@@ -51,11 +52,8 @@ def _driver():
 
 
 def unavailable() -> str:
-    """Why PDL launches cannot be used here ("" when they can): GTMKIT_PDL=0 in the environment, or a CUDA
-    driver without cuLaunchKernelEx (before CUDA 12)."""
-    import os
-    if os.environ.get("GTMKIT_PDL", "1") == "0":
-        return "GTMKIT_PDL=0"
+    """Why PDL launches cannot be used here ("" when they can): a CUDA driver without cuLaunchKernelEx (before
+    CUDA 12)."""
     try:
         _driver()
     except GtmkitError as exc:
