@@ -10,6 +10,7 @@ from . import _moved
 from ._compile_notice import CompileNotice
 from ._version import __version__
 from .errors import ArtifactError, CatalogError, GtmkitError, RequestError, SchemaError
+from .artifact.header import Header, read_header
 from .index import Index, load_index
 from .indexer.build import build_index
 from .indexer.update.rebuild import rebuild_shards
@@ -27,5 +28,5 @@ _moved.install()  # old module paths, for one release
 # the library logs and never prints: without a handler of the application's, its warnings go nowhere
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__all__ = ["__version__", "CompileNotice", "build_index", "rebuild_shards", "load_index", "Index", "Request", "Matcher", "IndexMatcher", "CudaOptions", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
+__all__ = ["__version__", "CompileNotice", "build_index", "rebuild_shards", "load_index", "read_header", "Header", "Index", "Request", "Matcher", "IndexMatcher", "CudaOptions", "Step", "beam_search", "Result", "SuccinctTrie", "trie_beam_search", "trie_beam_stepper", "TrieBeamStepper", "TrieSearchServer", "GtmkitError", "CatalogError",
            "SchemaError", "ArtifactError", "RequestError"]
