@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-KERNELS = ROOT / "gtmkit" / "matcher" / "cuda" / "kernels"  # the shared headers (the trie search includes cluster.cuh)
+KERNELS = ROOT / "gtmkit" / "matcher" / "cuda" / "kernels"
+SHARED = ROOT / "gtmkit" / "_gpu" / "kernels"  # the headers both wings include (cluster.cuh)
 SOURCES = sorted(ROOT.joinpath("gtmkit").rglob("*.cu")) + sorted(ROOT.joinpath("benchmarks").rglob("*.cu"))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
 def test_cu_compiles_for_sm90(src, tmp_path):
-    r = subprocess.run(["nvcc", "-arch=sm_90", f"-I{KERNELS}", "-c", str(src), "-o", str(tmp_path / "k.o")],
+    r = subprocess.run(["nvcc", "-arch=sm_90", f"-I{KERNELS}", f"-I{SHARED}", "-c", str(src), "-o", str(tmp_path / "k.o")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "warning" not in r.stderr.lower(), r.stderr
@@ -26,7 +27,7 @@ def test_cu_compiles_for_sm90(src, tmp_path):
 def test_trie_search_compiles_without_clusters(tmp_path):
     """GPUs before sm_90 get the trie search with one block a query (CL=1): no cluster PTX."""
     src = next(p for p in SOURCES if p.name == "trie_search.cu")
-    r = subprocess.run(["nvcc", "-arch=sm_80", "-DCL=1", f"-I{KERNELS}", "-c", str(src), "-o", str(tmp_path / "k.o")],
+    r = subprocess.run(["nvcc", "-arch=sm_80", "-DCL=1", f"-I{KERNELS}", f"-I{SHARED}", "-c", str(src), "-o", str(tmp_path / "k.o")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "warning" not in r.stderr.lower(), r.stderr
@@ -37,7 +38,7 @@ def test_trie_search_compiles_without_clusters(tmp_path):
 def test_profile_builds_compile(name, tmp_path):
     """The profiling tools' builds (-DPROFILE=1: phase timestamps) compile for sm_90 without warnings."""
     src = next(p for p in SOURCES if p.name == name)
-    r = subprocess.run(["nvcc", "-arch=sm_90", "-DPROFILE=1", f"-I{KERNELS}", "-c", str(src), "-o",
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-DPROFILE=1", f"-I{KERNELS}", f"-I{SHARED}", "-c", str(src), "-o",
                         str(tmp_path / "k.o")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "warning" not in r.stderr.lower(), r.stderr
@@ -70,7 +71,7 @@ def test_hot_kernels_stay_within_their_spill_budget(name, kernel, tmp_path):
     import re
 
     src = next(p for p in SOURCES if p.name == name)
-    r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", f"-I{KERNELS}", str(src), "-o", str(tmp_path / "k.cubin")],
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", f"-I{KERNELS}", f"-I{SHARED}", str(src), "-o", str(tmp_path / "k.cubin")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     # ptxas prints "Compiling entry function 'NAME'", then its properties with "N bytes spill stores"
