@@ -1,5 +1,5 @@
 """`IndexMatcher`: the online CD+GTM operations on one loaded index, dispatched to a backend (`Matcher`, in
-served.py, serves one and swaps it for another).
+matcher.py, serves one and swaps it for another).
 
 backend "cpu" = numba (cpu/step.py); "cuda" = CuPy RawKernels (imported only when chosen)."""
 

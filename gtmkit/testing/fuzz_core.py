@@ -33,7 +33,7 @@ def case_rng(seed: int, kind: str, index: int) -> np.random.Generator:
 
 
 def product_frame(tb) -> str:
-    """'file.py:function' of the innermost frame inside gtmkit but outside gtmkit/testing; where the
+    """'<file>:<function>' of the innermost frame inside gtmkit but outside gtmkit/testing; where the
     exception came from the fuzz cases' own code, that frame, marked "(fuzz harness)"."""
     where, harness = None, "?"
     for fr in traceback.extract_tb(tb):

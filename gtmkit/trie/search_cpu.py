@@ -440,7 +440,7 @@ class _State:
 
 def trie_beam_search_cpu(trie, tokens, logp, beam_width: int, theta_tok: float = -math.inf,
                          theta_sent: float = -math.inf, alpha: float = 0.0) -> tuple:
-    """trie_beam_search (trie_search.py) on the CPU."""
+    """trie_beam_search (search.py) on the CPU."""
     arrays = _trie_arrays(trie, "trie_beam_search")
     bw = _beam_width(beam_width)
     tt = np.float32(_float(theta_tok, "theta_tok"))

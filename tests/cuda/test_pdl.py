@@ -1,4 +1,4 @@
-"""matcher/pdl.py without a GPU: the launch structures have cuda.h's layout, and cuLaunchKernelEx (a stand-in
+"""matcher/cuda/pdl.py without a GPU: the launch structures have cuda.h's layout, and cuLaunchKernelEx (a stand-in
 here) receives the grid, block, shared memory, stream, the programmatic-serialization attribute and every
 argument by address with its C type."""
 

@@ -105,8 +105,7 @@ class CudaBackend:
         log.debug("gtmkit: CD+GTM step on compute capability %s.%s: %s", cc[:-1], cc[-1],
                   f"fused, {self.fused_cluster} blocks of {self.fused_threads} threads a request" if self.fused
                   else "multi-kernel")
-        # set by a GraphedBeamSearch launching with PDL, around its own launches: the fused step and the post-filter go
-        # through matcher/pdl.py (programmatic dependent launch); everyone else's stay plain CuPy launches
+        # set by a GraphedBeamSearch launching with PDL, around its own launches only (cuda/pdl.py)
         self.pdl = False
         self.mod = load_module(KERNEL_FILE)  # the multi-kernel step, and the mask on either path
         for name in STEP_KERNELS:

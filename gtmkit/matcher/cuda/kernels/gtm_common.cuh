@@ -6,7 +6,7 @@ typedef unsigned long long u64;
 typedef unsigned int u32;
 typedef long long i64;
 
-// Programmatic dependent launch (sm_90+; matcher/pdl.py launches with it inside GraphedBeamSearch): a kernel
+// Programmatic dependent launch (sm_90+; matcher/cuda/pdl.py launches with it inside GraphedBeamSearch): a kernel
 // lets the next one in its stream start at once (GRID_DEP_LAUNCH: that one's blocks take SMs this one leaves
 // free and run up to their GRID_DEP_WAIT), and waits at GRID_DEP_WAIT until the kernel before it has finished
 // and its writes are visible. Nothing before GRID_DEP_WAIT may read what an earlier kernel wrote or write
