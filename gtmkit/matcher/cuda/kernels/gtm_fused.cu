@@ -151,15 +151,8 @@ struct Smem {
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in cuda/params.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
-// PDL (GraphedBeamSearch): PDL_EARLY lets the next kernel's blocks be scheduled as soon as this one starts;
-// PDL_LATE_WAIT waits for the kernel before only once the request's rows are read and the shared arrays
-// zeroed (0: right after the pointer tables).
-#ifndef PDL_EARLY
-#define PDL_EARLY 1
-#endif
-#ifndef PDL_LATE_WAIT
-#define PDL_LATE_WAIT 1
-#endif
+// PDL (GraphedBeamSearch): the next kernel's blocks may be scheduled as soon as this one starts, and this one
+// waits for the kernel before only once the request's rows are read and the shared arrays zeroed.
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, MINB)
 fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
                   int V, const float* beam_scores, const i64* row_req, i64 R, int D, int k, int gtm, int count_all,
@@ -174,14 +167,13 @@ fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const 
     extern __shared__ __align__(16) unsigned char smem_raw[];
 #endif
     Smem& S = *reinterpret_cast<Smem*>(smem_raw);
-    if (PDL_EARLY) GRID_DEP_LAUNCH();
+    GRID_DEP_LAUNCH();
     Trie t = load_trie(TP);
     if (!gtm && t.live) count_all = 1;
     Req q = load_req(QP);
     const u32 rank = cluster_rank();
     const int b = blockIdx.x / CL;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (!PDL_LATE_WAIT) GRID_DEP_WAIT();
     // PROFILE: phase timestamps when prof is given, prof[b * PROF_W + i], ns; slots 32 + 4 * rank on (rank < 8):
     // that block's expand end, first-round test start and end, and first-round work list length
 #if PROFILE && !defined(GTMKIT_EMU)
@@ -255,7 +247,7 @@ fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const 
 
     // (PDL) every read and write below may touch an earlier kernel's data; the request's rows above are
     // GraphedBeamSearch's fixed schedule (written before its capture), the only launches made with PDL
-    if (PDL_LATE_WAIT) GRID_DEP_WAIT();
+    GRID_DEP_WAIT();
 
     // ---- 1 score bins: below the best live beam score ------------------------------------------
     // Log-probs are <= 0, so no candidate beats its row's beam score: the best live beam score bounds
