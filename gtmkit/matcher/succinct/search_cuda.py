@@ -110,7 +110,7 @@ class CupyDevice:
     def replay(self, graphs: dict, key, submit) -> None:
         """submit()'s copies and launches, as a CUDA graph captured at the first call with this key and
         replayed on the current stream after. Submitting a NAR search's copy and two launches one by one
-        took ~100 us of host time per call on an H200 host (benchmarks/trie_gpu_overhead.py), while the
+        took ~100 us of host time per call on an H200 host, while the
         GPU waited: longer than most of the search itself."""
         cp = self.cp
         graph = graphs.get(key)
