@@ -68,18 +68,6 @@ def lower_bound(a, lo, hi, x):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def upper_bound(a, lo, hi, x):
-    """The first position in the ascending slice a[lo:hi] whose value is > x (hi if none)."""
-    while lo < hi:
-        m = (lo + hi) >> 1
-        if a[m] <= x:
-            lo = m + 1
-        else:
-            hi = m
-    return lo
-
-
-@njit(cache=True, nogil=True, inline="always")
 def sorted_contains(codes, lo, hi, c):
     """Is c in the ascending slice codes[lo:hi]? (binary search)"""
     a = lower_bound(codes, lo, hi, c)

@@ -101,7 +101,7 @@ def evaluate(index, users, beams=(1, 512, 1024, 1024), logits: str = "peaked", s
            "peak": peak if logits == "peaked" else None, "seed": seed, "device": matcher.device}
     report(progress, 0, 3, "eval")
     # one untimed search per mode on the first user: the first calls compile the CPU kernels (numba) or load
-    # the GPU ones, which the first timed mode would otherwise report as its time (~0.5 s a request cold)
+    # the GPU ones, which the first timed mode would otherwise report as its time
     one = matcher.batch([index.encode_request(users[0])])
     for gtm in (False, True):
         run_mode(matcher, users[:1], one, beams, logits, seed, gtm, peak)

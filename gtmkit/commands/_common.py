@@ -1,4 +1,4 @@
-"""Helpers shared by CLI commands: JSON output and a stderr progress bar."""
+"""Helpers shared by CLI commands: error lines, the output options, JSON output and a stderr progress bar."""
 
 from __future__ import annotations
 
@@ -22,6 +22,23 @@ def handle_errors(fn):
             raise click.ClickException(str(exc).replace("\r", "\\r").replace("\n", "\\n")) from None
 
     return wrapper
+
+
+def output_options(what: str = "the result", *, silent: bool = True, notice: bool = True, needs: str = ""):
+    """A command's --json (parameter as_json) and, unless silent=False, -s/--silent (parameter silent), in that order.
+    what: what --json prints; notice=False: a command without a first-compile notice for -s to hide; needs: the
+    option --json applies with, if any."""
+    json_help = f"Print {what} as JSON."
+    if needs:
+        json_help = f"With {needs}: p{json_help[1:]}"
+    silent_help = f"No progress bar{' or first-compile notice' if notice else ''} on stderr."
+
+    def decorate(fn):
+        if silent:
+            fn = click.option("-s", "--silent", is_flag=True, help=silent_help)(fn)
+        return click.option("--json", "as_json", is_flag=True, help=json_help)(fn)
+
+    return decorate
 
 
 def report_problems(problems: list, as_json: bool, record: dict, ok_line: str) -> None:

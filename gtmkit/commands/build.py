@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ._cluster import check_cluster, dask_client, inputs, sharding_options
-from ._common import StderrProgress, echo_json, handle_errors
+from ._common import StderrProgress, echo_json, handle_errors, output_options
 from ._stops import watched
 from .stats import print_summary
 
@@ -34,8 +34,7 @@ def parse_k(ctx, param, value):
               help="New ads `gtmkit update` may add before a rebuild, as a share of the catalog's ads [default: 0.01, "
                    "at least 1000 ads].")
 @click.option("-f", "--force", is_flag=True, help="Replace an existing index directory (the output names the version replaced).")
-@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
+@output_options("the statistics")
 @handle_errors
 def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, workers, scheduler, memory_limit,
             slack, force, as_json, silent, no_worker_timeout):

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import GtmkitError
-from ._common import StderrProgress, echo_json, handle_errors
+from ._common import StderrProgress, echo_json, handle_errors, output_options
 from .eval import _print as print_eval
 from .stats import print_summary
 
@@ -49,8 +49,7 @@ def _first_cpu_run(device: str) -> bool:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--workdir", type=click.Path(file_okay=False), help="Keep the catalog and index here [default: a temporary folder].")
 @click.option("-f", "--force", is_flag=True, help="Use a --workdir that is not empty, replacing its catalog and index.")
-@click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
+@output_options("everything")
 @handle_errors
 def command(ads, seed, n_users, device, workdir, force, as_json, silent):
     """Synthesize an ad catalog, build its GTM index, print its statistics, evaluate CD-only against

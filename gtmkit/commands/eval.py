@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import GtmkitError
-from ._common import StderrProgress, echo_json, handle_errors
+from ._common import StderrProgress, echo_json, handle_errors, output_options
 from ._users import index_beams, parse_beams, read_users_file, synth_users_for
 
 def sweep_settings(L: int) -> list:
@@ -53,8 +53,7 @@ def _print(r: dict) -> None:
 @click.option("--recall-sample", default=200_000, show_default=True, help="Ads sampled per user for the recall check.")
 @click.option("--partition-sweep", is_flag=True, help="Rebuild with none/static/dynamic partitioning; pass rate vs storage.")
 @click.option("--catalog", type=click.Path(), help="Catalog (file, folder or glob) for --partition-sweep [default: the one the index was built from].")
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
+@output_options("the figures")
 @handle_errors
 def command(index_dir, n_users, users_file, seed, beams, logits, peak, device, recall_sample, partition_sweep,
             catalog, as_json, silent):

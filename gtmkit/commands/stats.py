@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..errors import ArtifactError
-from ._common import echo_json, handle_errors
+from ._common import echo_json, handle_errors, output_options
 
 
 def _mb(b) -> str:
@@ -111,7 +111,7 @@ def plot(s: dict, path: str) -> None:
 
 @click.command("stats")
 @click.argument("index_dir", type=click.Path(file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print every statistic as JSON.")
+@output_options("every statistic", silent=False)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write storage/fill plots to this PNG.")
 @handle_errors
 def command(index_dir, as_json, plot_path):

@@ -15,7 +15,7 @@ from ..artifact.container import manifest_path
 from ..inputs.files import parse_json, read_text, short_repr
 from ..inputs.schema import parse_schema
 from ..synth import TargetingRates, synth_users, write_catalog, write_users
-from ._common import StderrProgress, echo_json, handle_errors
+from ._common import StderrProgress, echo_json, handle_errors, output_options
 
 
 def _rate_options(fn):
@@ -57,8 +57,7 @@ def command():
               help="Write a directory of this many Parquet parts (at most one a million ads).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes writing parts at once (implies --parts >= workers).")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
+@output_options("the summary")
 @handle_errors
 def catalog(n_ads, seed, vocab, sid_length, world_seed, bloom_bits, bloom_hashes, output, parts, workers, as_json,
             silent, **rates):
@@ -132,7 +131,7 @@ def _checked(schema: dict, src: str) -> dict:
               help="Number of users.")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Users seed.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="JSON-lines file [default: stdout].")
-@click.option("--json", "as_json", is_flag=True, help="With -o: print the summary as JSON.")
+@output_options("the summary", silent=False, needs="-o")
 @handle_errors
 def users(index_dir, schema_file, n, seed, output, as_json):
     """Write synthetic users (JSON lines) drawn from a synth catalog's world.

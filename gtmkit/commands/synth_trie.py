@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import echo_json, handle_errors
+from ._common import echo_json, handle_errors, output_options
 
 
 @click.command("keys")
@@ -20,8 +20,7 @@ from ._common import echo_json, handle_errors
               help="Draw the keys as a directory of this many parts (no two share a key).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes drawing parts at once (implies --parts >= workers).")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar on stderr.")
+@output_options("the summary", notice=False)
 @handle_errors
 def keys(n, seed, vocab, min_len, max_len, output, parts, workers, as_json, silent):
     """Write keyword-like integer keys (Parquet) for `gtmkit trie build`.
@@ -60,7 +59,7 @@ def keys(n, seed, vocab, min_len, max_len, output, parts, workers, as_json, sile
               help="True-path head size per position [default: K // 10].")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="Seed.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help=".npz file to write.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@output_options("the summary", silent=False)
 @handle_errors
 def proposals(trie_dir, b, T, K, r, seed, output, as_json):
     """Write NAR proposal grids (tokens, logp [b, T, K]) for a trie, as in FlashTrie Appendix K.

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import GtmkitError
 from ..inputs.files import regular_file
 from ._cluster import check_cluster, dask_client, inputs, sharding_options
-from ._common import StderrProgress, echo_json, handle_errors, report_problems
+from ._common import StderrProgress, echo_json, handle_errors, output_options, report_problems
 from ._stops import watched
 
 
@@ -48,8 +48,7 @@ def command():
 @click.option("--column", default="key", show_default=True, help="Parquet column of list<int> keys.")
 @sharding_options("KEYS", "key prefixes")
 @click.option("-f", "--force", is_flag=True, help="Replace an existing trie directory (the output names the version replaced).")
-@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
+@output_options("the statistics")
 @handle_errors
 def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force, as_json, silent,
           no_worker_timeout):
@@ -104,7 +103,7 @@ def _report(trie, out_dir, seconds: float, as_json: bool, sw) -> None:
 
 @command.command("verify")
 @click.argument("trie_dir", type=click.Path(file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@output_options(silent=False)
 @handle_errors
 def verify(trie_dir, as_json):
     """Check a trie: manifest digest, checksums and every invariant the trie search relies on (the LOUDS tree,
@@ -128,7 +127,7 @@ def verify(trie_dir, as_json):
 
 @command.command("stats")
 @click.argument("trie_dir", type=click.Path(file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@output_options("the statistics", silent=False)
 @handle_errors
 def stats(trie_dir, as_json):
     """Counts, nodes per depth and bytes per array of a trie.
@@ -198,7 +197,7 @@ def _load_proposals(path):
 @click.option("--top", type=click.IntRange(min=0), default=5, show_default=True,
               help="Results shown per query (0 = all); JSON always has all.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write key_ids / scores to this .npz.")
-@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@output_options("results", silent=False)
 @handle_errors
 def search(trie_dir, proposals, beam_width, theta_tok, theta_sent, alpha, device, top, output, as_json):
     """Constrained beam search (NAR) of proposal grids over a trie.

@@ -6,7 +6,7 @@ import click
 import numpy as np
 
 from ._cluster import check_cluster, dask_client, inputs, no_worker_option
-from ._common import StderrProgress, echo_json, handle_errors
+from ._common import StderrProgress, echo_json, handle_errors, output_options
 from ._stops import watched
 
 
@@ -43,8 +43,7 @@ def _read_ids(path) -> np.ndarray:
 @click.option("--scheduler", help="With --rebuild-shards: rebuild the subtrees on the Dask cluster at this address "
               "(its workers must see the index's directory).")
 @no_worker_option("the update")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
+@output_options("the report")
 @handle_errors
 def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers, scheduler, no_worker_timeout, as_json,
             silent):

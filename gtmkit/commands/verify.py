@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import click
 
-from ._common import StderrProgress, handle_errors, report_problems
+from ._common import StderrProgress, handle_errors, output_options, report_problems
 
 
 @click.command("verify")
 @click.argument("index_dir", type=click.Path(file_okay=False))
 @click.option("--catalog", type=click.Path(), help="Recompute every SID path and ad row from this catalog (file, folder or glob).")
 @click.option("--schema", type=click.Path(dir_okay=False), help="Schema for --catalog [default: the index's own].")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("-s", "--silent", is_flag=True, help="No progress bar or first-compile notice on stderr.")
+@output_options()
 @handle_errors
 def command(index_dir, catalog, schema, as_json, silent):
     """Check an index: manifest digest, checksums, every invariant the matchers rely on, matcher

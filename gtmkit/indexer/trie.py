@@ -65,7 +65,7 @@ def sort_sids(sids: np.ndarray, vocab: int) -> tuple:
             key |= sids[:, i].astype(np.uint64)
         idx_bits = max(1, int(n - 1).bit_length())
         if bits * L + idx_bits <= 64:
-            # Sorting (key, row) packed into one word is ~10x faster than an argsort of the keys.
+            # Sorting (key, row) packed into one word: a plain sort, far faster than an argsort of the keys.
             packed = np.sort((key << np.uint64(idx_bits)) | np.arange(n, dtype=np.uint64))
             order = (packed & np.uint64((1 << idx_bits) - 1)).astype(np.int64)
             skey = packed >> np.uint64(idx_bits)

@@ -58,7 +58,7 @@ class LiveAds:
         self.active = np.ones(index.num_ads, np.uint8)
         self.counts = subtree_ad_counts(node_offsets, sid_ad_offsets, index.first_leaf, index.num_nodes)
         # each row's leaf and each node's parent, so that a change walks its path by direct reads (a binary search
-        # a level made 100k pauses take ~110 ms of cache misses); 4 bytes a row and a node
+        # a level misses the cache all the way up); 4 bytes a row and a node
         self.row_leaf = np.repeat(np.arange(index.first_leaf, index.num_nodes, dtype=np.int32), np.diff(sid_ad_offsets))
         self.parent = np.empty(index.num_nodes, np.int32)
         self.parent[0] = -1

@@ -51,12 +51,6 @@ class BitmaskLayout:
         off = self.offsets[a]
         return {v: off + i for i, v in enumerate(self.domains[a])}
 
-    def range_mask(self, a: int) -> np.ndarray:
-        row = np.zeros(self.words, np.uint64)
-        for b in range(self.offsets[a], self.other_bit(a) + 1):
-            set_bit(row, b)
-        return row
-
     def to_dict(self) -> dict:
         return {"attributes": [{"name": n, "domain": list(d), "offset": o, "bits": len(d) + 1}
                                for n, d, o in zip(self.names, self.domains, self.offsets)],

@@ -14,7 +14,7 @@ on the GPU (docs/design.md §6; benchmarks/tools/profile_trie.py measures them).
   its sample points at the list instead (-1 - row). Such a node took the select directory's walk, twice
   (~12 dependent reads), and a step waits for its slowest thread: on a 10M-key trie 1.6% of the groups are
   wide, but ~100 of step 0's ~1000 matches (popular first tokens, many children) and some of step 1's land
-  in them. With the lists a query took 130.5 -> 125.0 us (H200, 10M keys, BW=K=1000).
+  in them.
 """
 
 from __future__ import annotations

@@ -357,7 +357,7 @@ class LiveBeams(NamedTuple):
 @functools.lru_cache(maxsize=64)
 def length_factors(alpha: float, steps: int) -> np.ndarray:
     """float64 [steps+1]: factor[d] = (6 / (5 + d)) ** alpha, the length normalisation (FlashTrie Eq. 2).
-    Cached (read-only): a GPU query is short enough for ~3 us of host time to show. An alpha whose
+    Cached (read-only): a GPU query is short enough for computing them each call to show. An alpha whose
     factor is 0 or infinite at some depth is refused: +inf * 0 would be a NaN score."""
     try:
         f = np.array([(6.0 / (5 + d)) ** alpha for d in range(steps + 1)], np.float64)

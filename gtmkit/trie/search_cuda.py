@@ -109,9 +109,8 @@ class CupyDevice:
 
     def replay(self, graphs: dict, key, submit) -> None:
         """submit()'s copies and launches, as a CUDA graph captured at the first call with this key and
-        replayed on the current stream after. Submitting a NAR search's copy and two launches one by one
-        took ~100 us of host time per call on an H200 host (benchmarks/trie_gpu_overhead.py), while the
-        GPU waited: longer than most of the search itself."""
+        replayed on the current stream after: submitting a NAR search's copy and two launches one by one costs
+        host time, while the GPU waits, longer than most of the search itself."""
         cp = self.cp
         graph = graphs.get(key)
         if graph is None:  # first use: run it eagerly (loads the kernels, which a capture must not do) and
@@ -351,7 +350,7 @@ def _stage(dev, buf: _Buffers, tokens, logp, theta_tok, factors, rows: int, use_
 def _host_ready(dev, buf: _Buffers, factors) -> np.ndarray:
     """The pinned staging buffer, free to overwrite (the previous copy has read it), with the factors in.
     A host NAR call leaves it free (uploaded None) and its factors in place (the same cached array again):
-    waiting on a finished event and rewriting them was ~4 us of a query's host time on an H200 host."""
+    waiting on a finished event and rewriting them would show in a query's host time."""
     dev.order(buf)
     if buf.uploaded is not None:
         buf.uploaded.synchronize()
@@ -374,8 +373,8 @@ def _fill_host(buf: _Buffers, tokens: np.ndarray, logp: np.ndarray, rows: int) -
 @njit(cache=True, nogil=True)
 def _stage_rows(tokens, logp, out_i, out_f):
     """Row r of the flat staging buffer: the tokens as int32 (-1 where no key can hold the id), then the log-probs
-    as float32 (out_i, out_f: int32 and float32 views of that buffer). One pass over contiguous 1-D slices:
-    NumPy's masked copy and cast took ~25 us a query, a 2-D strided version ~10 us, this ~3."""
+    as float32 (out_i, out_f: int32 and float32 views of that buffer). One pass over contiguous 1-D slices, faster
+    than NumPy's masked copy and cast or a 2-D strided loop."""
     k = tokens.shape[1]
     for r in range(tokens.shape[0]):
         row_t, row_l = tokens[r], logp[r]
@@ -435,7 +434,7 @@ def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, t
         _search(dev, buf, tp, prepared, steps, True, 0, steps, steps - 1, True, 0, ts, (ids, scores))
         return ids, scores
     # host proposals, the usual case: staged here, then prep + search replayed as one graph; the kernels read
-    # the staged proposals and write the results in pinned memory (copies were ~18 us of a ~170 us query)
+    # the staged proposals and write the results in pinned memory (copies would be a large share of a query)
     _host_ready(dev, buf, factors)
     nbytes = _fill_host(buf, tokens, logp, steps)
     nf = buf.nf
@@ -448,7 +447,7 @@ def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, t
         fac = dev.host_ptr(buf.host[:8 * nf].view(np.float64))
         out = (dev.host_ptr(buf.host_ids), dev.host_ptr(buf.host_scores))
         prepared = (buf.ptok, buf.plp, buf.pcnt)
-        if fused:  # one launch: the cluster prepares the rows, then searches (a prep launch was ~20 us)
+        if fused:  # one launch: the cluster prepares the rows, then searches (no prep launch to wait for)
             _search(dev, buf, tp, prepared, steps, True, 0, steps, steps - 1, True, 0, ts, out, fac, rows_in, tt)
         else:
             _prep(dev, buf, steps, tt, False, rows_in, (fac, nf))

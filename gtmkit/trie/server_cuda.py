@@ -1,7 +1,7 @@
 """A resident GPU trie search for serving NAR queries one at a time with no kernel launch a query.
 
 `trie_beam_search(device="cuda")` replays a CUDA graph per call: at b=1 the launch and the wait for it are
-a fixed cost beside a ~80 us search (benchmarks/results/trie_h200.md: graph against resident server). A TrieSearchServer
+a fixed cost beside a short search (benchmarks/results/trie_h200.md: graph against resident server). A TrieSearchServer
 launches kernels/trie_search.cu's serve_kernel once: one thread block cluster stays resident (CL SMs) and
 waits for requests in pinned host memory. `search` writes the proposals into the pinned staging, bumps
 the request number and spins until the kernel marks it done; results are the same as

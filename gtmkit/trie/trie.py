@@ -197,11 +197,6 @@ class SuccinctTrie:
     def is_terminal(self, node) -> bool:
         return bool(nav.is_terminal(self.arrays, self._node(node)))
 
-    def key_id_of_node(self, node) -> int:
-        """Key id of a terminal node, -1 for a node that ends no key."""
-        v = self._node(node)
-        return int(nav.key_id(self.arrays, v)) if nav.is_terminal(self.arrays, v) else -1
-
     def key(self, key_id) -> tuple:
         """The tokens of key key_id, as a tuple of ints."""
         k = _token(key_id, "key")

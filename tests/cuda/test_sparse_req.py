@@ -1,4 +1,4 @@
-"""The fused GPU step's sparse request images (gtmkit/matcher/sparse_req.py, kernels/sparse_req.cuh): they must
+"""The fused GPU step's sparse request images (gtmkit/matcher/cuda/sparse_req.py, kernels/sparse_req.cuh): they must
 hold exactly the non-zero words of every request row and signature, in the header's layout and capacities."""
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ from numba import njit
 from ..._memory import prefetch
 
 # Hot loops take plain arrays, unpacked once from the TrieArrays / RequestBatch namedtuples: reading
-# an array field of a namedtuple inside a loop costs numba a reference-count round trip each time
-# (measured: ~340 ns against ~6 ns for one GTM test at depth 1).
+# an array field of a namedtuple inside a loop costs numba a reference-count round trip each time.
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -125,8 +124,8 @@ def _gtm_batch(jagged, lvl_off, lvl_base, lvl_width, part_off, pbm, pbl, bmt, bl
     """_gtm for nodes[:n], partition by partition across the batch: the table rows of different nodes
     are independent loads, so their cache misses overlap instead of queueing one node at a time.
     The partition test is spelled out here as in _gtm on purpose: factored into a shared helper
-    (inlined or not), numba's code for this loop ran the depth-1 step ~1.8x slower. s0, s1, todo: the caller's scratch of
-    >= n entries (allocating them per batch cost ~30% of a depth-1 batch). words: request_words(.., b)."""
+    (inlined or not), numba's code for this loop runs the depth-1 step slower. s0, s1, todo: the caller's scratch of
+    >= n entries (allocating them per batch is a large share of a depth-1 batch). words: request_words(.., b)."""
     widest = 0
     nb = pbl.shape[1]
     W, Wb = bmt.shape[1], blt.shape[1]

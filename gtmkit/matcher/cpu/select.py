@@ -111,7 +111,7 @@ def _insertion_desc(a, lo, hi):
 @njit(cache=True, nogil=True)
 def _kth_smallest(a, n, kth):
     """The kth smallest (0-based) of a[:n], the value np.partition(a[:n], kth)[kth] is; reorders a[:n].
-    A quickselect of our own: numba's np.partition and np.sort brought ~8 s of compile into every
+    A quickselect of our own: numba's np.partition and np.sort bring their compile time into every
     kernel that links this module (their generic code is re-optimised in each caller)."""
     lo, hi = 0, n - 1
     while hi > lo:
@@ -238,7 +238,7 @@ def _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, 
     want-th best score kept so far and the buffer is compacted. Returns (count, final threshold):
     buf[:count] holds exactly the band's candidates scoring >= the final threshold; count -1 when more
     than len(buf) scores tie at the threshold (call again with a larger buf). Growing buf in here
-    instead made numba's code for the pass ~13x slower (the array is reassigned inside the loop). live: skip
+    instead makes numba's code for the pass far slower (the array is reassigned inside the loop). live: skip
     children with no active ad (nl[child] == 0), as if absent."""
     cap = buf.shape[0]
     theta = lo
@@ -261,7 +261,7 @@ def _band(no, ct, node_ids, logprobs, beam_scores, r0, nrows, n_internal, want, 
             if live and nl[j0 + jj + 1] <= 0:
                 continue
             v = _clean(tmp[jj])
-            if v >= theta and v <= hi_incl:  # one range test: a flag here cost numba ~40% of the pass
+            if v >= theta and v <= hi_incl:  # one range test: a flag here slows numba's pass
                 if v == 0:
                     v = np.float32(0.0)  # -0 ties +0, as in a float compare
                 if n == cap:  # full: raise the threshold to the want-th best kept, keep those >= it

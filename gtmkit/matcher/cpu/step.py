@@ -46,7 +46,7 @@ def step_kernel(t, q, req_rows, node_ids, logprobs, beam_scores, k, gtm, count_a
          out[b] = the k best by (score desc, r asc, tok asc); -1 / -inf padded."""
     for b in prange(req_rows.shape[0] - 1):
         # b as int64 on purpose: the parfor pass types the loop index differently from the first typing
-        # pass (unsigned), so an uncast b compiled the whole selection twice (~18 s of a cold start)
+        # pass (unsigned), so an uncast b compiled the whole selection twice
         bb = np.int64(b)
         _select_request(t, q, bb, req_rows[bb], req_rows[bb + 1], node_ids, logprobs, beam_scores, k, gtm,
                         count_all, out_parent, out_token, out_node, out_score, out_count, rate_hint, band_from)

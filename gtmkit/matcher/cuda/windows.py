@@ -1,7 +1,7 @@
 """The fused step's first GTM window per step, sized from pass rates a search saw (GraphedBeamSearch's
 gtm_windows="auto"). The window only sets how lazily the step tests GTM: too small costs a request a second
-round (~10-20 us on an H200), too large tests candidates the answer does not need (depth 2 of the 10M-SID
-benchmark passes ~100% of its candidates, so 1.25k tests do where the default tests 4k)."""
+round, too large tests candidates the answer does not need (depth 2 of the 10M-SID benchmark passes ~100% of
+its candidates, so 1.25k tests do where the default tests 4k)."""
 
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ __device__ __forceinline__ i64 select0(const Trie& t, i64 k) {
 // Position of the zero after z, the k-th zero (node k's run of ones ends there): the two words from z + 1
 // are tried first (nearly every node has fewer than 64 children), longer runs go through the select
 // directory. A word-by-word scan would walk the root's run (up to millions of children with large
-// vocabularies) one dependent load per word: ~1 ms per launch on a 10M-key trie.
+// vocabularies) one dependent load per word.
 __device__ __forceinline__ i64 run_end(const Trie& t, i64 z, i64 k) {
     i64 p = z + 1, w = p >> 6;
     u64 x = ~t.louds[w] & (~0ull << (p & 63));

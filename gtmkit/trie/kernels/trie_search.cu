@@ -5,10 +5,8 @@
 // One thread block cluster of CL blocks (one an SM) per query runs every step in a single launch, cluster
 // barriers between phases (no kernel launches, grid syncs or host round trips). Why a cluster and not one
 // block: a step's phases are chains of dependent reads of trie words scattered over ~100 MB, and one SM
-// keeps too few of them in flight: at BW=K=1000 on a 10M-key trie (steps of up to ~6k pairs) the binary
-// searches took 61 us a query on one block and 30 us on a cluster of 8 (H200, benchmarks/tools/profile_trie.py;
-// step 0's ~12 us of child-range lookups did not shrink, for reasons not established). A NAR launch
-// may first prepare its proposal rows (prep_row, block r taking rows r, r + CL, ..). A step:
+// keeps too few of them in flight. A NAR launch may first prepare its proposal rows (prep_row, block r taking
+// rows r, r + CL, ..). A step:
 // (A) every block: the live beams (AR and a launch's first step: from the live list in global memory;
 // later NAR steps: the previous step's candidates at or above its threshold, in candidate order), each
 // beam's work, the shorter of its child list and its proposal row, and a prefix sum (redundantly in each
@@ -31,13 +29,15 @@
 //   finished key       (sortable(normalised score) << 32) | (0xFFFFFFFF - key id)
 //   prepared proposal  ((0xFFFFFFFF - token) << 32) | sortable_raw(logp)
 // Live candidates tie by node id (the CPU's rule), which does not depend on the order of the live list:
-// a NAR search keeps its live list unordered (the best BW by an exact radix select, no sort; a sort was a
-// quarter of the kernel); the AR stepper, whose caller sees the list, sorts the kept ones best first.
+// a NAR search keeps its live list unordered (the best BW by an exact radix select, no sort, which costs far
+// more); the AR stepper, whose caller sees the list, sorts the kept ones best first.
 // A candidate's data sits in slot p*K+k (parent beam p, proposal k). Key id ascending breaks ties among
 // finished keys.
 //
 // NT, SORT_CAP, PREP_CAP and BEAM_CAP may be overridden at compile time (the CPU emulation test shrinks
 // them to reach every path with small inputs); NT must be a multiple of 32, at most 1024.
+//
+// The measured choices below and their figures: benchmarks/results/kernel_choices.md.
 
 typedef unsigned long long u64;
 typedef long long i64;
@@ -50,8 +50,7 @@ typedef unsigned short u16;
 // A NAR search from the root prepares its first row through a shared hash table instead of the sort
 // (hash0 below; step 0 looks its proposals up in the root directory: it needs them deduplicated, not
 // ordered); the row stays in its proposal slots in shared memory (-1 for a dropped or repeated proposal), and
-// block 0 runs step 0 alone, a slot a thread, while the other blocks sort the later rows. The sort was ~8 us
-// before step 0 and block 0 alone costs ~0.5 us; a query took 135.6 -> 132.5 us (H200, 10M keys, BW=K=1000).
+// block 0 runs step 0 alone, a slot a thread, while the other blocks sort the later rows: step 0 waits for no sort.
 #ifndef SORT_CAP
 #define SORT_CAP 2048   // keys the search sorts in shared memory (16 KiB), a power of two
 #endif
@@ -390,7 +389,7 @@ __device__ __forceinline__ u32 fold_finished(u64* fin, u32 fc, u32 BW, u64* gbuf
 // factors[t + 1 - fbase] (the host's float64 factors, so scores round as on the CPU); step last_step
 // builds no live list.
 // (The trie and scratch pointer tables are never written: restrict lets the compiler reload their entries instead
-// of holding them in registers across the search; sm_90 spills 236 / 344 -> 128 / 160 bytes.)
+// of holding them in registers across the search, which spills less.)
 __device__ __forceinline__ void search_body(
     const i64* __restrict__ TP, const i64* __restrict__ SP, const int* ptok, const float* plp, const int* pcnt, int R, int K, int nar,
     int t0, int t1, int last_step, int init, int finalize, float theta_sent, const double* factors, int fbase,
@@ -797,7 +796,7 @@ __device__ __forceinline__ void search_body(
     if (finalize && BW <= SORT_CAP) {
         // The best BW finished keys, best first, ranked by the whole cluster: every block selects the same
         // ones into its shared memory, then ranks a share of them by counting the larger ones (8 lanes a
-        // key). One block's bitonic sort of them was ~10 us a query.
+        // key), faster than one block's bitonic sort of them.
         const u32 m = fc < BW ? fc : BW;
         const u64 tau = fc > BW ? block_select(fin, fc, BW, s) : 0ull;
         u32 carry = 0;  // kept in index order (a prefix sum, not atomics): the same order in every block

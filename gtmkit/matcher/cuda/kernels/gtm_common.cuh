@@ -55,7 +55,7 @@ __device__ __forceinline__ Trie load_trie(const i64* P) {
 // CD once ads are paused: a node with no active ad below it is absent (docs/design.md §9).
 __device__ __forceinline__ bool cd_live(const Trie& t, i64 node) { return !t.live || t.node_live[node] > 0; }
 // The same from the pointer table at each use: for a kernel at its register limit, where two more values held
-// across its loop spill (round_kernel: 76 bytes); the table's words are uniform loads that L1 keeps.
+// across its loop spill; the table's words are uniform loads that L1 keeps.
 __device__ __forceinline__ bool cd_live_at(const i64* P, i64 node) {
     return !*(const int*)P[18] || ((const int*)P[17])[node] > 0;
 }
@@ -96,7 +96,7 @@ __device__ __forceinline__ int depth_of(const Trie& t, i64 node) {
 // has arrived; here the ids of up to PF partitions are loaded together, then the partitions are tested in
 // order, each loading the words it needs. No prefetches: an L1 prefetch of a partition's rows costs the L1
 // pipeline a pass a distinct line, as a load does, and the divergent loads of ~700 tests a block already
-// bound the round (H200: without them the whole graphed search took 179.0 -> 171.7 us).
+// bound the round.
 #define PF 4
 
 __device__ __forceinline__ bool partition_passes(const Trie& t, const Req& q, int b, i64 p, int bid, int bloom0) {

@@ -26,6 +26,8 @@
 //    grouped by bin (counting sort through the merged fill counters); a passer's output position is
 //    its bin's offset plus the number of larger composites in its bin. A crowded bin T (ties, or
 //    everything below best - SPAN) is cut to exactly the needed count by a radix select first.
+//
+// The measured choices below (sizes, window, atomics) and their figures: benchmarks/results/kernel_choices.md.
 
 #include "gtm_common.cuh"
 
@@ -40,11 +42,7 @@
 #ifndef MINB
 #define MINB 1          // blocks an SM must hold (launch bounds)
 #endif
-// Why 6 x 1024 with one block an SM (H200, 16 requests): the step is
-// latency-bound (~4 warps a scheduler, one eligible a third of the time), so threads a request matter;
-// 16 clusters of 6 SMs fit at once (96 SMs, none shared), while 8 x 1024 or 16 x 512 leave a second
-// wave (some GPCs hold fewer than 8 free SMs) and 8 x 512 at two blocks an SM shares 8 SMs between
-// requests (~40% slower there). Whole graphed search 273 -> 247 us against 8 x 512.
+// 6 x 1024, one block an SM: the latency-bound step wants many threads a request, in clusters that fit one wave.
 #define BPT (FB / NT)   // score bins per thread in the bin scans
 #ifndef EU
 #define EU 4            // candidates a thread handles per pass of the expand and list loops
@@ -58,9 +56,7 @@
 #define WEXP_MIN_ROWS (NT / 32)  // ... and holds a row for every warp (one wide row: all threads on it)
 #endif
 #ifndef FIRST_WIN
-// First GTM window, in multiples of k. 4, not 3: at depth 3 some requests' pass rates (~0.25-0.33) took a
-// second round with 3 (~20 us on the slowest request), none with 4; whole graphed search 181.8 -> 176.6 us,
-// depth 2 42.7 -> 46.2 us, depth 3 79.1 -> 73.4 us; 5 was slower at every depth (H200).
+// First GTM window, in multiples of k: 4 covers pass rates down to 1/4 in one round (a second round costs more).
 #define FIRST_WIN 4
 #endif
 // -DPROFILE=1 (profiling tools only): the kernel writes phase timestamps and counts to prof (below)
@@ -101,9 +97,8 @@ __device__ __forceinline__ i64 node_at(const void* node_ids, int nid64, i64 r) {
 
 #include "sparse_req.cuh"  // SparseReq
 
-// counts[bn] += 1 for a lane with bn >= 0: one shared atomic a lane. A warp's __match_any_sync of equal bins
-// first cost more than the conflicts it saved, a warp's bins being mostly distinct (whole graphed search, H200:
-// 197.9 -> 184.3 us without it in the wide expand, then 184.8 -> 183.1 us in the narrow expand and the rounds).
+// counts[bn] += 1 for a lane with bn >= 0: one shared atomic a lane (a warp's bins are mostly distinct, so a
+// __match_any_sync of equal bins first costs more than the conflicts it saves).
 __device__ __forceinline__ void bin_add(u32* counts, int bn) {
     if (bn >= 0) atomicAdd(&counts[bn], 1u);
 }
@@ -143,23 +138,15 @@ struct Smem {
     u32 s_wtot;
     i64 r_lo[2], r_hi[2];  // the request's rows are searched for in [lo, hi]
     // The request's GTM rows, non-zero words only (sparse_req.cuh): the same answers from ~3 divergent loads a
-    // partition instead of ~19 (first round's tests at depth 3: 11.8 -> 9.5 us; whole graphed search 171.7 ->
-    // 160.3 us, H200).
+    // partition instead of ~19.
     SparseReq sp;
 };
 
 static_assert(sizeof(Smem) <= 64 * 1024, "FUSED_SMEM in cuda/params.py must cover Smem");
 static_assert(FB % NT == 0 && NT % 32 == 0 && NT >= 256, "bin scans and the radix digits assume this");
 
-// PDL (GraphedBeamSearch): PDL_EARLY lets the next kernel's blocks be scheduled as soon as this one starts;
-// PDL_LATE_WAIT waits for the kernel before only once the request's rows are read and the shared arrays
-// zeroed (0: right after the pointer tables).
-#ifndef PDL_EARLY
-#define PDL_EARLY 1
-#endif
-#ifndef PDL_LATE_WAIT
-#define PDL_LATE_WAIT 1
-#endif
+// PDL (GraphedBeamSearch): the next kernel's blocks may be scheduled as soon as this one starts, and this one
+// waits for the kernel before only once the request's rows are read and the shared arrays zeroed.
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, MINB)
 fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const void* node_ids, int nid64, const void* logprobs, int lp_dtype,
                   int V, const float* beam_scores, const i64* row_req, i64 R, int D, int k, int gtm, int count_all,
@@ -174,14 +161,13 @@ fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const 
     extern __shared__ __align__(16) unsigned char smem_raw[];
 #endif
     Smem& S = *reinterpret_cast<Smem*>(smem_raw);
-    if (PDL_EARLY) GRID_DEP_LAUNCH();
+    GRID_DEP_LAUNCH();
     Trie t = load_trie(TP);
     if (!gtm && t.live) count_all = 1;
     Req q = load_req(QP);
     const u32 rank = cluster_rank();
     const int b = blockIdx.x / CL;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (!PDL_LATE_WAIT) GRID_DEP_WAIT();
     // PROFILE: phase timestamps when prof is given, prof[b * PROF_W + i], ns; slots 32 + 4 * rank on (rank < 8):
     // that block's expand end, first-round test start and end, and first-round work list length
 #if PROFILE && !defined(GTMKIT_EMU)
@@ -202,8 +188,8 @@ fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const 
 
     // rows of request b: [r0, r1), from req_rows [B + 1] when the caller has them (a fixed beam schedule:
     // one load), else r0 = the first row with row_req >= b, r1 the first >= b + 1 (row_req is
-    // non-decreasing). All threads probe at once, NT rows a round (two rounds up to NT^2 rows): one
-    // thread's binary search was a chain of log2(R) dependent loads, ~7 us at R = 16384.
+    // non-decreasing). All threads probe at once, NT rows a round (two rounds up to NT^2 rows), where one
+    // thread's binary search would be a chain of log2(R) dependent loads.
     i64* s_lo = S.r_lo;
     i64* s_hi = S.r_hi;
     if (req_rows) {
@@ -255,7 +241,7 @@ fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const 
 
     // (PDL) every read and write below may touch an earlier kernel's data; the request's rows above are
     // GraphedBeamSearch's fixed schedule (written before its capture), the only launches made with PDL
-    if (PDL_LATE_WAIT) GRID_DEP_WAIT();
+    GRID_DEP_WAIT();
 
     // ---- 1 score bins: below the best live beam score ------------------------------------------
     // Log-probs are <= 0, so no candidate beats its row's beam score: the best live beam score bounds
@@ -329,9 +315,8 @@ fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const 
         const int nr = nmine - x0 < NT ? nmine - x0 : NT;
         if (nr >= WEXP_MIN_ROWS && total >= (u32)WEXP_MIN_DEG * (u32)nr) {
             // Wide rows (deep beams over dense levels): a warp per row, taken from a shared counter, its
-            // lanes on consecutive children, so no candidate searches for its row (below: about a quarter
-            // of the expand's instructions, ncu) and the row's values are loaded once per warp. Measured
-            // on the H200: ~4% off the whole search (benchmarks/tools/ab_gpu.py).
+            // lanes on consecutive children, so no candidate searches for its row (the binary search below)
+            // and the row's values are loaded once per warp.
             for (;;) {
                 int x = 0;
                 if (lane == 0) x = (int)atomicAdd(&S.s_next, 1u);
@@ -570,8 +555,7 @@ fused_step_kernel(const i64* __restrict__ TP, const i64* __restrict__ QP, const 
         u64 c = i < np ? my_pass[i] : 0;
         int bn = i < np ? bin_of<FB>(c, top) : -1;
         if (bn > T) bn = -1;
-        // one remote atomic a lane: a warp's match of equal bins first cost more than it saved (1.4% slower whole
-        // search, H200); the order within a bin does not matter (ranked below)
+        // one remote atomic a lane, as in bin_add; the order within a bin does not matter (ranked below)
         if (bn >= 0) grp[S.cum[bn] + dsm_fetch_add(remote(&S.m_fill[bn], OWNER(bn)), 1u)] = c;
     }
     cluster_sync();

@@ -25,8 +25,7 @@ __device__ __forceinline__ const SparseReq* sparse_of(const Req& q, int b) {
 }
 
 // Request b's image in shared memory, for a block that serves request b alone (every thread calls it): the
-// table rows' divergent loads cannot evict it there, at the cost of a round trip and a barrier a block (0.7%
-// faster than reading it from global memory on the H200).
+// table rows' divergent loads cannot evict it there, which outweighs a round trip and a barrier a block.
 __device__ __forceinline__ const SparseReq* block_sparse(const Req& q, int b, bool want) {
     __shared__ SparseReq sp;
     const bool use = want && q.sparse;

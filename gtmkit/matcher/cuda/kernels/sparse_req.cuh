@@ -6,8 +6,8 @@
 // Why: partition_passes ANDs every bitmask attribute's request row with the node's row over all W words and
 // reloads the row for each attribute (A x W divergent loads a partition: 15 for the synth schema), and reloads
 // the Bloom row for every signature. A divergent warp load costs a pass of the L1 pipeline a distinct line,
-// so at depth 3 a block's ~700 tests took ~18 us (median, H200) in one pass of a few ~1 us round trips. A request
-// row holds a bit or two an attribute: testing only its non-zero words is the same test, exactly:
+// so those passes, not the few round trips, bound a block's tests. A request row holds a bit or two an
+// attribute: testing only its non-zero words is the same test, exactly:
 //   OR_w (row[w] & rq[w]) != 0  <=>  OR over w with rq[w] != 0;  (br & sg) == sg  <=>  over w with sg[w] != 0.
 
 // Capacities, as sparse_req.py's Caps (the CPU emulation shrinks them, so that some requests take the full test)
