@@ -1,5 +1,5 @@
 """Vectorised builder of the succinct trie: sort and deduplicate keys, number nodes breadth-first
-(children sorted by token), then lay out LOUDS bits, labels and terminal flags (gtmkit/indexer/succinct/trie.py)."""
+(children sorted by token), then lay out LOUDS bits, labels and terminal flags (gtmkit/trie/trie.py)."""
 
 from __future__ import annotations
 

@@ -48,9 +48,8 @@ def test_sources_found():
     assert any(p.name == "gtm_step.cu" for p in SOURCES)
 
 
-# Spill budgets (bytes of spill stores, ptxas -v for sm_90, CUDA 13) of the latency-bound kernels: each time a
-# change raised them, the kernel got slower on the H200 (benchmarks/tools/ab_gpu.py:
-# 24 -> 60 bytes cost a step 12%). A change that needs more must say why and be measured.
+# Spill budgets (bytes of spill stores, ptxas -v for sm_90, CUDA 13) of the latency-bound kernels: spills cost them
+# speed (benchmarks/results/kernel_choices.md); a change that needs more must say why and be measured.
 SPILL_BUDGET = {("gtm_fused.cu", "fused_step_kernel"): 16, ("trie_search.cu", "search_kernel"): 160,
                 ("trie_search.cu", "serve_kernel"): 64, ("gtm_step.cu", "round_kernel"): 0,
                 ("gtm_step.cu", "mask_kernel"): 0}

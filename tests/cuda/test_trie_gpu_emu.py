@@ -490,7 +490,7 @@ def test_server_rejects_bad_shapes(emu):
 
 
 def test_shared_memory_and_cluster_argument():
-    """search_kernel's dynamic shared memory at the default capacities fits a block's opt-in on the H200 (227 KiB);
+    """search_kernel's dynamic shared memory at the default capacities fits a block's opt-in on sm_90 (227 KiB);
     the searches' cluster argument is checked on any device, with one-line errors."""
     from types import SimpleNamespace
     from gtmkit.trie import search_cuda as tsc
