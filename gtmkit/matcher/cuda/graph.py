@@ -56,10 +56,13 @@ class GraphedBeamSearch:
     one's blocks are scheduled while the kernel before it still runs; None does so wherever the fused step runs
     (Hopper) and the driver can, else plainly, the reason in self.pdl_off. gtm_windows: candidates the fused
     step's first GTM round tests at each step; "auto" sizes them from the pass rates the warm-up search sees
-    (calibrate_window). Only the speed depends on either. The windows used are in self.windows."""
+    (calibrate_window). Only the speed depends on either. The windows used are in self.windows.
+    capture: "cupy" (default) records the graph by CuPy's stream capture; "torch" by torch.cuda.graph, for a decoder
+    of torch ops, whose intermediate tensors then live in the graph's own memory pool. set_requests serves later
+    replays to other requests (as many)."""
 
     def __init__(self, matcher, requests, decoder, beam_sizes=(1, 512, 1024, 1024), gtm: bool = True,
-                 postfilter: bool = True, options: CudaOptions = None, **deprecated):
+                 postfilter: bool = True, options: CudaOptions = None, capture: str = "cupy", **deprecated):
         if getattr(matcher, "cuda", None) is None:
             raise GtmkitError("GraphedBeamSearch needs a Matcher on device 'cuda'")
         # the graph binds one index's tables and the requests encoded for it: after Matcher.swap, build a new one
@@ -89,8 +92,16 @@ class GraphedBeamSearch:
             self.pdl = not self.pdl_off
         log.debug("gtmkit: graphed search launches %s", "with PDL" if self.pdl else
                   f"plainly ({self.pdl_off or ('CudaOptions(pdl=False)' if matcher.cuda.fused else 'multi-kernel step')})")
+        if capture not in ("cupy", "torch"):
+            raise GtmkitError(f"capture must be 'cupy' or 'torch', got {capture!r}")
         self.k_reorder = beam_module().get_function("reorder_history")
-        self.stream = cp.cuda.Stream(non_blocking=True)
+        self._torch_stream = None
+        if capture == "torch":  # a torch decoder: torch captures, so its allocations live in the graph's pool
+            import torch
+            self._torch_stream = torch.cuda.Stream()
+            self.stream = cp.cuda.ExternalStream(self._torch_stream.cuda_stream)
+        else:
+            self.stream = cp.cuda.Stream(non_blocking=True)
         self.scratch = {}
         be = matcher.cuda
         self.windows = per_step_setting("gtm_windows", options.gtm_windows, L, 0, 0)
@@ -100,16 +111,42 @@ class GraphedBeamSearch:
             self._allocate(index, L)
             keep, be.pdl = be.pdl, self.pdl
             try:
-                self._run()                      # eager warm-up: compiles kernels, sizes every buffer, calibrates
-                self._calibrate_windows = False
-                self.stream.synchronize()
-                self.stream.begin_capture()
-                try:
-                    self._run()
-                finally:
-                    self.graph = self.stream.end_capture()
+                if self._torch_stream is None:
+                    self._run()                  # eager warm-up: compiles kernels, sizes every buffer, calibrates
+                    self._calibrate_windows = False
+                    self.stream.synchronize()
+                    self.stream.begin_capture()
+                    try:
+                        self._run()
+                    finally:
+                        self.graph = self.stream.end_capture()
+                else:
+                    self._capture_torch()
             finally:
                 be.pdl = keep
+
+    def _capture_torch(self) -> None:
+        import torch
+        ts = self._torch_stream
+        ts.wait_stream(torch.cuda.current_stream())  # inputs the caller's stream wrote
+        with torch.cuda.stream(ts):
+            self._run()
+        self._calibrate_windows = False
+        ts.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, stream=ts):
+            self._run()
+
+    def set_requests(self, requests) -> None:
+        """Serve the next replays to these requests (as many as the captured ones): their arrays are uploaded and
+        the captured pointer table is pointed at them (the kernels read requests through it)."""
+        q = self.matcher.batch(requests)
+        if q.size != self.q.size:
+            raise GtmkitError(f"the graph was captured for {self.q.size} requests, got {q.size}")
+        self.stream.synchronize()  # no replay still reads the requests this replaces
+        with self.stream:
+            self.q.params[...] = q.params
+        self._requests = q  # kept alive: the table points into its arrays
 
     def _allocate(self, index, L):
         B, be = self.q.size, self.matcher.cuda
@@ -170,7 +207,12 @@ class GraphedBeamSearch:
 
     def launch(self) -> None:
         """Enqueue one replay on self.stream without waiting (time it with events on that stream)."""
-        self.graph.launch(self.stream)
+        if self._torch_stream is None:
+            self.graph.launch(self.stream)
+        else:
+            import torch
+            with torch.cuda.stream(self._torch_stream):
+                self.graph.replay()
 
     def replay(self) -> GraphResult:
         """Launch the captured graph on its stream and wait for it."""
