@@ -82,7 +82,7 @@ def t5_weights(model, dtype: torch.dtype, device) -> T5Weights:
     first = blocks[0].layer[0].SelfAttention
     if not getattr(first, "has_relative_attention_bias", False):
         raise GtmkitError("SidDecoder: the decoder's first layer has no relative attention bias (not a T5 decoder)")
-    positions = 16  # a SID is at most this long (queries and keys: the start token and L - 1 SID tokens)
+    positions = 64  # the longest SID a schema allows (queries and keys: the start token and L - 1 SID tokens)
     with torch.no_grad():
         bias = first.compute_bias(positions, positions, device=first.relative_attention_bias.weight.device)
     scale = getattr(cfg, "scale_decoder_outputs", None)
