@@ -83,7 +83,7 @@ class SidDecoder:
         runtime = DecoderRuntime(self.weights, layout.offsets_for(index.sid_length), index.vocab_size)
         with torch.no_grad():
             if not graph:
-                runtime.begin(states, mask)
+                runtime.begin(states, mask, sizes)
                 return beam_search(matcher, q, runtime.step, sizes, gtm=gtm, postfilter=postfilter)
             return self._graphed(matcher, q, runtime, states, mask, sizes, gtm, postfilter)
 

@@ -22,7 +22,7 @@ class GraphedDecoder:
 
     def _decode(self, t: int, prev, parent):
         if t == 0:
-            self.runtime.begin(self.states, self.mask)
+            self.runtime.begin(self.states, self.mask, self.sizes)
         return cp.from_dlpack(self.runtime.step(t, prev, parent))
 
     def set_inputs(self, q, states, mask) -> None:

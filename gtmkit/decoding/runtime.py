@@ -34,9 +34,25 @@ class DecoderRuntime:
         self.offsets = [int(o) for o in offsets]
         self.vocab = int(vocab)
         self.inner = weights.heads * weights.d_kv
+        self.ops = None
+        if weights.embed.is_cuda:  # the fused kernels; the torch code below is the CPU path and their reference
+            from .cuda_ops import MAX_D, MAX_DK, MAX_POS, CudaOps
+            d = int(weights.embed.shape[1])
+            # (shapes past the kernels' limits run the torch code on the GPU too)
+            if d <= MAX_D and d % 4 == 0 and weights.d_kv <= MAX_DK and weights.d_kv % 4 == 0 and \
+                    len(self.offsets) < MAX_POS:
+                self.ops = CudaOps(weights.dtype)
+                # the head padded to whole 64-row tiles (an odd row count takes slower GEMM kernels); the padding's
+                # logits are left out of the softmax
+                pad = -weights.lm_head.shape[0] % 64
+                self.head = torch.cat([weights.lm_head, weights.lm_head.new_zeros(pad, d)]) if pad else weights.lm_head
+                # relu fused into its GEMM (cuBLASLt's epilogue), with a zero bias
+                self.relu = not weights.gated and isinstance(weights.act, torch.nn.ReLU)
+                self.zero_bias = weights.lm_head.new_zeros(weights.d_ff)
 
-    def begin(self, encoder_states: torch.Tensor, encoder_mask: torch.Tensor) -> None:
-        """Each layer's cross-attention K/V [B, H, N, d_kv] for these requests, and the additive mask."""
+    def begin(self, encoder_states: torch.Tensor, encoder_mask: torch.Tensor, sizes=None) -> None:
+        """Each layer's cross-attention K/V [B, H, N, d_kv] for these requests, and the additive mask; with the
+        search's per-step beam sizes, the GPU's self-attention cache: a layer's Q|K|V rows of every step."""
         w = self.w
         B, N, _ = encoder_states.shape
         e = encoder_states.to(w.dtype)
@@ -49,11 +65,19 @@ class DecoderRuntime:
         neg = torch.finfo(w.dtype).min
         self.cross_mask = torch.where(encoder_mask.bool(), 0.0, neg).to(w.dtype).view(B, 1, 1, N)
         self.keys, self.values, self.ancestors = [], [], None
+        self.fused = self.ops is not None and sizes is not None
+        if self.fused:
+            rows = [B * int(s) for s in sizes]
+            self.base = [sum(rows[:t]) for t in range(len(rows))]
+            self.qkv = [torch.empty(sum(rows), 3 * self.inner, dtype=w.dtype, device=e.device) for _ in w.layers]
+            self.bias = [w.bias_table[t, :t + 1].T.contiguous() for t in range(len(rows))]
 
     def step(self, t: int, prev_tokens, parent_rows) -> torch.Tensor:
         """Log-probs [R, V] (fp32) over step t's SID tokens for R rows; prev_tokens: the SID token each row took at
         step t-1 (ignored at t = 0), parent_rows: the row of step t-1 each row extends (-1: a dead row, whose output
         is ignored). Torch, CuPy or numpy int arrays."""
+        if self.fused:
+            return self._step_fused(t, prev_tokens, parent_rows)
         w = self.w
         prev = _tensor(prev_tokens, self.w.embed.device).long()
         R = int(prev.shape[0])
@@ -84,9 +108,49 @@ class DecoderRuntime:
         self.keys.append(keys)
         self.values.append(values)
         h = rms_norm(x, w.final_ln, w.eps) * w.scale_out
-        logits = F.linear(h.to(w.dtype), w.lm_head).float()
+        return self._log_probs(t, h.to(w.dtype))
+
+    def _log_probs(self, t: int, h: torch.Tensor, head: torch.Tensor = None) -> torch.Tensor:
+        logits = F.linear(h, self.w.lm_head if head is None else head)[:, :self.w.lm_head.shape[0]].float()
         off = self.offsets[t]
         return (logits[:, off:off + self.vocab] - torch.logsumexp(logits, dim=-1, keepdim=True)).contiguous()
+
+    def _step_fused(self, t: int, prev_tokens, parent_rows) -> torch.Tensor:
+        """step() on the GPU: the same math, the memory-bound parts as fused kernels (cuda_ops.py) and the self-attention
+        cache as one Q|K|V buffer a layer, each row's ancestors as rows of it."""
+        w, ops = self.w, self.ops
+        prev = _tensor(prev_tokens, w.embed.device).long()
+        R = int(prev.shape[0])
+        own = self.base[t] + torch.arange(R, device=prev.device)
+        if t == 0:
+            tokens = torch.full((R,), w.start_token, dtype=torch.long, device=prev.device)
+            self.ancestors = own[:, None]
+        else:
+            parent = _tensor(parent_rows, prev.device).long().clamp_(min=0)
+            tokens = prev.clamp(min=0) + self.offsets[t - 1]
+            self.ancestors = torch.cat([self.ancestors.index_select(0, parent), own[:, None]], dim=1)
+        d = w.embed.shape[1]
+        x = torch.empty(R, d, dtype=torch.float32, device=prev.device)
+        h = torch.empty(R, d, dtype=w.dtype, device=prev.device)
+        ops.add_rms_norm(x, w.embed, w.layers[0].ln_self, h, w.eps, tokens=tokens)
+        y = None
+        for i, layer in enumerate(w.layers):
+            if y is not None:
+                ops.add_rms_norm(x, y, layer.ln_self, h, w.eps)
+            torch.matmul(h, layer.qkv.T, out=self.qkv[i][self.base[t]:self.base[t] + R])
+            attn = torch.empty(R, self.inner, dtype=w.dtype, device=prev.device)
+            ops.prefix_attention(self.qkv[i], self.ancestors, self.bias[t], attn, w.heads, w.d_kv)
+            ops.add_rms_norm(x, F.linear(attn, layer.o_self), layer.ln_cross, h, w.eps)
+            y = F.linear(self._cross_attention(i, F.linear(h, layer.q_cross)), layer.o_cross)
+            ops.add_rms_norm(x, y, layer.ln_ff, h, w.eps)
+            if self.relu:
+                a = torch._addmm_activation(self.zero_bias, h, layer.wi.T)
+            else:
+                a = F.linear(h, layer.wi)
+                a = w.act(a[:, :w.d_ff]) * a[:, w.d_ff:] if w.gated else w.act(a)
+            y = F.linear(a, layer.wo)
+        ops.add_rms_norm(x, y, w.final_ln, h, w.eps, w.scale_out)
+        return self._log_probs(t, h, self.head)
 
     def _self_attention(self, i: int, t: int, q, k, v, bias) -> torch.Tensor:
         """q, k, v [R, H, d_kv] of step t -> [R, H * d_kv]: each row attends to its ancestors' keys at steps 0..t-1
