@@ -15,7 +15,7 @@ DEFINES = {torch.bfloat16: ("ELEM_BF16=1",), torch.float16: ("ELEM_F16=1",), tor
 ATTN_THREADS = 256  # 8 warps a block, a warp a (row, head)
 NORM_THREADS = 256  # NORM_THREADS in the kernel
 MAX_D = 4096        # d_model: MAX_NORM_GROUPS x 4 x NORM_THREADS
-MAX_DK = 256        # d_kv: MAX_GROUPS x 128
+MAX_DK = 256        # d_kv: MAX_DK_LANE x 32
 MAX_POS = 8         # SID positions: MAX_POS in the kernel
 
 

@@ -44,7 +44,7 @@ __device__ __forceinline__ void store4(elem_t* p, const float* f) {
 }
 #endif
 
-#define MAX_GROUPS 2   // d_kv up to 256: groups of 128 elements, 4 a lane
+#define MAX_DK_LANE 8   // d_kv up to 256: 8 elements a lane
 #define MAX_POS 8       // positions of a SID prefix, the start token included
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -55,9 +55,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 // One warp a (row, head): the row's query at step S-1 attends to the keys of its ancestors at steps 0..S-1.
 // qkv: every step's fused Q|K|V projections of one layer, [rows of all steps, 3 * inner]; anc [R, S]: the global
 // qkv row of each row's ancestor at each step (its own row last); bias [H, S]: T5's relative position bias of
-// query position S-1 over key positions 0..S-1; out [R, inner]. DK is a multiple of 4, at most 256; S <= 8.
-// Every key and value load is issued before the first is used: the loads of a warp are independent, so their
-// latencies overlap instead of adding up.
+// query position S-1 over key positions 0..S-1; out [R, inner]. DK <= 256, S <= 8. Element-strided lanes and few
+// registers: many warps a multiprocessor hide the gathers' latency (benchmarks/results/kernel_choices.md).
 extern "C" __global__ void prefix_attention(const elem_t* __restrict__ qkv, const long long* __restrict__ anc,
                                             const float* __restrict__ bias, elem_t* __restrict__ out,
                                             long long R, int H, int DK, int S) {
@@ -67,85 +66,41 @@ extern "C" __global__ void prefix_attention(const elem_t* __restrict__ qkv, cons
     const long long r = w / H;
     const int h = (int)(w % H);
     const long long inner = (long long)H * DK, stride = 3 * inner;
-    const long long mine = lane < S ? anc[r * S + lane] : 0;  // one ancestor a lane, then shared
-    long long row[MAX_POS];
-#pragma unroll
-    for (int s = 0; s < MAX_POS; ++s) row[s] = __shfl_sync(0xffffffffu, mine, s);
-    const int groups = (DK + 127) >> 7;
-    float acc[MAX_GROUPS][4];
-    float sc[MAX_POS];
-#pragma unroll
-    for (int s = 0; s < MAX_POS; ++s) sc[s] = 0.f;
-    for (int g = 0; g < groups; ++g) {
-        const int d = 128 * g + 4 * lane;
-        float qv[4] = {0.f, 0.f, 0.f, 0.f}, kv[MAX_POS][4], vv[MAX_POS][4];
-        const long long off = (long long)h * DK + d;
-        if (d < DK) {
-            load4(qkv + row[S - 1] * stride + off, qv);
-#pragma unroll
-            for (int s = 0; s < MAX_POS; ++s)
-                if (s < S) {
-                    load4(qkv + row[s] * stride + inner + off, kv[s]);
-                    load4(qkv + row[s] * stride + 2 * inner + off, vv[s]);
-                }
+    const long long* a = anc + r * S;
+    const elem_t* q = qkv + a[S - 1] * stride + (long long)h * DK;
+    float qv[MAX_DK_LANE], acc[MAX_DK_LANE], sc[MAX_POS];
+    const int n = (DK + 31) >> 5;
+    for (int i = 0; i < n; ++i) {
+        const int d = lane + 32 * i;
+        qv[i] = d < DK ? to_f(q[d]) : 0.f;
+        acc[i] = 0.f;
+    }
+    float best = -__int_as_float(0x7f800000);
+    for (int s = 0; s < S; ++s) {
+        const elem_t* k = qkv + a[s] * stride + inner + (long long)h * DK;
+        float dot = 0.f;
+        for (int i = 0; i < n; ++i) {
+            const int d = lane + 32 * i;
+            if (d < DK) dot += qv[i] * to_f(k[d]);
         }
-#pragma unroll
-        for (int s = 0; s < MAX_POS; ++s)
-            if (s < S && d < DK) sc[s] += qv[0] * kv[s][0] + qv[1] * kv[s][1] + qv[2] * kv[s][2] + qv[3] * kv[s][3];
-        // the values stay in registers for the weighted sum below only while one group is live: keep them
-        for (int j = 0; j < 4; ++j) acc[g][j] = 0.f;
-        if (g == 0 && groups == 1) {
-            float best = -__int_as_float(0x7f800000), p[MAX_POS], total = 0.f;
-#pragma unroll
-            for (int s = 0; s < MAX_POS; ++s)
-                if (s < S) {
-                    sc[s] = warp_sum(sc[s]) + bias[h * S + s];
-                    best = fmaxf(best, sc[s]);
-                }
-#pragma unroll
-            for (int s = 0; s < MAX_POS; ++s)
-                if (s < S) {
-                    p[s] = __expf(sc[s] - best);
-                    total += p[s];
-                }
-            const float inv = 1.f / total;
-            if (d < DK) {
-#pragma unroll
-                for (int s = 0; s < MAX_POS; ++s)
-                    if (s < S)
-                        for (int j = 0; j < 4; ++j) acc[0][j] += p[s] * inv * vv[s][j];
-                store4(out + r * inner + off, acc[0]);
-            }
-            return;
+        sc[s] = warp_sum(dot) + bias[h * S + s];
+        best = fmaxf(best, sc[s]);
+    }
+    float total = 0.f;
+    for (int s = 0; s < S; ++s) {
+        const float p = __expf(sc[s] - best);
+        total += p;
+        const elem_t* v = qkv + a[s] * stride + 2 * inner + (long long)h * DK;
+        for (int i = 0; i < n; ++i) {
+            const int d = lane + 32 * i;
+            if (d < DK) acc[i] += p * to_f(v[d]);
         }
     }
-    // d_kv > 128: the scores are complete only now; the values are read a second time
-    float best = -__int_as_float(0x7f800000), p[MAX_POS], total = 0.f;
-#pragma unroll
-    for (int s = 0; s < MAX_POS; ++s)
-        if (s < S) {
-            sc[s] = warp_sum(sc[s]) + bias[h * S + s];
-            best = fmaxf(best, sc[s]);
-        }
-#pragma unroll
-    for (int s = 0; s < MAX_POS; ++s)
-        if (s < S) {
-            p[s] = __expf(sc[s] - best);
-            total += p[s];
-        }
     const float inv = 1.f / total;
-    for (int g = 0; g < groups; ++g) {
-        const int d = 128 * g + 4 * lane;
-        if (d >= DK) continue;
-        const long long off = (long long)h * DK + d;
-#pragma unroll
-        for (int s = 0; s < MAX_POS; ++s)
-            if (s < S) {
-                float vv[4];
-                load4(qkv + row[s] * stride + 2 * inner + off, vv);
-                for (int j = 0; j < 4; ++j) acc[g][j] += p[s] * inv * vv[j];
-            }
-        store4(out + r * inner + off, acc[g]);
+    elem_t* o = out + r * inner + (long long)h * DK;
+    for (int i = 0; i < n; ++i) {
+        const int d = lane + 32 * i;
+        if (d < DK) o[d] = from_f(acc[i] * inv);
     }
 }
 
