@@ -29,6 +29,7 @@ def _warnings(stderr: str) -> list:
     return [ln for ln in stderr.splitlines() if "warning" in ln.lower()]
 
 
+@pytest.mark.slow  # nvcc compiles, seconds a source
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
 def test_cu_compiles_for_sm90(src):
@@ -37,6 +38,7 @@ def test_cu_compiles_for_sm90(src):
     assert not _warnings(r.stderr), r.stderr
 
 
+@pytest.mark.slow  # nvcc compiles, seconds a source
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_trie_search_compiles_without_clusters(tmp_path):
     """GPUs before sm_90 get the trie search with one block a query (CL=1): no cluster PTX."""
@@ -47,6 +49,7 @@ def test_trie_search_compiles_without_clusters(tmp_path):
     assert "warning" not in r.stderr.lower(), r.stderr
 
 
+@pytest.mark.slow  # nvcc compiles, seconds a source
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("name", ["gtm_fused.cu", "trie_search.cu"])
 def test_profile_builds_compile(name, tmp_path):
@@ -79,6 +82,7 @@ def _nvcc_release() -> str:
     return m.group(1) if m else ""
 
 
+@pytest.mark.slow  # nvcc compiles, seconds a source
 @pytest.mark.skipif(_nvcc_release() != "13", reason="the budgets are ptxas figures of CUDA 13")
 @pytest.mark.parametrize("name,kernel", sorted(SPILL_BUDGET), ids=lambda x: x)
 def test_hot_kernels_stay_within_their_spill_budget(name, kernel):
