@@ -26,6 +26,7 @@ def _cache_files(folder):
     return [p for p in Path(folder).rglob("*") if p.suffix in (".nbi", ".nbc")]
 
 
+@pytest.mark.slow  # a child process with its own cache folder compiles
 def test_cache_goes_to_xdg_cache_home(tmp_path):
     before = set(_cache_files(PKG))
     r = _run({"XDG_CACHE_HOME": str(tmp_path)}, "-c", SCRIPT)
@@ -35,18 +36,21 @@ def test_cache_goes_to_xdg_cache_home(tmp_path):
     assert set(_cache_files(PKG)) == before  # nothing new inside the package
 
 
+@pytest.mark.slow  # a child process with its own cache folder compiles
 def test_numba_cache_dir_is_honoured(tmp_path):
     r = _run({"NUMBA_CACHE_DIR": str(tmp_path / "nb"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}, "-c", SCRIPT)
     assert r.returncode == 0, r.stderr
     assert _cache_files(tmp_path / "nb") and not (tmp_path / "xdg").exists()
 
 
+@pytest.mark.slow  # a child process with its own cache folder compiles
 def test_numba_imported_first_still_uses_the_user_cache(tmp_path):
     r = _run({"XDG_CACHE_HOME": str(tmp_path)}, "-c", "import numba; " + SCRIPT)
     assert r.returncode == 0, r.stderr
     assert _cache_files(tmp_path / "gtmkit")
 
 
+@pytest.mark.slow  # child processes: a first compile, then a warm run
 def test_cli_announces_the_first_compile_once(tmp_path):
     env = {"NUMBA_CACHE_DIR": str(tmp_path / "nb")}
     cli = ("-m", "gtmkit.cli")
@@ -95,7 +99,7 @@ print(json.dumps({k: [len(f.stats.cache_hits), sum(f.stats.cache_misses.values()
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the warm-up's whole first compile, in a child process
 def test_warmup_compiles_what_the_demo_runs(tmp_path):
     env = {"NUMBA_CACHE_DIR": str(tmp_path / "nb")}
     r = _run(env, "-m", "gtmkit.commands._warmup")

@@ -47,6 +47,7 @@ def test_missing_and_recursive_includes(tmp_path):
         kernel_source(tmp_path / "b.cu")
 
 
+@pytest.mark.slow  # nvcc compiles each source twice
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
 def test_inlined_source_compiles_to_the_same_ptx(src, tmp_path):

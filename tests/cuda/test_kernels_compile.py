@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,15 +16,30 @@ SHARED = ROOT / "gtmkit" / "_gpu" / "kernels"  # the headers both wings include 
 SOURCES = sorted(ROOT.joinpath("gtmkit").rglob("*.cu")) + sorted(ROOT.joinpath("benchmarks").rglob("*.cu"))
 
 
+@functools.lru_cache(maxsize=None)
+def _sm90(src: Path) -> subprocess.CompletedProcess:
+    """src compiled for sm_90 with ptxas's report of each kernel (its spill stores): once a source, shared by the
+    compile test and the spill budgets."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return subprocess.run(["nvcc", "-arch=sm_90", "-Xptxas", "-v", f"-I{KERNELS}", f"-I{SHARED}", "-c", str(src),
+                               "-o", str(Path(tmp) / "k.o")], capture_output=True, text=True)
+
+
+def _warnings(stderr: str) -> list:
+    """nvcc's and ptxas's warnings (ptxas -v reports each kernel on "ptxas info" lines)."""
+    return [ln for ln in stderr.splitlines() if "warning" in ln.lower()]
+
+
+@pytest.mark.slow  # nvcc compiles, seconds a source
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
-def test_cu_compiles_for_sm90(src, tmp_path):
-    r = subprocess.run(["nvcc", "-arch=sm_90", f"-I{KERNELS}", f"-I{SHARED}", "-c", str(src), "-o", str(tmp_path / "k.o")],
-                       capture_output=True, text=True)
+def test_cu_compiles_for_sm90(src):
+    r = _sm90(src)
     assert r.returncode == 0, r.stderr
-    assert "warning" not in r.stderr.lower(), r.stderr
+    assert not _warnings(r.stderr), r.stderr
 
 
+@pytest.mark.slow  # nvcc compiles, seconds a source
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_trie_search_compiles_without_clusters(tmp_path):
     """GPUs before sm_90 get the trie search with one block a query (CL=1): no cluster PTX."""
@@ -33,6 +50,7 @@ def test_trie_search_compiles_without_clusters(tmp_path):
     assert "warning" not in r.stderr.lower(), r.stderr
 
 
+@pytest.mark.slow  # nvcc compiles, seconds a source
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("name", ["gtm_fused.cu", "trie_search.cu"])
 def test_profile_builds_compile(name, tmp_path):
@@ -64,14 +82,13 @@ def _nvcc_release() -> str:
     return m.group(1) if m else ""
 
 
+@pytest.mark.slow  # nvcc compiles, seconds a source
 @pytest.mark.skipif(_nvcc_release() != "13", reason="the budgets are ptxas figures of CUDA 13")
 @pytest.mark.parametrize("name,kernel", sorted(SPILL_BUDGET), ids=lambda x: x)
-def test_hot_kernels_stay_within_their_spill_budget(name, kernel, tmp_path):
+def test_hot_kernels_stay_within_their_spill_budget(name, kernel):
     import re
 
-    src = next(p for p in SOURCES if p.name == name)
-    r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", f"-I{KERNELS}", f"-I{SHARED}", str(src), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True)
+    r = _sm90(next(p for p in SOURCES if p.name == name))
     assert r.returncode == 0, r.stderr
     # ptxas prints "Compiling entry function 'NAME'", then its properties with "N bytes spill stores"
     block = r.stderr.split(f"Compiling entry function '{kernel}'")[1].split("Compiling entry function")[0]

@@ -208,6 +208,7 @@ def _child_env() -> dict:
     return dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_NUM_THREADS="1")
 
 
+@pytest.mark.slow  # four writer processes at once
 def test_four_processes_updating_one_index_lose_no_change(tmp_path):
     """Four `gtmkit update` processes started together on one index, each adding its own ads, two pausing ads
     and one editing ads too: every process exits 0 having its changes in the final index (or fails with one line,

@@ -321,6 +321,7 @@ gtmkit.build_index(sys.argv[1], sys.argv[2], overwrite=True, progress=progress)
 """
 
 
+@pytest.mark.slow  # a build process killed mid-write
 def test_killed_build_keeps_old_version_and_next_write_cleans_up(tmp_path, catalogs):
     out = tmp_path / "idx"
     gtmkit.build_index(catalogs[0], out).close()

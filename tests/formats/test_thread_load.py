@@ -54,6 +54,7 @@ def test_loading_parses_no_header_with_ast(index_dir, tmp_path):
     assert not used and got == [200] * 4 + [3] * 2
 
 
+@pytest.mark.slow  # a stress run: 1,600 loads, 8 at once
 def test_an_index_loads_from_8_threads_at_once_200_times(index_dir):
     with gtmkit.load_index(index_dir) as ref:
         want = np.array(ref.sid_ad_ids)

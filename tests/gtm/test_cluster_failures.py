@@ -218,7 +218,7 @@ def eager_http_port():
     s.close()
 
 
-def test_the_library_refuses_the_same_ports_and_names_a_worker(tmp_path, silent_port, http_port, eager_http_port):
+def test_the_library_refuses_the_same_ports(silent_port, http_port, eager_http_port):
     t0 = time.monotonic()
     with pytest.raises(GtmkitError, match=r"not a Dask scheduler: an HTTP server \(a dashboard's port\? a scheduler's "
                        r"is usually 8786\) answered the Dask handshake with something else \(no Dask frame\)$"):
@@ -232,6 +232,10 @@ def test_the_library_refuses_the_same_ports_and_names_a_worker(tmp_path, silent_
         cluster_mod.connect("http://127.0.0.1:8786", timeout=0.5)
     with pytest.raises(GtmkitError, match=r"cannot reach a Dask scheduler there \(Connection refused\)"):
         cluster_mod.connect("tcp://127.0.0.1:1", timeout=0.5)
+
+
+@pytest.mark.slow  # an external scheduler and worker process
+def test_the_library_names_a_worker_and_takes_a_scheduler(tmp_path):
     with _external(tmp_path, workers=1) as c, distributed.Client(c.address) as client:
         worker = next(iter(client.scheduler_info()["workers"]))
         with pytest.raises(GtmkitError, match="a Dask worker answers there, not a scheduler"):
@@ -316,6 +320,7 @@ def _when_working(work, command, out, proc, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow  # an external scheduler and a gtmkit process
 @pytest.mark.parametrize("command", ["build", "update", "trie"])
 def test_a_scheduler_without_workers_fails_after_the_no_worker_timeout(inputs, tmp_path, command):
     work = _work(inputs, tmp_path)
@@ -333,6 +338,7 @@ def test_a_scheduler_without_workers_fails_after_the_no_worker_timeout(inputs, t
     assert _left(work, command, work / "out") == []
 
 
+@pytest.mark.slow  # an external scheduler process
 def test_the_library_forms_take_no_worker_timeout(inputs, tmp_path):
     from gtmkit.trie.trie import SuccinctTrie
     from gtmkit.indexer.update.rebuild import rebuild_shards
@@ -358,6 +364,7 @@ def test_the_option_goes_with_a_cluster(inputs, tmp_path):
         assert "--no-worker-timeout SECONDS" in r.output and "[default: 300]" in " ".join(r.output.split())
 
 
+@pytest.mark.slow  # an external cluster killed under a gtmkit process
 @pytest.mark.parametrize("lost", ["workers", "scheduler"])
 def test_a_cluster_killed_mid_build_is_one_line(inputs, tmp_path, lost):
     """All workers killed (with their nannies): no live worker for the timeout; the scheduler killed: lost at once."""
@@ -392,6 +399,7 @@ def _preload_env(tmp_path, source: str, **config) -> dict:
     return env
 
 
+@pytest.mark.slow  # a gtmkit process starting worker processes
 def test_a_worker_that_cannot_start_is_one_line(inputs, tmp_path):
     work = _work(inputs, tmp_path)
     t0 = time.monotonic()
@@ -403,6 +411,7 @@ def test_a_worker_that_cannot_start_is_one_line(inputs, tmp_path):
     assert not (work / "out").exists()
 
 
+@pytest.mark.slow  # a gtmkit process whose worker processes die
 @pytest.mark.parametrize("command, phase", [("build", "split"), ("update", "subtrees"), ("trie", "split")])
 def test_a_task_that_kills_its_worker_every_time_is_one_line(inputs, tmp_path, command, phase):
     work = _work(inputs, tmp_path)
@@ -430,6 +439,7 @@ def _worker_processes(pid: int) -> list:
     return out
 
 
+@pytest.mark.slow  # a gtmkit process whose worker processes are killed
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="finds the worker processes in /proc")
 def test_workers_that_keep_dying_fail_in_one_line(inputs, tmp_path):
     """`--workers 2` whose worker processes are killed as soon as they come back: the build ends in one line, no
@@ -456,6 +466,7 @@ def test_workers_that_keep_dying_fail_in_one_line(inputs, tmp_path):
 # --- Ctrl-C and SIGTERM ----------------------------------------------------------------------------------------------
 
 # each command once, the two signals shared among them (a run costs a local cluster's start)
+@pytest.mark.slow  # a signal to a gtmkit process and its workers
 @pytest.mark.parametrize("command, stop", [("build", "SIGINT"), ("update", "SIGTERM"), ("trie", "SIGINT")])
 def test_a_stop_with_workers_is_one_line_and_says_nothing_was_published(inputs, tmp_path, command, stop):
     """Ctrl-C at a terminal reaches the whole process group, workers included: one line, no worker's traceback."""

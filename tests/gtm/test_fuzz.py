@@ -13,6 +13,7 @@ EXPECT = {"ok": "ok-same-answer", "crash": "crash", "abort": "crash", "late_cras
           "multiline": "multi-line error", "refused": "refused-one-line", "wrong": "wrong answer"}
 
 
+@pytest.mark.slow  # forked children that crash, abort and hang
 def test_runner_reports_each_way_a_case_ends(tmp_path):
     kinds = [f"support.fuzz_selfcheck:{k}" for k in SELF]
     s = fuzz(seed=3, kinds=kinds, only=0, timeout=5.0, jobs=2, root=tmp_path)
@@ -31,6 +32,7 @@ def test_runner_reports_each_way_a_case_ends(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the run's scratch directory is gone
 
 
+@pytest.mark.slow  # a fuzz run: each case in a forked child
 @pytest.mark.parametrize("seed", [0, 1])
 def test_bounded_fuzz_run_has_no_failures(tmp_path, seed):
     # a fixed set of cases (6 per kind; benchmarks/fuzz.py runs thousands), so every run of a seed fuzzes the same

@@ -181,12 +181,34 @@ def test_many_equal_scores(tmp_path):
     assert len(ref[0]) > 32
 
 
-@pytest.mark.parametrize("scores", ["rounded", "ties", "wide"])
-def test_band_selection_on_large_requests(tmp_path, scores):
+@pytest.fixture(scope="module")
+def large_index(tmp_path_factory):
+    """20,000 ads: thousands of candidates a request. Built once; every test here only reads it."""
+    idx, _, _ = _build(tmp_path_factory.mktemp("large"), 74, "dynamic", {"target_fill": 0.4, "k_max": 3},
+                       n_ads=20000, L=3, V=48)
+    return idx
+
+
+class TestBandSelection:
+    """Each test compares a band-selection matcher with a bucket-selection one, set on the matchers themselves:
+    they run once, not once for each module-wide selection."""
+
+    @pytest.fixture(autouse=True)
+    def selection(self):
+        return None
+
+    @pytest.mark.parametrize("scores", ["rounded", "ties", "wide"])
+    def test_band_selection_on_large_requests(self, large_index, scores):
+        _band_selection_on_large_requests(large_index, scores)
+
+    def test_band_selection_keeps_every_tie_at_its_threshold(self, large_index):
+        _band_selection_keeps_every_tie_at_its_threshold(large_index)
+
+
+def _band_selection_on_large_requests(idx, scores):
     """Thousands of candidates per request, so the band selection compacts its buffer, and GTM pass
     rates and rate hints that force a second band: same answer as the bucket selection (itself
     checked against the reference above) and, on a sample, as the reference."""
-    idx, _, _ = _build(tmp_path, 74, "dynamic", {"target_fill": 0.4, "k_max": 3}, n_ads=20000, L=3, V=48)
     band, buckets = Matcher(idx, cpu_selection="band"), Matcher(idx, cpu_selection="buckets")
     rng = np.random.default_rng(9)
     B = 3
@@ -214,11 +236,10 @@ def test_band_selection_on_large_requests(tmp_path, scores):
             assert list(st.parent_rows[b_][:len(par)]) == par and list(st.tokens[b_][:len(tok)]) == tok
 
 
-def test_band_selection_keeps_every_tie_at_its_threshold(tmp_path):
+def _band_selection_keeps_every_tie_at_its_threshold(idx):
     """Regression: when more scores than the band's buffer tie at its threshold, the buffer grows. It used
     to drop later candidates instead, a better one arriving after the ties among them, and ties that a
     second band (strictly below the threshold) never revisits."""
-    idx, _, _ = _build(tmp_path, 74, "dynamic", {"target_fill": 0.4, "k_max": 3}, n_ads=20000, L=3, V=48)
     band, buckets = Matcher(idx, cpu_selection="band"), Matcher(idx, cpu_selection="buckets")
     rng = np.random.default_rng(10)
     reqs = [idx.encode_request(random_user(rng)) for _ in range(2)]

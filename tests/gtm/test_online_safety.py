@@ -137,6 +137,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a child process that may crash
 def test_former_crashes_in_a_child_process(built):
     """The reproducers that killed the process: each answered (or refused) in a child that exits cleanly."""
     idx, _ = built

@@ -116,16 +116,29 @@ def _cli(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
-@pytest.mark.parametrize("fault", [*sorted(TYPE_FAULTS)[:4], "ad_id repeated in its part", "value outside the domain"])
+CLI_FAULTS = [*sorted(TYPE_FAULTS)[:4], "ad_id repeated in its part", "value outside the domain"]
+
+
+def _cli_line(cat, out, *extra) -> str:
+    r = _cli("build", cat, "-o", out, "-s", *extra)
+    assert r.exit_code == 1 and r.stdout == "" and r.stderr.count("\n") == 1, r.output
+    assert "Traceback" not in r.output and not out.exists()
+    return r.stderr
+
+
+@pytest.mark.parametrize("fault", CLI_FAULTS)
+def test_cli_build_prints_the_library_line(tmp_path, fault):
+    cat = _write(tmp_path, {1: fault})
+    line = _cli_line(cat, tmp_path / "idx")
+    assert line == f"Error: {_error(cat, tmp_path / 'idx')}\n" and "part-001.parquet" in line, line
+
+
+@pytest.mark.slow  # each run starts a local cluster of worker processes
+@pytest.mark.parametrize("fault", CLI_FAULTS)
 def test_cli_build_and_build_with_workers_print_the_same_line(tmp_path, fault):
     pytest.importorskip("distributed", reason="needs the dist extra: pip install 'gtmkit[dist]'")
     cat = _write(tmp_path, {1: fault})
-    lines = []
-    for extra in ([], ["--workers", "2"]):
-        r = _cli("build", cat, "-o", tmp_path / "idx", "-s", *extra)
-        assert r.exit_code == 1 and r.stdout == "" and r.stderr.count("\n") == 1, r.output
-        assert "Traceback" not in r.output and not (tmp_path / "idx").exists()
-        lines.append(r.stderr)
+    lines = [_cli_line(cat, tmp_path / "idx", *extra) for extra in ([], ["--workers", "2"])]
     assert lines[0] == lines[1] and "part-001.parquet" in lines[0], lines
 
 

@@ -52,6 +52,7 @@ def _serve_in_subprocess(layer: str, script: str) -> subprocess.CompletedProcess
                           timeout=300)
 
 
+@pytest.mark.slow  # a child process with its own threading layer
 def test_workqueue_launches_are_serialised(served):
     """workqueue aborts the process on concurrent parallel launches: under it gtmkit takes its lock, so
     the threaded run answers like a single thread and the process lives."""
