@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 from ..errors import GtmkitError
 
 URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
-CONNECT_TIMEOUT_S = 10.0  # an unreachable endpoint fails in seconds, never hangs
-REQUEST_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 5.0  # an unreachable endpoint fails in seconds (3 tries), never hangs
+REQUEST_TIMEOUT_S = 30.0  # a request that moves no byte this long fails (curl: low speed)
 RETRIES = 3
 
 
@@ -71,14 +71,18 @@ def locate(path, error: type = GtmkitError, filesystem=None) -> tuple:
             raise error(f"{path}: no bucket in the URL (s3://BUCKET/KEY)")
         return _s3(error, path), inner
     if scheme == "file":
+        if not path[len("file://"):].startswith("/"):
+            raise error(f"{path}: a file:// URL names an absolute path (file:///dir/file)")
         return pafs.LocalFileSystem(), inner_path(path)
-    head = path[:len(path) - len(inner_path(path))] if scheme not in ("gs", "gcs") else path.split("/", 3)[:3]
-    head = "/".join(head) if isinstance(head, list) else head  # the store's address, without the (glob) path
+    inner = inner_path(path)
+    head = path[:len(path) - len(inner)]  # the store's address without the (glob) path: hdfs://host:port, gs://bucket
+    if scheme in ("gs", "gcs"):
+        head += inner.split("/", 1)[0]
     try:
         fs, _ = pafs.FileSystem.from_uri(head)
     except (pa_errors() + (ValueError,)) as exc:
         raise error(f"{path}: cannot open the store ({_first_line(exc)})") from None
-    return fs, inner_path(path)
+    return fs, inner
 
 
 def _strip_scheme(path: str) -> str:

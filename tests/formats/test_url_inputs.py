@@ -22,8 +22,6 @@ from gtmkit.trie.trie import SuccinctTrie
 
 from support.catalogs import random_catalog, schema_dict
 
-moto = pytest.importorskip("moto", reason="the local S3 server needs moto (pip install 'moto[server]')")
-
 BUCKET = "gtmkit-test"
 N = 90
 
@@ -31,6 +29,7 @@ N = 90
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """(endpoint, environment, local folder): the catalog, its parts and keys written locally and uploaded."""
+    pytest.importorskip("moto", reason="the local S3 server needs moto (pip install 'moto[server]')")
     from support.s3 import s3_filesystem, s3_server
     local = tmp_path_factory.mktemp("local")
     table = random_catalog(11, n_ads=N)
@@ -51,6 +50,12 @@ def store(tmp_path_factory):
         put("cat.schema.json", json.dumps(schema_dict()).encode())
         put("keys/part-0.parquet", _parquet(keys.slice(0, 150)))
         put("keys/part-1.parquet", _parquet(keys.slice(150)))
+        put("changes.parquet", _parquet(table.slice(5, 7)))
+        pq.write_table(table.slice(5, 7), local / "changes.parquet")
+        sids = table.column("sid").to_pylist()[60:]
+        sids[7] = [0, 99, 0]  # a token outside the vocabulary: row 7 of the third part
+        put("badrow/part-0.parquet", _parquet(table.slice(0, 60)))
+        put("badrow/part-1.parquet", _parquet(table.slice(60).set_column(1, "sid", pa.array(sids, pa.list_(pa.int32())))))
         put("bad/part-0.parquet", _parquet(table.slice(0, 10)))
         put("bad/part-1.parquet", b"not parquet at all")
         yield endpoint, env, local
@@ -114,6 +119,20 @@ def test_cli_build_with_schema_url(s3env, tmp_path):
     assert _members(gtmkit.load_index(tmp_path / "idx")) == _members(want)
 
 
+def test_verify_and_update_read_urls(s3env, tmp_path):
+    """`gtmkit verify --catalog URL` and `gtmkit update INDEX URL` read the store as the build does."""
+    _, _, local = s3env
+    for name in ("a", "b"):
+        gtmkit.build_index(local / "cat.parquet", tmp_path / name, slack=0.5)
+    r = CliRunner().invoke(cli, ["verify", str(tmp_path / "a"), "--catalog", f"s3://{BUCKET}/cat/", "--schema",
+                                 f"s3://{BUCKET}/cat.schema.json"])
+    assert r.exit_code == 0, r.output
+    for name, changes in (("a", str(local / "changes.parquet")), ("b", f"s3://{BUCKET}/changes.parquet")):
+        r = CliRunner().invoke(cli, ["update", str(tmp_path / name), changes, "--json"])
+        assert r.exit_code == 0, r.output
+    assert _members(gtmkit.load_index(tmp_path / "a")) == _members(gtmkit.load_index(tmp_path / "b"))
+
+
 def _one_line_error(args, *names):
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 1, r.output
@@ -141,6 +160,12 @@ def test_a_non_parquet_object_is_named(s3env, tmp_path):
                      f"s3://{BUCKET}/cat.schema.json"], bad, "not a readable Parquet file")
     with pytest.raises(GtmkitError, match="part-1.parquet: not a readable Parquet file"):
         SuccinctTrie.build_dataset(bad, tmp_path / "t", column="key")
+
+
+def test_a_bad_row_is_named_by_its_object_url_and_row(s3env, tmp_path):
+    _one_line_error(["build", f"s3://{BUCKET}/badrow/", "-s", "-o", str(tmp_path / "i"), "--schema",
+                     f"s3://{BUCKET}/cat.schema.json"], f"s3://{BUCKET}/badrow/part-1.parquet: column 'sid', row 7: "
+                    "token 99 outside [0, 6)")
 
 
 def test_schema_url_problems_are_one_line(s3env, tmp_path):
@@ -245,3 +270,32 @@ def test_a_store_lists_what_the_local_folder_and_glob_list(tmp_path):
     for pattern in ["", "/*.parquet", "/k=*/*.parquet", "/**/*.parquet", "/k=?/*", "/[ab].parquet"]:
         want = [f"file://{p}" for p in input_files(str(root) + pattern)]
         assert input_files(f"file://{root}{pattern}") == want, pattern
+
+
+@pytest.mark.parametrize("url, says", [("foo://host/cat/", "cannot open the store"),
+                                       ("file://cat.parquet", "a file:// URL names an absolute path"),
+                                       ("s3:///cat/", "no bucket in the URL")])
+def test_urls_no_store_reads_are_one_line(tmp_path, url, says):
+    _one_line_error(["trie", "build", url, "-o", str(tmp_path / "t")], url, says)
+
+
+def test_a_silent_endpoint_times_out_in_one_line(tmp_path, monkeypatch):
+    """An endpoint that accepts connections and never answers: the request timeout ends it (shortened here)."""
+    import threading
+    from gtmkit.inputs import stores
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held = []
+    threading.Thread(target=lambda: [held.append(server.accept()) for _ in iter(int, 1)], daemon=True).start()
+    monkeypatch.setattr(stores, "REQUEST_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(stores, "RETRIES", 1)
+    for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1",
+                 "AWS_EC2_METADATA_DISABLED": "true",
+                 "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.getsockname()[1]}"}.items():
+        monkeypatch.setenv(k, v)
+    import time
+    t0 = time.monotonic()
+    line = _one_line_error(["trie", "build", "s3://silent/keys/", "-o", str(tmp_path / "t")], "s3://silent/keys/")
+    assert time.monotonic() - t0 < 20 and "Timeout" in line
+    server.close()
