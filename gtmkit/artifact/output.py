@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pathlib
 
+from ..inputs.stores import is_url
 from ..errors import ArtifactError
 from . import layout
 
@@ -56,6 +57,8 @@ def _nearest_existing(path: pathlib.Path) -> pathlib.Path:
 def check_output(out, overwrite: bool = False) -> pathlib.Path:
     """Raise ArtifactError (one line) unless an artifact may be written at ``out``; returns it absolute.
     Side-effect free: nothing is created or removed."""
+    if is_url(out):  # never a local folder named 's3:'
+        raise ArtifactError(f"{out}: writing to object storage: not supported yet (give a local directory)")
     out = pathlib.Path(os.path.abspath(out))
     try:
         return _check(out, overwrite)

@@ -75,7 +75,7 @@ def sharding_options(what: str, unit: str):
             click.option("--workers", type=click.IntRange(min=1), help="Build the shards on a local Dask cluster "
                          "of this many worker processes (extra dist)."),
             click.option("--scheduler", help=f"Build the shards on the Dask cluster at this address, e.g. "
-                         f"tcp://host:8786 (its workers must see {what} and the output path)."),
+                         f"tcp://host:8786 (its workers must see {what}, a local path or a URL, and the output path)."),
             no_worker_option("the build"),
             click.option("--memory-limit", callback=parse_bytes, help="Memory a worker may hold, e.g. 4GiB "
                          "[default: this machine's memory over the workers and the assembling process]."),
@@ -86,7 +86,8 @@ def sharding_options(what: str, unit: str):
 
 
 def inputs(*paths) -> list:
-    """Input paths with ~ expanded here, as a shell does unquoted: a task on a worker elsewhere gets them resolved."""
+    """Input paths with ~ expanded here, as a shell does unquoted (a URL stays as it is): a task on a worker elsewhere
+    gets them resolved."""
     return [None if p is None else os.path.expanduser(p) for p in paths]
 
 

@@ -23,7 +23,7 @@ def parse_k(ctx, param, value):
 @click.command("build")
 @click.argument("catalog", type=click.Path())  # checked by the build: one line, exit 1
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(), help="Index directory to write (new, empty, or a gtmkit index with --force).")
-@click.option("--schema", type=click.Path(), help="Schema JSON [default: <stem>.schema.json beside CATALOG].")
+@click.option("--schema", type=click.Path(), help="Schema JSON, a path or URL [default: <stem>.schema.json beside CATALOG].")
 @click.option("--partition", type=click.Choice(["none", "static", "dynamic"]), default=None,
               help="k-way matcher partitioning [default: the schema's, else none].")
 @click.option("--k", "k", callback=parse_k, help="Static: partitions per SID level, e.g. 1,4,4,2 (or one value).")
@@ -39,7 +39,8 @@ def parse_k(ctx, param, value):
 def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, workers, scheduler, memory_limit,
             slack, force, as_json, silent, no_worker_timeout):
     """Build the GTM index of an ad catalog: a Parquet file, a directory of Parquet files (hive partitions
-    too) or a quoted glob; rows are read in file path order.
+    too) or a quoted glob, local or under a URL (s3://, gs://, hdfs://, file://; credentials and endpoint from
+    the store's environment, e.g. AWS_* with AWS_ENDPOINT_URL); rows are read in file path order.
 
     \b
     Example:
@@ -47,6 +48,7 @@ def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, 
         gtmkit build catalog.parquet -o index/ --partition static --k 1,4,4,2
         gtmkit build catalog/ -o index/ --schema catalog.schema.json
         gtmkit build 'exports/part-*.parquet' -o index/ --schema catalog.schema.json
+        gtmkit build s3://bucket/catalog/ -o index/ --schema s3://bucket/catalog.schema.json
         gtmkit build catalog.parquet -o index/ --partition dynamic --target-fill 0.4 --k-max 8 -f
         gtmkit build catalog/ -o index/ --workers 2 --memory-limit 8GiB
     """

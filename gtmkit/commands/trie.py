@@ -53,7 +53,7 @@ def command():
 def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force, as_json, silent,
           no_worker_timeout):
     """Build a succinct trie from a Parquet column of integer lists: a file, a directory of Parquet files
-    (hive partitions too) or a quoted glob.
+    (hive partitions too) or a quoted glob, local or under a URL (s3://, gs://, hdfs://, file://).
 
     Keys are sorted and deduplicated; tokens must lie in [0, 2^31-1] and keys must not be empty.
 
@@ -61,6 +61,7 @@ def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force
     Example:
         gtmkit trie build keys.parquet -o trie/
         gtmkit trie build 'keys/part-*.parquet' -o trie/
+        gtmkit trie build s3://bucket/keys/ -o trie/
         gtmkit trie build queries.parquet --column tokens -o trie/ -f --json
         gtmkit trie build keys/ -o trie/ --workers 2
     """

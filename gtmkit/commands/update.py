@@ -47,9 +47,9 @@ def _read_ids(path) -> np.ndarray:
 @handle_errors
 def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers, scheduler, no_worker_timeout, as_json,
             silent):
-    """Apply changed ads (CHANGES: a Parquet file, folder or glob in the index's catalog schema: edits of ads it
-    holds, by ad id, and new ads) and paused ads, and write the result as the index's new version; processes
-    that loaded the old version keep serving it until they reload.
+    """Apply changed ads (CHANGES: a Parquet file, folder or glob, local or a URL, in the index's catalog schema:
+    edits of ads it holds, by ad id, and new ads) and paused ads, and write the result as the index's new version;
+    processes that loaded the old version keep serving it until they reload.
 
     Ads whose SID is not in the index's trie are left out and listed (a build adds them), or, with
     --rebuild-shards, added by rebuilding only the first-token subtrees those SIDs fall in. Fails, changing

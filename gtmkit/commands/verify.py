@@ -9,8 +9,8 @@ from ._common import StderrProgress, handle_errors, output_options, report_probl
 
 @click.command("verify")
 @click.argument("index_dir", type=click.Path(file_okay=False))
-@click.option("--catalog", type=click.Path(), help="Recompute every SID path and ad row from this catalog (file, folder or glob).")
-@click.option("--schema", type=click.Path(dir_okay=False), help="Schema for --catalog [default: the index's own].")
+@click.option("--catalog", type=click.Path(), help="Recompute every SID path and ad row from this catalog (file, folder or glob; a path or URL).")
+@click.option("--schema", type=click.Path(dir_okay=False), help="Schema for --catalog, a path or URL [default: the index's own].")
 @output_options()
 @handle_errors
 def command(index_dir, catalog, schema, as_json, silent):

@@ -44,9 +44,11 @@ def choose_partition(schema: Schema, partition, k, target_fill, k_max) -> Partit
 def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fill=None, k_max=None,
                 progress: Progress = None, overwrite: bool = False, shards: int = None, client=None,
                 workers: int = None, memory_limit: int = None, slack: float = None, no_worker_timeout: float = None):
-    """Build the GTM index of a Parquet catalog into directory `out_dir` and return it loaded.
+    """Build the GTM index of a Parquet catalog into directory `out_dir` and return it loaded. catalog: a file, a
+    folder of files (hive ones too) or a glob, a local path or a URL (s3://, gs://, hdfs://, file://; the store
+    configured by its usual environment, for S3 the AWS_* variables with AWS_ENDPOINT_URL).
 
-    schema: Schema, dict, JSON path, or None for `<stem>.schema.json` beside the catalog.
+    schema: Schema, dict, JSON path or URL, or None for `<stem>.schema.json` beside the catalog.
     partition: "none" | "static" (k: one int per SID level, or one int) | "dynamic" (target_fill, k_max);
     None keeps the schema's setting. Any argument given overrides the schema's.
     progress: optional callable (done, total, phase). overwrite=True replaces only a gtmkit artifact (any

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pyarrow as pa
 
+from ..inputs.stores import resolve_input
 from ..artifact import index_format as fmt
 from ..progress import Progress, report
 from .stats import summarize
@@ -62,7 +62,7 @@ def write_index(w, catalog, schema, layout, rl, trie, matchers: tuple, tables, l
                       part_layout)
     manifest = {
         "schema": schema.to_dict(),
-        "source": {"catalog": str(Path(catalog).resolve())},
+        "source": {"catalog": resolve_input(catalog)},  # a URL as it is
         "bitmask_layout": layout.to_dict(),
         "bloom": [{"name": a.name, "bits": a.bits, "hashes": a.hashes, "seed": a.seed, "words": a.words}
                   for a in schema.bloom],

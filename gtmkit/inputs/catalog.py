@@ -188,12 +188,12 @@ def _sid_tokens(arr: pa.Array, schema: Schema, path, row0) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False).reshape(-1, L)
 
 
-def open_catalog(path, schema: Schema, files=None, partition_types=None) -> ParquetInput:
+def open_catalog(path, schema: Schema, files=None, partition_types=None, filesystem=None) -> ParquetInput:
     """The catalog's files as one input whose columns the schema can read (files: a subset of them, with the
-    whole input's partition_types, ParquetInput)."""
+    whole input's partition_types; filesystem: a pyarrow or fsspec one the path lies in; ParquetInput)."""
     src = ParquetInput(path, CatalogError, "Parquet file", dictionary_columns=[
         c for a in (*schema.bitmask, *schema.bloom) for c in (a.column, a.exclude_column) if c], files=files,
-        partition_types=partition_types)
+        partition_types=partition_types, filesystem=filesystem)
     check_files(src, schema)
     return src
 
@@ -203,14 +203,14 @@ def check_files(src: ParquetInput, schema: Schema) -> None:
     same type in every file (the rows are read as one dataset, whose schema is the first file's): refused
     from the files' metadata, before any row is read. The single-process and the sharded build both call it."""
     first = None
-    for frag, types in zip(src.fragments, src.file_types()):
-        _check_types(types, schema, frag.path)
+    for name, types in zip(src.names, src.file_types()):
+        _check_types(types, schema, name)
         if first is None:
-            first = (frag.path, types)
+            first = (name, types)
             continue
         for col in schema.columns():
             if _same_kind(types[col]) != _same_kind(first[1][col]):
-                raise CatalogError(f"{frag.path}: column '{col}' has type {types[col]}, where {first[0]} has "
+                raise CatalogError(f"{name}: column '{col}' has type {types[col]}, where {first[0]} has "
                                    f"{first[1][col]} (every file of a catalog stores a column with one type)")
 
 
@@ -231,9 +231,10 @@ def _same_kind(t):
 
 
 def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: int = BATCH_ROWS,
-                 check_rows=None, files=None, unique: bool = True, partition_types=None) -> Catalog:
+                 check_rows=None, files=None, unique: bool = True, partition_types=None, filesystem=None) -> Catalog:
     """Stream the catalog's schema columns and validate every row (docs/design.md §3). path: a Parquet file,
-    a directory of Parquet files (hive partitions too) or a glob (inputs/dataset.py); rows in file order.
+    a directory of Parquet files (hive partitions too) or a glob, local or under a URL (inputs/dataset.py; filesystem:
+    a pyarrow or fsspec file system the path lies in); rows in file order.
     String columns come back dictionary-encoded straight from Parquet's own dictionary pages, which saves
     materialising and re-hashing every string.
 
@@ -245,7 +246,7 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
 
     Checks run file by file in input order (types of every file first, then each file's rows and domains),
     repeated ids last, so a sharded build that reports its first failing file's error gives the same line."""
-    src = open_catalog(path, schema, files, partition_types)
+    src = open_catalog(path, schema, files, partition_types, filesystem)
     attrs = [*schema.bitmask, *schema.bloom]
     total = src.num_rows
     if total == 0:

@@ -153,11 +153,12 @@ def key_error_at(exc: GtmkitError, src, column: str) -> GtmkitError:
     return GtmkitError(f"{f}: column {column!r}: row {row}{m.group(2)}")
 
 
-def read_key_column(path, column: str, files=None):
-    """(the key column of a Parquet file, folder or glob, read whole; its ParquetInput). files: only these."""
+def read_key_column(path, column: str, files=None, filesystem=None):
+    """(the key column of a Parquet file, folder or glob, local or under a URL, read whole; its ParquetInput).
+    files: only these; filesystem: a pyarrow or fsspec one the path lies in."""
     from .dataset import ParquetInput
 
-    src = ParquetInput(path, GtmkitError, "Parquet file", files=files)  # a FIFO would block the open: refused
+    src = ParquetInput(path, GtmkitError, "Parquet file", files=files, filesystem=filesystem)  # a FIFO would block the open: refused
     names = src.schema.names
     if column not in names:
         raise GtmkitError(f"{path}: no column {column!r} (columns: {', '.join(names)})")

@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import CatalogError, SchemaError
 from .dataset import input_files, is_glob
 from .files import parse_json, read_text, short_repr as _show, utf8_problem
+from .stores import is_url, locate, pa_errors, read_bytes
 
 PARTITION_MODES = ("none", "static", "dynamic")
 DEFAULT_TARGET_FILL = 0.5
@@ -270,16 +271,39 @@ def parse_schema(d: Any, src: str = "schema") -> Schema:
 
 
 def load_schema(path) -> Schema:
-    text = read_text(path, SchemaError, "schema")
+    """The schema in a JSON file, local or under a URL."""
+    if is_url(path):
+        data = read_bytes(path, SchemaError, "schema")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SchemaError(f"{path}: schema is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    else:
+        text = read_text(path, SchemaError, "schema")
     return parse_schema(parse_json(text, SchemaError, str(path)), str(path))
 
 
-def schema_beside(catalog) -> Path:
+def schema_beside(catalog):
     """`<stem>.schema.json` next to the catalog (a file, or a directory of Parquet files): where `gtmkit synth
-    catalog` puts it."""
+    catalog` puts it. A URL's is a URL."""
+    if is_url(catalog):
+        head, _, name = str(catalog).rstrip("/").rpartition("/")
+        stem = name[: -len(".parquet")] if name.endswith(".parquet") else name.rsplit(".", 1)[0] or name
+        return f"{head}/{stem}.schema.json"
     p = Path(catalog)
     stem = p.name[: -len(".parquet")] if p.name.endswith(".parquet") else p.stem
     return p.with_name(stem + ".schema.json")
+
+
+def _exists(path) -> bool:
+    if not is_url(path):
+        return os.path.exists(path)
+    import pyarrow.fs as pafs
+    fs, inner = locate(path, SchemaError)
+    try:
+        return fs.get_file_info(inner).type != pafs.FileType.NotFound
+    except pa_errors():
+        return True  # load_schema names the problem
 
 
 def resolve_schema(catalog, schema=None) -> Schema:
@@ -295,9 +319,9 @@ def resolve_schema(catalog, schema=None) -> Schema:
     if not isinstance(catalog, (str, os.PathLike)):
         raise SchemaError(f"catalog must be a path, got {type(catalog).__name__}")
     input_files(catalog, CatalogError, "Parquet file")  # a missing catalog is named as such, not as a missing schema
-    if is_glob(str(catalog)) and not os.path.exists(catalog):
+    if is_glob(str(catalog)) and (is_url(catalog) or not os.path.exists(catalog)):
         raise SchemaError(f"{catalog}: a schema is needed for the files a glob names: pass --schema FILE")
     beside = schema_beside(catalog)
-    if not beside.exists():
+    if not _exists(beside):
         raise SchemaError(f"{catalog}: a schema is needed: pass --schema FILE (none found at {beside})")
     return load_schema(beside)

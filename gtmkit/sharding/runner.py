@@ -3,13 +3,13 @@ failures (a lost scheduler, dead workers, Ctrl-C) turned into one line (docs/des
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
 import numpy as np
 
 from ..errors import GtmkitError
+from ..inputs.stores import resolve_input
 from ..progress import report
 from .cluster import NO_WORKER_TIMEOUT, seconds_arg, start_local, worker_env
 
@@ -78,7 +78,7 @@ class OnDask:
         """source and files as the tasks read them: absolute, ~ and links resolved here, where the caller gave them
         (a worker may run elsewhere, in another folder); a task's error names them as given."""
         def resolve(p):
-            r = os.path.realpath(os.path.expanduser(str(p)))
+            r = resolve_input(str(p))  # a URL as it is
             if r != str(p):
                 self._given[r] = str(p)
             return r

@@ -74,8 +74,9 @@ class SuccinctTrie:
     def build_dataset(cls, keys, out_dir, column: str = "key", shards: int = None, client=None,
                       workers: int = None, memory_limit: int = None, progress: Progress = None,
                       overwrite: bool = False, no_worker_timeout: float = None) -> "SuccinctTrie":
-        """Build the trie of a Parquet key column (a file, a folder of files or a glob) in shards and save it
-        at out_dir; the arrays are build()'s over all the keys. shards / client / workers / memory_limit as
+        """Build the trie of a Parquet key column (a file, a folder of files or a glob; a local path or a URL such
+        as s3://bucket/keys/, inputs/stores.py) in shards and save it at out_dir; the arrays are build()'s over all
+        the keys. shards / client / workers / memory_limit as
         gtmkit.build_index takes them: tasks here one after another, on a dask.distributed Client, or on a
         LocalCluster of `workers` processes; no_worker_timeout: seconds a build on Dask waits while the cluster
         has no live worker (default 300). Returns the saved trie, loaded."""
