@@ -7,12 +7,24 @@ import pathlib
 from typing import NamedTuple
 
 from ..errors import ArtifactError
-from . import index_format, trie_format
+from . import index_format, remote, trie_format
 from .container import _artifact_path, _digest_problems, read_manifest
 from .layout import acquire
 
 KINDS = {index_format.FORMAT_NAME: ("index", index_format.SUPPORTED_VERSIONS),
          trie_format.FORMAT_NAME: ("trie", trie_format.SUPPORTED_VERSIONS)}
+
+
+class _Named(str):
+    """A version of an artifact URL, said as its URL, with the .name a version directory has."""
+
+    def __new__(cls, text: str, name: str):
+        self = super().__new__(cls, text)
+        self.name = name
+        return self
+
+    def __truediv__(self, other):
+        return f"{self}/{other}"
 
 
 class Header(NamedTuple):
@@ -36,13 +48,18 @@ def read_header(path) -> Header:
     """The Header of the version the artifact at `path` serves. Reads manifest.json only (its digest checked
     where the format carries one); ArtifactError, in one line, where path is no gtmkit artifact or its manifest
     is damaged or of an unknown format or version."""
-    root = pathlib.Path(_artifact_path(path))
-    vdir, lock = acquire(root)
-    try:
-        manifest = read_manifest(vdir)
-    finally:
-        if lock is not None:
-            lock.close()
+    if remote.is_url(path):  # the pointer and the manifest it names, read from the store (nothing cached)
+        name, manifest = remote.read_manifest(path)
+        root = remote.normalize(path)
+        vdir = _Named(f"{root}/{name}", name)
+    else:
+        root = pathlib.Path(_artifact_path(path))
+        vdir, lock = acquire(root)
+        try:
+            manifest = read_manifest(vdir)
+        finally:
+            if lock is not None:
+                lock.close()
     name = manifest.get("format")
     if name not in KINDS:
         raise ArtifactError(f"{vdir}: not a gtmkit index or trie (format {name!r})")
