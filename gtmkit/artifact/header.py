@@ -15,18 +15,6 @@ KINDS = {index_format.FORMAT_NAME: ("index", index_format.SUPPORTED_VERSIONS),
          trie_format.FORMAT_NAME: ("trie", trie_format.SUPPORTED_VERSIONS)}
 
 
-class _Named(str):
-    """A version of an artifact URL, said as its URL, with the .name a version directory has."""
-
-    def __new__(cls, text: str, name: str):
-        self = super().__new__(cls, text)
-        self.name = name
-        return self
-
-    def __truediv__(self, other):
-        return f"{self}/{other}"
-
-
 class Header(NamedTuple):
     """kind: "index" or "trie"; format: its format name ("gtmkit-index", "gtmkit-trie"); format_version;
     gtmkit_version: the gtmkit that wrote it; created: ISO time; version: the version directory the path
@@ -51,7 +39,7 @@ def read_header(path) -> Header:
     if remote.is_url(path):  # the pointer and the manifest it names, read from the store (nothing cached)
         name, manifest = remote.read_manifest(path)
         root = remote.normalize(path)
-        vdir = _Named(f"{root}/{name}", name)
+        vdir = remote.Named(f"{root}/{name}", name)
     else:
         root = pathlib.Path(_artifact_path(path))
         vdir, lock = acquire(root)

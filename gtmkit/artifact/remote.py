@@ -34,13 +34,6 @@ def is_url(path) -> bool:
     return isinstance(path, str) and bool(URL.match(path)) and not path.lower().startswith("file://")
 
 
-def local_path(path):
-    """A file:// URL as the local path it names; anything else unchanged."""
-    if isinstance(path, str) and path.lower().startswith("file://"):
-        return urllib.parse.unquote(urllib.parse.urlparse(path).path)
-    return path
-
-
 def normalize(url: str) -> str:
     return url.rstrip("/")
 
@@ -48,6 +41,19 @@ def normalize(url: str) -> str:
 def _why(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+class Named(str):
+    """A version of an artifact URL, said as its URL, with the .name a version directory has and `/` that joins
+    object names (pathlib would fold the `//` of the scheme)."""
+
+    def __new__(cls, text: str, name: str):
+        self = super().__new__(cls, text)
+        self.name = name
+        return self
+
+    def __truediv__(self, other):
+        return f"{self}/{other}"
 
 
 def filesystem_for(url: str):
@@ -177,7 +183,8 @@ def _download(url, fs, base, name, dest: pathlib.Path) -> None:
         assert isinstance(files, dict)
     except Exception:
         raise ArtifactError(f"{url}/{name}/{MANIFEST}: invalid manifest") from None
-    for problem in _digest_problems(pathlib.Path(f"{url}/{name}"), manifest, version if isinstance(version, int) else 0):
+    version = version if isinstance(version, int) else 0
+    for problem in _digest_problems(Named(f"{url}/{name}", name), manifest, version):
         raise ArtifactError(problem + " (on arrival)")
     for key, e in sorted(files.items()):
         fname = e.get("file") if isinstance(e, dict) else None
@@ -329,7 +336,8 @@ def _versions(fs, base: str) -> list:
         infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
     except Exception:
         return []
-    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and layout.VERSION.fullmatch(i.base_name))
+    return sorted(i.base_name for i in infos
+                  if i.type == pafs.FileType.Directory and layout.VERSION.fullmatch(i.base_name))
 
 
 def publish(url: str, vdir: pathlib.Path, overwrite: bool, switches=()) -> str | None:

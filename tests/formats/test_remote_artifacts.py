@@ -282,3 +282,32 @@ def test_errors_name_the_url(store, tmp_path, monkeypatch):
         load_index(url, cache=cache)
     assert str(e.value).startswith(f"{url}: cannot read the version pointer") and "\n" not in str(e.value)
     assert time.monotonic() - t0 < 30
+
+
+def test_sharded_builds_to_store(store, catalog, tmp_path):
+    _, url = store
+    local = gtmkit.build_index(catalog, tmp_path / "local")
+    sharded = gtmkit.build_index(catalog, url, shards=2)
+    _same_arrays(load_index(url, cache=tmp_path / "cache"), local)
+    sharded.close()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    keys = tmp_path / "keys.parquet"
+    pq.write_table(pa.table({"key": pa.array([[1, 2], [3], [1, 4, 5], [6]], pa.list_(pa.int64()))}), keys)
+    t = SuccinctTrie.build_dataset(str(keys), url + "-trie", shards=2)
+    assert len(SuccinctTrie.load(url + "-trie", cache=tmp_path / "cache")) == len(t) == 4
+
+
+def test_edited_manifest_refused_on_arrival(store, tmp_path):
+    endpoint, url = store
+    SuccinctTrie.build([[1, 2], [3]]).save(url)
+    name = remote.read_pointer(url)
+    key = f"{url.split('://', 1)[1]}/{name}/manifest.json"
+    fs = s3_filesystem(endpoint)
+    with fs.open_input_stream(key) as f:
+        m = json.loads(f.read())
+    m["num_keys"] = 3
+    with fs.open_output_stream(key) as f:
+        f.write(json.dumps(m).encode())
+    with pytest.raises(ArtifactError, match=rf"^{url}/{name}/manifest.json: manifest_sha256 mismatch.*on arrival"):
+        SuccinctTrie.load(url, cache=tmp_path / "cache")
