@@ -311,3 +311,23 @@ def test_edited_manifest_refused_on_arrival(store, tmp_path):
         f.write(json.dumps(m).encode())
     with pytest.raises(ArtifactError, match=rf"^{url}/{name}/manifest.json: manifest_sha256 mismatch.*on arrival"):
         SuccinctTrie.load(url, cache=tmp_path / "cache")
+
+
+def test_version_pruned_while_downloading_is_read_again(store, tmp_path, monkeypatch):
+    """A writer publishes twice while a reader copies: the version the reader's pointer named is deleted from the
+    store; the reader reads the pointer again and loads the newest version whole."""
+    _, url = store
+    SuccinctTrie.build([[1]]).save(url)
+    real, calls = remote._download, []
+
+    def racing(*a):
+        calls.append(a[3])
+        if len(calls) == 1:
+            SuccinctTrie.build([[1], [2]]).save(url, overwrite=True)
+            SuccinctTrie.build([[1], [2], [3]]).save(url, overwrite=True)  # deletes the version a[3]
+        return real(*a)
+
+    monkeypatch.setattr(remote, "_download", racing)
+    t = SuccinctTrie.load(url, cache=tmp_path / "cache")
+    assert len(calls) == 2 and calls[1] != calls[0] and len(t) == 3
+    t.close()
