@@ -331,3 +331,27 @@ def test_version_pruned_while_downloading_is_read_again(store, tmp_path, monkeyp
     t = SuccinctTrie.load(url, cache=tmp_path / "cache")
     assert len(calls) == 2 and calls[1] != calls[0] and len(t) == 3
     t.close()
+
+
+def test_update_applied_again_when_another_writer_published(store, catalog, tmp_path, monkeypatch):
+    from gtmkit.indexer.update.publish import update_path
+    _, url = store
+    cache = tmp_path / "cache"
+    gtmkit.build_index(catalog, url).close()
+    with load_index(url, cache=cache) as idx:
+        a, b = (int(x) for x in idx.ad_ids_sorted[:2])
+    real, calls = remote.publish, []
+
+    def racing(*args):
+        calls.append(args[1].name)
+        if len(calls) == 1:  # another writer publishes between this update's read and its pointer switch
+            th = threading.Thread(target=update_path, args=(url,), kwargs={"pause": [b], "cache": tmp_path / "c2"})
+            th.start()
+            th.join()
+        return real(*args)
+
+    monkeypatch.setattr(remote, "publish", racing)
+    done = update_path(url, pause=[a], cache=cache)
+    assert done.tries == 2 and len(calls) == 3
+    with load_index(url, cache=cache) as final:
+        assert sorted(final.paused_ad_ids.tolist()) == sorted([a, b])
