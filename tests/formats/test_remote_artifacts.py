@@ -355,3 +355,30 @@ def test_update_applied_again_when_another_writer_published(store, catalog, tmp_
     assert done.tries == 2 and len(calls) == 3
     with load_index(url, cache=cache) as final:
         assert sorted(final.paused_ad_ids.tolist()) == sorted([a, b])
+
+
+def test_update_with_shard_rebuild_of_a_url(store, tmp_path):
+    """gtmkit update URL --rebuild-shards: an ad moved to a SID the index lacks; the version published to the store
+    equals a fresh build of the changed catalog, checksum for checksum."""
+    import itertools
+
+    import pyarrow as pa
+    _, url = store
+    table, sd = random_catalog(5, n_ads=40, L=3, V=6, n_sids=10), schema_dict(L=3, V=6)
+    gtmkit.build_index(write(tmp_path, table, sd, "c0.parquet"), url).close()
+    d = table.to_pydict()
+    have = {tuple(s) for s in d["sid"]}
+    d["sid"][0] = list(next(s for s in itertools.product(range(6), repeat=3) if s not in have))
+    changes = pa.Table.from_pylist([{k: d[k][0] for k in d}], schema=table.schema)
+    pq_changes = tmp_path / "changes.parquet"
+    import pyarrow.parquet as pq
+    pq.write_table(changes, pq_changes)
+    cache = str(tmp_path / "cache")
+    r = CliRunner().invoke(cli, ["update", url, str(pq_changes), "--rebuild-shards", "--cache", cache, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["rebuilt"]
+    fresh = gtmkit.build_index(write(tmp_path, pa.table(d, schema=table.schema), sd, "c1.parquet"), tmp_path / "f")
+    with load_index(url, cache=cache) as got:
+        assert {n: f["sha256"] for n, f in got.manifest["files"].items()} == \
+            {n: f["sha256"] for n, f in fresh.manifest["files"].items()}
+    fresh.close()
