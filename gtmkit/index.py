@@ -30,7 +30,7 @@ class Index:
 
     def __init__(self, artifact):
         self.artifact = artifact
-        self.path = Path(artifact.path)
+        self.path = artifact.path if isinstance(artifact.path, str) else Path(artifact.path)  # a URL stays one
         self.manifest = artifact.manifest
         c = self.manifest["counts"]
         self.num_sids, self.num_ads, self.num_nodes = c["sids"], c["ads"], c["nodes"]
@@ -349,15 +349,19 @@ def int64_ids(x, what: str) -> np.ndarray:
     return np.ascontiguousarray(a, np.int64)
 
 
-def load_index(path, verify: bool = True, progress: Progress = None) -> Index:
+def load_index(path, verify: bool = True, progress: Progress = None, cache=None) -> Index:
     """Open an index directory (memory-mapped, every member opened now, the version held until
     close()); ArtifactError (one line) for anything it would not serve.
 
     verify=True (any index, also one you did not build): the manifest digest, every file's sha256, every
     manifest field against the schema and the arrays, and every invariant the matcher kernels rely on.
     verify=False is for artifacts you produced: the format version, the manifest digest, file sizes, dtypes
-    and shapes against the counts, and the O(1) offset / layout cross-checks (docs/format.md)."""
-    art = open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=verify, progress=progress)
+    and shapes against the counts, and the O(1) offset / layout cross-checks (docs/format.md).
+
+    An object-store URL (s3://bucket/prefix, ...) is read through the local folder `cache` (default
+    $XDG_CACHE_HOME/gtmkit/artifacts): the version its pointer names is downloaded unless there already, checked
+    on arrival, older cached versions pruned, then memory-mapped as a local index (docs/format.md)."""
+    art = open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=verify, progress=progress, cache=cache)
     for problem in index_problems(art, full=verify):
         art.close()  # release the version's reader lock: a refused index holds nothing
         raise ArtifactError(problem)

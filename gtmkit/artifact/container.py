@@ -23,10 +23,10 @@ from gtmkit._version import __version__
 from gtmkit.errors import ArtifactError
 from gtmkit.progress import Progress, report
 
-from . import npy
+from . import npy, remote
 from .layout import acquire, current, fsync_dir as _fsync_dir
 from .locks import Lock
-from .staging import Staging
+from .staging import Staging, _switches
 from .writes import WriteError, as_write_error, blocks as _c_order_blocks, is_file_error, npy_header, writing
 
 MANIFEST = "manifest.json"
@@ -89,8 +89,20 @@ class ArtifactWriter:
 
     def __init__(self, out_dir, format_name: str, format_version: int, overwrite: bool = False):
         self.format_name, self.format_version, self.overwrite = format_name, int(format_version), overwrite
-        self._stage = Staging(out_dir, overwrite)
-        self.out_dir, self._tmp = self._stage.root, self._stage.dir
+        self._url = self._local = None
+        if remote.is_url(out_dir):  # built in a local folder, then uploaded by commit() (remote.py)
+            self._url = remote.check_remote_output(out_dir, overwrite)
+            self._switches = _switches(self._url)
+            self._local = remote.upload_dir()
+            try:
+                self._stage = Staging(self._local, overwrite=True)
+            except BaseException:
+                remote.remove_local(self._local)
+                raise
+            self.out_dir, self._tmp = self._url, self._stage.dir
+        else:
+            self._stage = Staging(out_dir, overwrite)
+            self.out_dir, self._tmp = self._stage.root, self._stage.dir
         self._files: dict[str, dict] = {}
         self._committed = False
         self._expected = 0
@@ -102,7 +114,7 @@ class ArtifactWriter:
         self.abort()
         if is_file_error(exc) and not (isinstance(exc, WriteError) and exc.root is not None):
             # said once the staging directory is gone, so the bytes free are what the user has to work with
-            raise as_write_error(exc, self._tmp).at(self.out_dir, self._expected) from None
+            raise as_write_error(exc, self._tmp).at(self._stage.root, self._expected) from None
 
     def expect(self, nbytes: int) -> None:
         """Tell the writer about how many bytes its members will hold in all (those stored already included): a
@@ -124,6 +136,9 @@ class ArtifactWriter:
         """Remove the staging directory unless commit() succeeded (idempotent; called by ``with``)."""
         if not self._committed:
             self._stage.abort()
+        if self._local is not None:
+            remote.remove_local(self._local)
+            self._local = None
 
     def _claim(self, name: str, suffix: str) -> pathlib.Path:
         if self._committed or not self._tmp.is_dir():
@@ -204,8 +219,15 @@ class ArtifactWriter:
             f.flush()
             os.fsync(f.fileno())
         _fsync_dir(self._tmp)
-        self._stage.publish()
+        if self._url is None:
+            self._stage.publish()
+            self._committed = True
+            return self.out_dir
+        version = self._stage.publish()  # in the local folder; then members, manifest, pointer into the store
+        remote.publish(self._url, version, self.overwrite, self._switches)
         self._committed = True
+        remote.adopt(self._url, version)  # loading it next downloads nothing
+        self.abort()
         return self.out_dir
 
 
@@ -393,7 +415,8 @@ class Artifact:
     until close(), ``with`` exit or garbage collection; arrays taken before stay readable after it."""
 
     def __init__(self, path, manifest: dict, mmap: bool = True, directory=None, lock: Lock | None = None):
-        self.path, self.manifest, self.mmap = pathlib.Path(path), manifest, mmap
+        self.path = path if remote.is_url(path) else pathlib.Path(path)  # a URL stays the URL it was loaded from
+        self.manifest, self.mmap = manifest, mmap
         self.dir = pathlib.Path(directory) if directory is not None else self.path
         self._lock = lock
         self._cache: dict[str, object] = {}
@@ -472,17 +495,27 @@ def _artifact_path(path):
     return path
 
 
+def local_root(path, cache=None):
+    """The local artifact path to open for `path`: itself, or for an object-store URL its cache folder holding the
+    version the URL serves, downloaded and checked on arrival unless there already (remote.fetch)."""
+    if remote.is_url(path):
+        return remote.fetch(path, cache)
+    return _artifact_path(path)
+
+
 def open_artifact(path, format_name: str, supported_versions: Iterable[int], verify: bool = True,
-                  mmap: bool = True, progress: Progress = None) -> Artifact:
+                  mmap: bool = True, progress: Progress = None, cache=None) -> Artifact:
     """Validate and open the version an artifact path serves; raise ArtifactError (one line, naming
     path/file) on the first problem: manifest present and valid, format name, format version, files present
     with recorded sizes (truncation reported), .npy headers matching the manifest, and with verify=True the
-    sha256 of every file (progress ``(bytes_done, bytes_total, "verify")``)."""
-    vdir, lock = acquire(_artifact_path(path))
+    sha256 of every file (progress ``(bytes_done, bytes_total, "verify")``). An object-store URL is read through
+    the local cache folder `cache` (default: remote.default_cache()); ``.path`` stays the URL."""
+    vdir, lock = acquire(local_root(path, cache))
     try:
         for problem in _problems(vdir, format_name, supported_versions, verify, progress):
             raise ArtifactError(problem)
-        return Artifact(path, read_manifest(vdir), mmap=mmap, directory=vdir, lock=lock)
+        return Artifact(remote.normalize(path) if remote.is_url(path) else path, read_manifest(vdir), mmap=mmap,
+                        directory=vdir, lock=lock)
     except BaseException:
         if lock is not None:
             lock.close()
@@ -490,10 +523,10 @@ def open_artifact(path, format_name: str, supported_versions: Iterable[int], ver
 
 
 def verify_artifact(path, format_name: str, supported_versions: Iterable[int],
-                    progress: Progress = None) -> list[str]:
+                    progress: Progress = None, cache=None) -> list[str]:
     """Run every check of open_artifact(verify=True) on the version served, collecting all problems;
     [] means the artifact is sound."""
-    vdir, lock = acquire(_artifact_path(path))
+    vdir, lock = acquire(local_root(path, cache))
     try:
         return list(_problems(vdir, format_name, supported_versions, True, progress))
     finally:
@@ -503,4 +536,4 @@ def verify_artifact(path, format_name: str, supported_versions: Iterable[int],
 
 def manifest_path(path) -> pathlib.Path:
     """The manifest.json of the version an artifact path serves (for a cheap peek at its keys)."""
-    return current(pathlib.Path(path)) / MANIFEST
+    return current(pathlib.Path(local_root(path))) / MANIFEST

@@ -7,7 +7,7 @@ import pathlib
 from typing import NamedTuple
 
 from ..errors import ArtifactError
-from . import index_format, trie_format
+from . import index_format, remote, trie_format
 from .container import _artifact_path, _digest_problems, read_manifest
 from .layout import acquire
 
@@ -36,13 +36,18 @@ def read_header(path) -> Header:
     """The Header of the version the artifact at `path` serves. Reads manifest.json only (its digest checked
     where the format carries one); ArtifactError, in one line, where path is no gtmkit artifact or its manifest
     is damaged or of an unknown format or version."""
-    root = pathlib.Path(_artifact_path(path))
-    vdir, lock = acquire(root)
-    try:
-        manifest = read_manifest(vdir)
-    finally:
-        if lock is not None:
-            lock.close()
+    if remote.is_url(path):  # the pointer and the manifest it names, read from the store (nothing cached)
+        name, manifest = remote.read_manifest(path)
+        root = remote.normalize(path)
+        vdir = remote.Named(f"{root}/{name}", name)
+    else:
+        root = pathlib.Path(_artifact_path(path))
+        vdir, lock = acquire(root)
+        try:
+            manifest = read_manifest(vdir)
+        finally:
+            if lock is not None:
+                lock.close()
     name = manifest.get("format")
     if name not in KINDS:
         raise ArtifactError(f"{vdir}: not a gtmkit index or trie (format {name!r})")

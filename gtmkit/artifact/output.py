@@ -56,9 +56,11 @@ def _nearest_existing(path: pathlib.Path) -> pathlib.Path:
 
 def check_output(out, overwrite: bool = False) -> pathlib.Path:
     """Raise ArtifactError (one line) unless an artifact may be written at ``out``; returns it absolute.
-    Side-effect free: nothing is created or removed."""
-    if is_url(out):  # never a local folder named 's3:'
-        raise ArtifactError(f"{out}: writing to object storage: not supported yet (give a local directory)")
+    Side-effect free: nothing is created or removed. An object-store URL is checked in the store (remote.py) and
+    returned as a str."""
+    from . import remote
+    if remote.is_url(out):
+        return remote.check_remote_output(out, overwrite)
     out = pathlib.Path(os.path.abspath(out))
     try:
         return _check(out, overwrite)

@@ -40,13 +40,17 @@ class Switch:
     began; .replaced, .published: the versions the last publish inside it replaced and wrote."""
 
     def __init__(self, root, base=ANY):
-        self.root, self.base = pathlib.Path(os.path.abspath(root)), base
+        from . import remote
+        self.remote = remote.is_url(root)  # an object-store URL: its pointer object is compared (remote.publish)
+        self.root = remote.normalize(root) if self.remote else pathlib.Path(os.path.abspath(root))
+        self.base = base
         self.started = self.replaced = self.published = None
         self._token = None
 
     def __enter__(self) -> "Switch":
+        from . import remote
         try:
-            self.started = layout.served(self.root)
+            self.started = remote.served(self.root) if self.remote else layout.served(self.root)
         except ArtifactError:
             self.started = None  # a damaged pointer: the write itself says so, or replaces it
         self._token = _SWITCHES.set(_SWITCHES.get() + (self,))
@@ -60,9 +64,13 @@ class Switch:
             raise VersionChanged(self.root, self.base, now)
 
 
-def _switches(root: pathlib.Path) -> list:
+def _switches(root) -> list:
+    from . import remote
+    if remote.is_url(root):
+        url = remote.normalize(root)
+        return [s for s in _SWITCHES.get() if s.remote and s.root == url]
     real = os.path.realpath(root)
-    return [s for s in _SWITCHES.get() if os.path.realpath(s.root) == real]
+    return [s for s in _SWITCHES.get() if not s.remote and os.path.realpath(s.root) == real]
 
 
 def _served(root: pathlib.Path, switches: list):

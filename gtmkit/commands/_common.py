@@ -106,3 +106,10 @@ class StderrProgress:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def cache_option(fn):
+    """--cache DIR: where an artifact given as an object-store URL is downloaded to (docs/format.md)."""
+    return click.option("--cache", type=click.Path(file_okay=False), default=None,
+                        help="For an s3://... (object-store) artifact: local folder its versions are downloaded to "
+                        "[default: $XDG_CACHE_HOME/gtmkit/artifacts].")(fn)

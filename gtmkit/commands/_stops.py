@@ -34,6 +34,8 @@ def stop_line(signum) -> str:
         return f"gtmkit: stopped by {what} after the new version was published: {path} serves {published}"
     if sw.started is not None:
         return f"gtmkit: stopped by {what}; nothing was published: {path} serves {sw.started} as before"
+    if getattr(sw, "remote", False):
+        return f"gtmkit: stopped by {what}; nothing was published at {path} (no pointer object was written)"
     left = "nothing is left there" if not os.path.lexists(sw.root) else "it holds what it held before"
     return f"gtmkit: stopped by {what}; nothing was published at {path} ({left})"
 
@@ -42,9 +44,9 @@ def _switched(sw):
     """The version the path serves if its pointer moved since the command started: a stop that came between the
     pointer's switch and the writer's note of it."""
     from ..errors import GtmkitError
-    from ..artifact import layout
+    from ..artifact import layout, remote
     try:
-        now = layout.served(sw.root)
+        now = remote.served(sw.root) if getattr(sw, "remote", False) else layout.served(sw.root)
     except (GtmkitError, OSError):
         return None
     return now if now is not None and now != sw.started else None

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import GtmkitError
-from ._common import StderrProgress, echo_json, handle_errors, output_options
+from ._common import StderrProgress, cache_option, echo_json, handle_errors, output_options
 from ._users import index_beams, parse_beams, read_users_file, synth_users_for
 
 def sweep_settings(L: int) -> list:
@@ -53,10 +53,11 @@ def _print(r: dict) -> None:
 @click.option("--recall-sample", default=200_000, show_default=True, help="Ads sampled per user for the recall check.")
 @click.option("--partition-sweep", is_flag=True, help="Rebuild with none/static/dynamic partitioning; pass rate vs storage.")
 @click.option("--catalog", type=click.Path(), help="Catalog (file, folder or glob) for --partition-sweep [default: the one the index was built from].")
+@cache_option
 @output_options("the figures")
 @handle_errors
 def command(index_dir, n_users, users_file, seed, beams, logits, peak, device, recall_sample, partition_sweep,
-            catalog, as_json, silent):
+            catalog, cache, as_json, silent):
     """Run CD-only and CD+GTM beam search for the same users and logits and compare them.
 
     Reports the ad-level target matching pass rate (eligible / expanded ads), SID precision, mean
@@ -72,7 +73,7 @@ def command(index_dir, n_users, users_file, seed, beams, logits, peak, device, r
     from ..evaluate import evaluate
     from ..index import load_index
 
-    index = load_index(index_dir, verify=False)
+    index = load_index(index_dir, verify=False, cache=cache)
     beams = index_beams(index, beams)
     users = read_users_file(users_file, index) if users_file else synth_users_for(index, n_users, seed)
     catalog = _sweep_catalog(index, catalog) if partition_sweep else None

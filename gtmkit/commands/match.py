@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import echo_json, handle_errors, output_options
+from ._common import cache_option, echo_json, handle_errors, output_options
 from ._users import check_user, index_beams, parse_beams, parse_user
 
 
@@ -45,9 +45,10 @@ def match_user(index, user: dict, beams, logits: str = "peaked", seed: int = 0, 
 @click.option("--seed", default=0, show_default=True)
 @click.option("--top", default=10, show_default=True, help="Ads to print.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="cpu", show_default=True)
+@cache_option
 @output_options(silent=False)
 @handle_errors
-def command(index_dir, user_json, beams, logits, seed, top, device, as_json):
+def command(index_dir, user_json, beams, logits, seed, top, device, cache, as_json):
     """Run one request end to end and print its top eligible ads with their SIDs and scores.
 
     \b
@@ -58,7 +59,7 @@ def command(index_dir, user_json, beams, logits, seed, top, device, as_json):
     from ..index import load_index
 
     user = parse_user(user_json)
-    index = load_index(index_dir, verify=False)
+    index = load_index(index_dir, verify=False, cache=cache)
     check_user(index, user, "--user")
     beams = index_beams(index, beams)
     r = match_user(index, user, beams, logits, seed, device, top)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..errors import ArtifactError
-from ._common import echo_json, handle_errors, output_options
+from ._common import cache_option, echo_json, handle_errors, output_options
 
 
 def _mb(b) -> str:
@@ -113,8 +113,9 @@ def plot(s: dict, path: str) -> None:
 @click.argument("index_dir", type=click.Path(file_okay=False))
 @output_options("every statistic", silent=False)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write storage/fill plots to this PNG.")
+@cache_option
 @handle_errors
-def command(index_dir, as_json, plot_path):
+def command(index_dir, as_json, plot_path, cache):
     """Index statistics: SIDs, ads/SID, widths, per-level storage before/after dedup, fill rates, timings.
 
     \b
@@ -122,10 +123,11 @@ def command(index_dir, as_json, plot_path):
         gtmkit stats index/
         gtmkit stats index/ --json > stats.json
         gtmkit stats index/ --plot stats.png
+        gtmkit stats s3://bucket/index --cache /var/cache/gtmkit
     """
     from ..index import load_index
 
-    s = load_index(index_dir, verify=False).stats()
+    s = load_index(index_dir, verify=False, cache=cache).stats()
     if plot_path:
         try:
             plot(s, plot_path)

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import GtmkitError
 from ..inputs.files import regular_file
 from ._cluster import check_cluster, dask_client, inputs, sharding_options
-from ._common import StderrProgress, echo_json, handle_errors, output_options, report_problems
+from ._common import StderrProgress, cache_option, echo_json, handle_errors, output_options, report_problems
 from ._stops import watched
 
 
@@ -104,9 +104,10 @@ def _report(trie, out_dir, seconds: float, as_json: bool, sw) -> None:
 
 @command.command("verify")
 @click.argument("trie_dir", type=click.Path(file_okay=False))
+@cache_option
 @output_options(silent=False)
 @handle_errors
-def verify(trie_dir, as_json):
+def verify(trie_dir, cache, as_json):
     """Check a trie: manifest digest, checksums and every invariant the trie search relies on (the LOUDS tree,
     its directories, labels, levels, terminal flags), in bounded memory at any size.
 
@@ -120,7 +121,7 @@ def verify(trie_dir, as_json):
     from ..trie.trie import verify_trie
 
     t0 = time.perf_counter()
-    problems = verify_trie(trie_dir)
+    problems = verify_trie(trie_dir, cache=cache)
     seconds = round(time.perf_counter() - t0, 3)
     report_problems(problems, as_json, {"trie": trie_dir, "seconds": seconds},
                     f"OK {trie_dir}: checksums, tree, directories, labels, levels, terminal flags ({seconds} s)")
@@ -128,9 +129,10 @@ def verify(trie_dir, as_json):
 
 @command.command("stats")
 @click.argument("trie_dir", type=click.Path(file_okay=False))
+@cache_option
 @output_options("the statistics", silent=False)
 @handle_errors
-def stats(trie_dir, as_json):
+def stats(trie_dir, cache, as_json):
     """Counts, nodes per depth and bytes per array of a trie.
 
     \b
@@ -140,7 +142,7 @@ def stats(trie_dir, as_json):
     """
     from ..trie.trie import SuccinctTrie
 
-    trie = SuccinctTrie.load(trie_dir, verify=False)
+    trie = SuccinctTrie.load(trie_dir, verify=False, cache=cache)
     s = dict(trie.stats(), path=str(trie_dir))
     if as_json:
         echo_json(s)
@@ -198,9 +200,10 @@ def _load_proposals(path):
 @click.option("--top", type=click.IntRange(min=0), default=5, show_default=True,
               help="Results shown per query (0 = all); JSON always has all.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write key_ids / scores to this .npz.")
+@cache_option
 @output_options("results", silent=False)
 @handle_errors
-def search(trie_dir, proposals, beam_width, theta_tok, theta_sent, alpha, device, top, output, as_json):
+def search(trie_dir, proposals, beam_width, theta_tok, theta_sent, alpha, device, top, output, cache, as_json):
     """Constrained beam search (NAR) of proposal grids over a trie.
 
     Prints, per query, the best keys (tokens) with their length-normalised scores.
@@ -213,7 +216,7 @@ def search(trie_dir, proposals, beam_width, theta_tok, theta_sent, alpha, device
     from ..trie.trie import SuccinctTrie
     from ..trie.search import trie_beam_search
 
-    trie = SuccinctTrie.load(trie_dir)
+    trie = SuccinctTrie.load(trie_dir, cache=cache)
     tokens, logp = _load_proposals(proposals)
     trie_beam_search(trie, tokens[:1], logp[:1], beam_width, theta_tok=theta_tok, theta_sent=theta_sent,
                      alpha=alpha, device=device)  # warm-up: "seconds" leaves out the first run's compile

@@ -6,7 +6,7 @@ import click
 import numpy as np
 
 from ._cluster import check_cluster, dask_client, inputs, no_worker_option
-from ._common import StderrProgress, echo_json, handle_errors, output_options
+from ._common import StderrProgress, cache_option, echo_json, handle_errors, output_options
 from ._stops import watched
 
 
@@ -43,10 +43,11 @@ def _read_ids(path) -> np.ndarray:
 @click.option("--scheduler", help="With --rebuild-shards: rebuild the subtrees on the Dask cluster at this address "
               "(its workers must see the index's directory).")
 @no_worker_option("the update")
+@cache_option
 @output_options("the report")
 @handle_errors
-def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers, scheduler, no_worker_timeout, as_json,
-            silent):
+def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers, scheduler, no_worker_timeout, cache,
+            as_json, silent):
     """Apply changed ads (CHANGES: a Parquet file, folder or glob, local or a URL, in the index's catalog schema:
     edits of ads it holds, by ad id, and new ads) and paused ads, and write the result as the index's new version;
     processes that loaded the old version keep serving it until they reload.
@@ -63,6 +64,7 @@ def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers
         gtmkit update index/ changes.parquet
         gtmkit update index/ changes.parquet --rebuild-shards --workers 4
         gtmkit update index/ --pause paused.txt --resume resumed.txt --json
+        gtmkit update s3://bucket/index changes.parquet --cache /var/cache/gtmkit
     """
     from ..errors import GtmkitError
     from ..indexer.update.publish import update_path
@@ -78,7 +80,7 @@ def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers
     # a cluster named by --scheduler is reached first: a bad address fails before anything is read
     with dask_client(scheduler) as client, StderrProgress(silent or as_json) as bar, watched(index_dir):
         done = update_path(index_dir, changes, pause, resume, rebuild_shards, client, workers, bar,
-                           no_worker_timeout=no_worker_timeout)
+                           no_worker_timeout=no_worker_timeout, cache=cache)
     _print(index_dir, done, as_json)
 
 

@@ -142,15 +142,15 @@ def catalog_problems(idx, catalog, schema=None, progress: Progress = None) -> li
     return P
 
 
-def verify_index(path, catalog=None, schema=None, progress: Progress = None) -> list:
+def verify_index(path, catalog=None, schema=None, progress: Progress = None, cache=None) -> list:
     """Every problem, one line each: all the container's, then (when its arrays can be read, even with a
     checksum mismatch) all invariant problems, then coverage and the catalog once those are clean."""
     from ..index import Index
     try:  # one version throughout: a rebuild of the path while this runs must not mix two
-        art = open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=False)
+        art = open_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, verify=False, cache=cache)
     except ArtifactError as e:  # the manifest or a file cannot be trusted to read the arrays
         try:
-            return verify_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, progress) or [str(e)]
+            return verify_artifact(path, fmt.FORMAT_NAME, fmt.SUPPORTED_VERSIONS, progress, cache) or [str(e)]
         except ArtifactError as again:  # not even a version to check (e.g. a broken version pointer)
             return [str(again)]
     try:

@@ -107,12 +107,13 @@ class SuccinctTrie:
         self.path = w.out_dir
 
     @classmethod
-    def load(cls, path, verify: bool = True, mmap: bool = True) -> "SuccinctTrie":
+    def load(cls, path, verify: bool = True, mmap: bool = True, cache=None) -> "SuccinctTrie":
         """Open a saved trie (arrays memory-mapped unless mmap=False). ArtifactError (one line) if the
         directory is not a sound gtmkit-trie artifact. verify=True (any trie): checksums and every invariant
         the trie search relies on (gtmkit/artifact/trie_checks.py). verify=False is for artifacts you
-        produced: the manifest digest and the arrays' dtypes and shapes against the manifest only."""
-        art = open_artifact(path, FORMAT_NAME, SUPPORTED_VERSIONS, verify=verify, mmap=mmap)
+        produced: the manifest digest and the arrays' dtypes and shapes against the manifest only. An object-store
+        URL is read through the local folder `cache` as load_index reads one (docs/format.md)."""
+        art = open_artifact(path, FORMAT_NAME, SUPPORTED_VERSIONS, verify=verify, mmap=mmap, cache=cache)
         missing = [name for name in ARRAY_NAMES if name not in art.names]
         if missing:
             art.close()
@@ -243,11 +244,11 @@ def _array(art, name: str, mmap: bool) -> np.ndarray:
         raise ArtifactError(f"{fpath}: cannot load array ({type(exc).__name__})") from None
 
 
-def verify_trie(path) -> list:
+def verify_trie(path, cache=None) -> list:
     """Every problem SuccinctTrie.load(verify=True) would refuse the trie at path for, one line each (the manifest
     digest and checksums first: a trie whose files fail them is not checked further); [] for a sound trie."""
     try:
-        art = open_artifact(path, FORMAT_NAME, SUPPORTED_VERSIONS, verify=True, mmap=True)
+        art = open_artifact(path, FORMAT_NAME, SUPPORTED_VERSIONS, verify=True, mmap=True, cache=cache)
     except ArtifactError as exc:
         return [str(exc)]
     try:

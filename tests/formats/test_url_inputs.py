@@ -200,12 +200,18 @@ def test_unreachable_endpoint_fails_fast_in_one_line(s3env, tmp_path, monkeypatc
     assert "connect" in line.lower()
 
 
-def test_writing_to_object_storage_is_refused(s3env, tmp_path, monkeypatch):
+def test_from_the_store_to_the_store(s3env, tmp_path, monkeypatch):
+    """A catalog in the store built into the store (-o s3://) loads back as the local build, and no local folder
+    named 's3:' appears."""
+    _, _, local = s3env
     monkeypatch.chdir(tmp_path)
-    url = f"s3://{BUCKET}/index/"
-    _one_line_error(["build", f"s3://{BUCKET}/cat/", "-o", url, "--schema", f"s3://{BUCKET}/cat.schema.json"], url,
-                    "writing to object storage: not supported yet")
-    _one_line_error(["trie", "build", f"s3://{BUCKET}/keys/", "-o", url], url, "not supported yet")
+    want = gtmkit.build_index(local / "cat.parquet", tmp_path / "local")
+    url = f"s3://{BUCKET}/built-index"
+    r = CliRunner().invoke(cli, ["build", f"s3://{BUCKET}/cat/", "-o", url, "--schema", f"s3://{BUCKET}/cat.schema.json",
+                                 "-s"])
+    assert r.exit_code == 0, r.output
+    got = gtmkit.load_index(url, cache=tmp_path / "cache")
+    assert _members(got) == _members(want)
     assert not (tmp_path / "s3:").exists()
 
 

@@ -32,7 +32,7 @@ class PathUpdate:
 
 def update_path(path, changes=None, pause=None, resume=None, rebuild: bool = False, client=None,
                 workers: int = None, progress: Progress = None, tries: int = None,
-                no_worker_timeout: float = None) -> PathUpdate:
+                no_worker_timeout: float = None, cache=None) -> PathUpdate:
     """Apply changed ads (a Parquet path or Table in the catalog's schema, or None) and pause / resume lists (ad
     ids) to the index at `path` and write the result as its new version, published only if the path still serves
     the version it was derived from; otherwise applied again to the version served then, up to `tries` times
@@ -41,7 +41,8 @@ def update_path(path, changes=None, pause=None, resume=None, rebuild: bool = Fal
     added by a shard rebuild (client / workers: where its tasks run; no_worker_timeout: how long they wait for a
     live worker, as rebuild_shards takes it). VersionChanged (one line naming both
     versions, nothing written) when every try lost the race; UpdateError / RequestError as the update raises
-    them, against the version served at that try."""
+    them, against the version served at that try. An object-store URL is read through the local folder `cache`
+    (load_index) and the new version published to the store over the version read (remote.publish)."""
     from ...index import load_index
     from .changes import read_changes
     from .write import base_version, write_changes
@@ -51,7 +52,7 @@ def update_path(path, changes=None, pause=None, resume=None, rebuild: bool = Fal
     resume = np.zeros(0, np.int64) if resume is None else np.asarray(resume, np.int64)
     first = last = None
     for attempt in range(1, tries + 1):
-        index = load_index(path)
+        index = load_index(path, cache=cache)
         new = None
         try:
             paused = np.asarray(index.paused_ad_ids, np.int64)
