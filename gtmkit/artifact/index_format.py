@@ -1,8 +1,10 @@
 """The GTM index artifact: format name, version and array names (documented in docs/format.md)."""
 
 FORMAT_NAME = "gtmkit-index"
-FORMAT_VERSION = 2  # 2: the manifest carries its own digest (artifact.DIGEST); 1 still loads
-SUPPORTED_VERSIONS = (1, 2)
+# 2: the manifest carries its own digest (artifact.DIGEST); 3: a build's arrays are a function of the catalog's
+# content (string dictionaries sorted, not in order of first appearance); 1 and 2 still load
+FORMAT_VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
 
 
 def bloom_table(b: int) -> str:

@@ -37,16 +37,14 @@ class StringLists:
 class Catalog:
     """The catalog's columns in file order. ad_ids int64 [n]; sids int32 [n, L];
     allowed / excluded: per attribute (bitmask attributes first, then Bloom, schema order) StringLists
-    sharing one dictionary per attribute (excluded is all-empty when there is no exclude column)."""
+    sharing one dictionary per attribute, its strings sorted (excluded is all-empty when there is no exclude
+    column)."""
 
     path: str
     ad_ids: np.ndarray
     sids: np.ndarray
     allowed: list
     excluded: list
-    # per attribute, the allowed and the excluded column's strings in the order they were met, before one
-    # dictionary was made of them: what a sharded build merges across files
-    met: list = None
 
     @property
     def num_ads(self) -> int:
@@ -90,26 +88,32 @@ class _ListBuilder:
             self._last = (enc.dictionary, remap)
         self.codes.append(remap[enc.indices.to_numpy(zero_copy_only=False)])
 
-    def finish(self) -> StringLists:
-        codes = np.concatenate(self.codes) if self.codes else np.zeros(0, np.int32)
-        return StringLists(self.offsets, codes.astype(np.int32, copy=False), self.dictionary)
+    def finish(self, remap: np.ndarray, dictionary: list) -> StringLists:
+        """The lists in the codes of `dictionary` (remap: this builder's code -> its code there), the batches'
+        codes released as they are copied."""
+        codes = np.empty(sum(len(c) for c in self.codes), np.int32)
+        at = 0
+        while self.codes:
+            c = self.codes.pop(0)
+            codes[at:at + len(c)] = remap[c]
+            at += len(c)
+        return StringLists(self.offsets, codes, dictionary)
 
 
-def _shared_codes(allowed: StringLists, excluded: StringLists, allowed_index: dict) -> tuple:
-    """One dictionary for an attribute's two columns: the allowed strings in order of first appearance, then
-    the strings only exclusions name, in theirs. Why: codes then do not depend on where batches or files
-    split the rows (a catalog as one file or as parts gives the same index)."""
-    merged = list(allowed.dictionary)
-    index = dict(allowed_index)
-    remap = np.empty(len(excluded.dictionary), np.int32)
-    for c, s in enumerate(excluded.dictionary):
-        code = index.get(s)
-        if code is None:
-            code = index[s] = len(merged)
-            merged.append(s)
-        remap[c] = code
-    codes = remap[excluded.codes] if len(excluded.codes) else excluded.codes
-    return StringLists(allowed.offsets, allowed.codes, merged), StringLists(excluded.offsets, codes, merged)
+def sorted_strings(strings) -> list:
+    """Distinct strings in ascending order of their UTF-8 bytes (Python's code point order is the same order
+    for any valid string): the order of every dictionary a build writes."""
+    return sorted(set(strings))
+
+
+def _shared_codes(allowed: _ListBuilder, excluded: _ListBuilder) -> tuple:
+    """One dictionary for an attribute's two columns: every string either names, sorted (sorted_strings). Why:
+    codes then depend on the catalog's strings only, not on the rows' order or on where batches or files split
+    them (the same rows in any order, as one file or as parts, give the same index)."""
+    dictionary = sorted_strings(allowed.dictionary + excluded.dictionary)
+    code = {s: i for i, s in enumerate(dictionary)}
+    return tuple(lists.finish(np.fromiter((code[s] for s in lists.dictionary), np.int32, len(lists.dictionary)),
+                              dictionary) for lists in (allowed, excluded))
 
 
 def _check_utf8(enc: pa.DictionaryArray, lengths: np.ndarray, path, column, row0) -> None:
@@ -236,7 +240,8 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
     a directory of Parquet files (hive partitions too) or a glob, local or under a URL (inputs/dataset.py; filesystem:
     a pyarrow or fsspec file system the path lies in); rows in file order.
     String columns come back dictionary-encoded straight from Parquet's own dictionary pages, which saves
-    materialising and re-hashing every string.
+    materialising and re-hashing every string; an attribute's dictionary is then its strings sorted, so the
+    codes depend on what the rows hold, not on their order or files.
 
     check_rows: optional callable(number of rows), run once the files' metadata is read and before any
     row is (a build refuses there a catalog too large for memory). files: read only these of the input's
@@ -289,9 +294,8 @@ def read_catalog(path, schema: Schema, progress: Progress = None, batch_rows: in
         raise CatalogError(f"{path}: the files' metadata says {total} rows, read {row0}")
     if unique:
         check_unique(ad_ids, schema.ad_id_column, src)
-    met = [(list(a.dictionary), list(e.dictionary)) for a, e in zip(allowed, excluded)]
-    lists = [_shared_codes(a.finish(), e.finish(), a.index) for a, e in zip(allowed, excluded)]
-    return Catalog(str(path), ad_ids, sids, [a for a, _ in lists], [e for _, e in lists], met)
+    lists = [_shared_codes(a, e) for a, e in zip(allowed, excluded)]
+    return Catalog(str(path), ad_ids, sids, [a for a, _ in lists], [e for _, e in lists])
 
 
 def _is_string(t) -> bool:

@@ -26,11 +26,12 @@ def _index_matches(h, idx):
     assert s["bloom_attributes"] == sorted(idx.manifest["schema"]["bloom"])
 
 
-@pytest.mark.parametrize("name", ["index_v1", "index_v2_jagged/index"])
-def test_golden_indexes(name):
+@pytest.mark.parametrize("name, version", [("index_v1", 1), ("index_v2_jagged/index", 2),
+                                           ("index_v3_jagged/index", 3)])
+def test_golden_indexes(name, version):
     h = gtmkit.read_header(DATA / name)
     _index_matches(h, gtmkit.load_index(DATA / name))
-    assert h.format_version == (1 if name == "index_v1" else 2)
+    assert h.format_version == version
     assert h.version == served(DATA / name)
 
 

@@ -41,7 +41,7 @@ def _no_bloom(table, sd):
 def _to_new_sids(table, seed: int, moved: int, new: int, V: int, L: int):
     """(changes, catalog after): `moved` ads given SIDs the catalog lacks (targeting kept) and `new` ads, copies of
     random ones with fresh ids, on such SIDs. The catalog after edits the moved rows where they stand and appends
-    the new ones, so its strings are met in the same order as before (the same dictionaries, the same layout)."""
+    the new ones, so it holds the same strings as before (the same dictionaries, the same layout)."""
     rng = np.random.default_rng(seed)
     d = table.to_pydict()
     have = {tuple(s) for s in d["sid"]}

@@ -1,5 +1,5 @@
 """Between a sharded build's phases: the catalog's global dictionaries merged from the files' own (the same
-codes the single-process read gives), and the shards' ranges of SID prefixes.
+sorted codes the single-process read gives), and the shards' ranges of SID prefixes.
 
 A shard is a range [lo, hi) of keys first * V + second over the SIDs' first two tokens. A range starts at a
 first token's beginning (key f * V) unless that token holds more rows than a shard should: such a hot token is
@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...artifact.writes import save_npy, writing
+from ...inputs.catalog import sorted_strings
 from ...sharding.plan import shard_bounds
 
 # a single-process build's peak is ~365 bytes an ad (15M ads: 5.1 GiB); a shard's is its share of that
@@ -21,20 +22,15 @@ SHARD_BYTES_PER_AD = 400
 def merge_dictionaries(results: list, n_attrs: int) -> tuple:
     """(per attribute the global dictionary, per attribute and file the remap of the file's codes to it).
 
-    The single-process read numbers an attribute's allowed strings in the order the batches met them, then
-    the strings only exclusions name in theirs; files are read in order, so the same order is the files'
-    own lists concatenated, each string kept where first met."""
+    The single-process read numbers an attribute's strings (allowed and excluded alike) in sorted order; a
+    file's own dictionary is its strings sorted, so the global one is the union of the files' sorted again,
+    whatever the files' order or the rows' order in them."""
     dictionaries, remaps = [], []
     for j in range(n_attrs):
-        index = {}
-        for r in results:
-            for s in r["met"][j][0]:
-                index.setdefault(s, len(index))
-        for r in results:
-            for s in r["met"][j][1]:
-                index.setdefault(s, len(index))
-        dictionaries.append(list(index))
-        remaps.append([np.fromiter((index[s] for s in r["dictionaries"][j]), np.int32, len(r["dictionaries"][j]))
+        merged = sorted_strings(s for r in results for s in r["dictionaries"][j])
+        code = {s: i for i, s in enumerate(merged)}
+        dictionaries.append(merged)
+        remaps.append([np.fromiter((code[s] for s in r["dictionaries"][j]), np.int32, len(r["dictionaries"][j]))
                        for r in results])
     return dictionaries, remaps
 

@@ -43,8 +43,7 @@ def split_file(source: str, files: list, i: int, schema, stage: str, partition_t
     """Reads file i of the input (errors name it and its row; its folders' columns typed as the whole input's,
     partition_types; repeated ids are checked over all files by the assembler), writes its rows ordered by first,
     then second token (stable) to piece_dir(stage, i). Returns the rows, the rows a first token [V], and per
-    attribute the file's dictionary and the strings each column met, in order (what the global dictionaries are
-    merged from)."""
+    attribute the file's dictionary (its strings sorted: what the global dictionaries are merged from)."""
     if not open_catalog(source, schema, [files[i]], partition_types).num_rows:  # an empty part adds nothing
         return _empty_piece(stage, i, schema)
     cat = read_catalog(source, schema, files=[files[i]], unique=False, partition_types=partition_types)
@@ -62,8 +61,7 @@ def split_file(source: str, files: list, i: int, schema, stage: str, partition_t
             save_npy(out / f"{kind}{j}_offsets.npy", off)
             save_npy(out / f"{kind}{j}_codes.npy", codes)
     publish(out, piece_dir(stage, i))
-    return {"rows": len(order), "tokens": counts, "dictionaries": [a.dictionary for a in cat.allowed],
-            "met": cat.met}
+    return {"rows": len(order), "tokens": counts, "dictionaries": [a.dictionary for a in cat.allowed]}
 
 
 def position(piece: Path, token_offsets: np.ndarray, key: int, vocab: int) -> int:
@@ -102,5 +100,4 @@ def _empty_piece(stage, i: int, schema) -> dict:
             save_npy(out / f"{kind}{j}_offsets.npy", np.zeros(1, np.int64))
             save_npy(out / f"{kind}{j}_codes.npy", np.zeros(0, np.int32))
     publish(out, piece_dir(stage, i))
-    return {"rows": 0, "tokens": np.zeros(schema.vocab, np.int64), "dictionaries": [[] for _ in range(n_attrs)],
-            "met": [([], []) for _ in range(n_attrs)]}
+    return {"rows": 0, "tokens": np.zeros(schema.vocab, np.int64), "dictionaries": [[] for _ in range(n_attrs)]}

@@ -1,7 +1,7 @@
 """An update's changed ads: rows in the catalog's schema, read and validated as a catalog is (inputs/catalog.py),
 then put in the terms of the index they update: each ad's leaf (or -1 where its SID is not in the trie), its
 combined targeting row in the index's bit layout, and its Bloom string lists in the index's codes, strings the
-index never met getting the next free codes."""
+index never met getting the next free codes (in their sorted order: the index's codes are all kept)."""
 
 from __future__ import annotations
 
