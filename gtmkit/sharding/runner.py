@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import GtmkitError
 from ..inputs.stores import resolve_input
 from ..progress import report
-from .cluster import NO_WORKER_TIMEOUT, seconds_arg, start_local, worker_env
+from .cluster import NO_WORKER_TIMEOUT, in_thread, seconds_arg, start_local, worker_env
 
 
 POLL_S = 1.0  # seconds between checks of the cluster while no task ends
@@ -33,6 +33,9 @@ class InProcess:
 
     def paths(self, source, files: list) -> tuple:
         return source, files
+
+    def worker_memory(self) -> int | None:
+        return None  # this machine's memory: shard_count shares it
 
     def map(self, fn, args: list, progress, phase: str) -> list:
         out = []
@@ -166,6 +169,18 @@ class OnDask:
 
     def _connected(self) -> bool:
         return self.client.status == "running"
+
+    def worker_memory(self) -> int | None:
+        """The smallest memory limit the scheduler reports for its workers, in bytes; None where it reports none
+        (no limit set) or does not answer: shard sizes then share this machine's memory."""
+        try:
+            workers = in_thread(self.client.scheduler_info, ASK_S).get("workers", {})
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception:  # unreachable or closed: sizing falls back, the build's own checks report the cluster
+            return None
+        limits = [int(w.get("memory_limit") or 0) for w in workers.values()]
+        return min((x for x in limits if x > 0), default=None)
 
     def _alive(self) -> int | None:
         """Live workers the scheduler counts; None when it does not answer."""

@@ -182,7 +182,7 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
             total = sum(r["keys"] for r in split)
             if total == 0:
                 raise GtmkitError(f"{source}: column {column!r}: no keys")  # as the single-process build says it
-            n = shards or shard_count(total, run.workers, memory_limit, SHARD_BYTES_PER_KEY)
+            n = shards or shard_count(total, run.workers, memory_limit or run.worker_memory(), SHARD_BYTES_PER_KEY)
             bounds = plan_bounds(stage, split, n)
             metas = run.map(build_key_shard, [(str(stage), s, bounds[s], bounds[s + 1], len(files))
                                               for s in range(len(bounds) - 1)], progress, "shards")

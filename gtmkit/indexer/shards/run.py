@@ -45,7 +45,7 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
             dictionaries, remaps = merge_dictionaries(split, n_attrs)
             save_dictionaries(stage, dictionaries, remaps)
             tokens = np.sum([r["tokens"] for r in split], axis=0)
-            n = shards or shard_count(total, run.workers, memory_limit, SHARD_BYTES_PER_AD)
+            n = shards or shard_count(total, run.workers, memory_limit or run.worker_memory(), SHARD_BYTES_PER_AD)
             hot = hot_tokens(tokens, n, schema.sid_length)
             bounds = shard_keys(tokens, second_token_rows(stage, len(files), hot, schema.vocab), n)
             starts = source.starts
