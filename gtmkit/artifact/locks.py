@@ -48,10 +48,10 @@ class Lock:
         """True once the locked file or directory has been removed from its folder."""
         return self.fd >= 0 and os.fstat(self.fd).st_nlink == 0
 
-    def close(self) -> None:
+    def close(self, _close=os.close) -> None:  # bound here: at interpreter exit the module's os may be gone
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
-            os.close(fd)
+            _close(fd)
 
     def __del__(self) -> None:  # an index dropped without close() lets its version go
         self.close()

@@ -231,6 +231,7 @@ def test_file_urls_and_relative_paths(tmp_path, monkeypatch):
     assert got.manifest["source"]["catalog"] == str((tmp_path / "d" / "cat.parquet").resolve())
 
 
+@pytest.mark.slow  # Dask worker processes
 def test_local_dask_workers_read_the_urls(s3env, tmp_path):
     """Worker processes get the URLs and read the store from the environment they inherit."""
     pytest.importorskip("distributed", reason="a local Dask cluster needs distributed")
