@@ -24,6 +24,7 @@ from gtmkit.errors import ArtifactError
 from gtmkit.progress import Progress, report
 
 from . import npy, remote
+from .digest import DIGEST, DIGEST_SINCE, _why, digest_problems as _digest_problems, manifest_digest  # noqa: F401
 from .layout import acquire, current, fsync_dir as _fsync_dir
 from .locks import Lock
 from .staging import Staging, _switches
@@ -32,8 +33,6 @@ from .writes import WriteError, as_write_error, blocks as _c_order_blocks, is_fi
 MANIFEST = "manifest.json"
 CHUNK = 16 * 1024 * 1024
 _NAME = re.compile(r"[A-Za-z0-9_]+")
-DIGEST = "manifest_sha256"
-DIGEST_SINCE = 2  # both gtmkit formats carry the manifest digest from version 2; version 1 never had one
 _RESERVED = ("format", "format_version", "gtmkit_version", "created", "files", DIGEST)
 
 
@@ -49,24 +48,10 @@ def file_sha256(path, progress: Progress = None, chunk: int = CHUNK) -> str:
     return h.hexdigest()
 
 
-def _why(exc: BaseException) -> str:
-    """One-line description of a library exception, so no message ever spans lines."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 def _json_default(obj):
     if isinstance(obj, (np.generic, np.ndarray)):  # callers naturally put numpy counts/stats in manifests
         return obj.tolist()
     raise TypeError(f"manifest value of type {type(obj).__name__} is not JSON-serialisable")
-
-
-def manifest_digest(manifest: dict) -> str:
-    """Hex sha256 of the canonical JSON (sorted keys, no whitespace, ASCII) of every manifest field but the
-    digest itself: any edit of any field changes it."""
-    body = {k: v for k, v in manifest.items() if k != DIGEST}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 class ArtifactWriter:
@@ -297,22 +282,6 @@ def read_manifest(path) -> dict:
     if not isinstance(manifest, dict):
         raise ArtifactError(f"{mpath}: invalid manifest (not a JSON object)")
     return manifest
-
-
-def _digest_problems(path: pathlib.Path, manifest: dict, version: int) -> Iterator[str]:
-    """The digest must be present from DIGEST_SINCE on (deleting it is no way around it) and match."""
-    digest = manifest.get(DIGEST)
-    if digest is None:
-        if version >= DIGEST_SINCE:
-            yield f"{path / MANIFEST}: no {DIGEST} (format version {version} requires it)"
-        return
-    try:
-        want = manifest_digest(manifest)
-    except ValueError as exc:  # NaN/inf cannot be in a manifest gtmkit wrote
-        yield f"{path / MANIFEST}: invalid manifest ({_why(exc)})"
-        return
-    if digest != want:
-        yield f"{path / MANIFEST}: {DIGEST} mismatch, the manifest was edited (sha256 {want[:12]}...)"
 
 
 def _npy_header(fpath: pathlib.Path):

@@ -8,7 +8,8 @@ from typing import NamedTuple
 
 from ..errors import ArtifactError
 from . import index_format, remote, trie_format
-from .container import _artifact_path, _digest_problems, read_manifest
+from .container import _artifact_path, read_manifest
+from .digest import digest_problems as _digest_problems
 from .layout import acquire
 
 KINDS = {index_format.FORMAT_NAME: ("index", index_format.SUPPORTED_VERSIONS),

@@ -139,7 +139,7 @@ def check_remote_output(url: str, overwrite: bool) -> str:
 def _download(url, fs, base, name, dest: pathlib.Path) -> None:
     """Copy version `name` into dest (a fresh folder), checking the manifest digest and every member's size and
     sha256 on arrival."""
-    from .container import MANIFEST, _digest_problems
+    from .digest import MANIFEST, digest_problems as _digest_problems
     src = f"{base}/{name}"
     try:
         with fs.open_input_stream(f"{src}/{MANIFEST}") as f:
@@ -184,7 +184,7 @@ def _download(url, fs, base, name, dest: pathlib.Path) -> None:
 def _sound(vdir: pathlib.Path) -> bool:
     """A cached version is reused when its manifest is there and every member has its recorded size (each was
     checked against its sha256 on arrival; open_artifact's verify=True checks them again)."""
-    from .container import MANIFEST
+    from .digest import MANIFEST
     try:
         m = json.loads((vdir / MANIFEST).read_text(encoding="utf-8"))
         return all((vdir / e["file"]).stat().st_size == e["bytes"] for e in m["files"].values())
@@ -253,7 +253,7 @@ def adopt(url: str, vdir: pathlib.Path, cache=None) -> None:
 
 def read_manifest(url: str) -> tuple:
     """(version name, manifest dict) of the version url serves, read from the store without caching."""
-    from .container import MANIFEST
+    from .digest import MANIFEST
     url = normalize(url)
     fs, base = filesystem_for(url)
     name = read_pointer(url, fs, base)
@@ -318,7 +318,7 @@ def publish(url: str, vdir: pathlib.Path, overwrite: bool, switches=()) -> str |
     overwrite, and inside a Switch block one serving another version than the block's base raises VersionChanged.
     Either way, and on any failure, the uploaded objects are deleted and nothing points to them. Returns the
     version replaced (None: none). Versions older than the replaced one are deleted from the store."""
-    from .container import MANIFEST
+    from .digest import MANIFEST
     url = normalize(url)
     fs, base = filesystem_for(url)
     name = vdir.name
