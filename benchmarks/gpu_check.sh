@@ -20,7 +20,7 @@
 set -o pipefail
 # the test files: GPU_TESTS are gpu-marked (and sanitized), NVCC_TESTS need nvcc only
 GPU_TESTS=(tests/cuda/test_matcher_gpu.py tests/cuda/test_pause_gpu.py tests/cuda/test_trie_gpu.py tests/cuda/test_stale_requests_gpu.py tests/cuda/test_overflow_gpu.py
-           tests/integrations/test_transformers.py tests/cuda/test_decoder_gpu.py)
+           tests/integrations/test_transformers.py tests/cuda/test_decoder_gpu.py tests/cuda/test_decoder_ops_gpu.py)
 NVCC_TESTS=(tests/cuda/test_kernels_compile.py)
 FIRST_K="hostile or threads"  # sanitized first: the tests most likely to reach past an array
 PART=${1:-all}

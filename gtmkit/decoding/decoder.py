@@ -27,7 +27,7 @@ class SidDecoder:
     or a model of the same structure, its weights and config as they are) under the matcher's CD+GTM.
 
     dtype: the decoder's weights and matrix inputs, "bfloat16", "float16" or "float32" (accumulation, norms,
-    softmaxes and beam scores are fp32 whatever it is); None: bfloat16 on the GPU, float32 on the CPU (the CPU
+    softmaxes and beam scores are fp32 whatever it is; the residual stream is bf16 with bfloat16); None: bfloat16 on the GPU, float32 on the CPU (the CPU
     runs float32 only). The decoder runs where the matcher does (a device="cuda" Matcher: the GPU); the model's
     encoder runs where the model is, which must be the same device. The decoder's weights are copied once, here:
     a model trained further needs a new SidDecoder.
@@ -77,6 +77,8 @@ class SidDecoder:
         if graph and not gpu:
             raise GtmkitError("graph=True needs a device='cuda' Matcher")
         states, mask = self._encode(input_ids, attention_mask)
+        if bool(mask.bool().all()):
+            mask = None  # no padded context token: attention without a mask
         q = matcher.batch(requests)
         if q.size != states.shape[0]:
             raise GtmkitError(f"{states.shape[0]} inputs and {q.size} requests")
@@ -111,7 +113,7 @@ class SidDecoder:
     def _graphed(self, matcher, q, runtime, states, mask, sizes, gtm, postfilter) -> Result:
         from .graphed import GraphedDecoder
         B, N = int(states.shape[0]), int(states.shape[1])
-        key = (B, N, tuple(sizes), gtm, postfilter, matcher.version)
+        key = (B, N, tuple(sizes), gtm, postfilter, mask is None, matcher.version)
         g = self._graphs.get(key)
         t0 = time.perf_counter()
         if g is None:

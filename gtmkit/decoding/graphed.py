@@ -16,7 +16,7 @@ class GraphedDecoder:
     def __init__(self, matcher, q, runtime, states, mask, sizes, gtm: bool, postfilter: bool):
         self.matcher, self.runtime, self.sizes, self.postfilter = matcher, runtime, list(sizes), postfilter
         self.states = states.detach().clone()  # the buffers the graph reads
-        self.mask = mask.detach().clone()
+        self.mask = None if mask is None else mask.detach().clone()
         self.search = GraphedBeamSearch(matcher, q, self._decode, sizes, gtm=gtm, postfilter=postfilter,
                                         capture="torch")
 
@@ -30,7 +30,8 @@ class GraphedDecoder:
         ts.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(ts):
             self.states.copy_(states)
-            self.mask.copy_(mask)
+            if mask is not None:
+                self.mask.copy_(mask)
         self.search.set_requests(q)
 
     def replay(self) -> Result:

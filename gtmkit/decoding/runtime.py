@@ -4,8 +4,8 @@
   its context (never copied per beam);
 - the self-attention KV cache is one block per step (rows of that step) plus each row's ancestors: a beam
   reorder writes a few ints, never a K/V copy, and a step reads exactly its rows' ancestors' keys;
-- matrices run in the weights' dtype with fp32 accumulation; norms, softmaxes, the residual stream and the
-  log-probs are fp32.
+- matrices run in the weights' dtype with fp32 accumulation; norms, softmaxes and the log-probs are computed in
+  fp32; the residual stream is fp32, or bf16 on the GPU with bf16 weights.
 
 `step(t, prev_tokens, parent_rows)` is the `logits_fn` of `gtmkit.beam_search` and the decoder of
 `GraphedBeamSearch`: it allocates nothing on the host side and never waits for the device."""
@@ -18,6 +18,11 @@ import torch.nn.functional as F
 from .t5 import T5Weights
 
 
+# the residual stream's dtype on the GPU: bf16 where the weights are (as the model keeps it; a third fewer bytes
+# through every norm), fp32 for fp16 weights (T5's activations overflow fp16) and fp32 ones
+RESIDUAL = {torch.bfloat16: torch.bfloat16}
+
+
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     """T5's norm on the fp32 residual stream."""
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
@@ -26,7 +31,8 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 class DecoderRuntime:
     """The decoder of one search: `begin(encoder_states, encoder_mask)`, then `step` for t = 0 .. L-1.
 
-    encoder_states [B, N, d] in any float dtype, encoder_mask [B, N] (True/1 where a context token is real);
+    encoder_states [B, N, d] in any float dtype, encoder_mask [B, N] (True/1 where a context token is real) or None
+    where every context token is;
     rows of step t are request-major: row r serves request r // (rows / B)."""
 
     def __init__(self, weights: T5Weights, offsets, vocab: int):
@@ -41,7 +47,8 @@ class DecoderRuntime:
             # (shapes past the kernels' limits run the torch code on the GPU too)
             if d <= MAX_D and d % 4 == 0 and weights.d_kv <= MAX_DK and weights.d_kv % 4 == 0 and \
                     len(self.offsets) < MAX_POS:
-                self.ops = CudaOps(weights.dtype)
+                self.residual = RESIDUAL.get(weights.dtype, torch.float32)
+                self.ops = CudaOps(weights.dtype, self.residual)
                 # the head padded to whole 64-row tiles (an odd row count takes slower GEMM kernels); the padding's
                 # logits are left out of the softmax
                 pad = -weights.lm_head.shape[0] % 64
@@ -61,9 +68,11 @@ class DecoderRuntime:
         for layer in w.layers:
             kv = F.linear(e, layer.kv_cross).view(B, N, 2, w.heads, w.d_kv).permute(2, 0, 3, 1, 4)
             self.cross.append((kv[0], kv[1]))
-        # additive mask in the weights' dtype (SDPA adds it to the scores): a padded context token never attends
+        # additive mask in the weights' dtype (SDPA adds it to the scores): a padded context token never attends;
+        # None (no padding) spares SDPA a mask it would expand to every query
         neg = torch.finfo(w.dtype).min
-        self.cross_mask = torch.where(encoder_mask.bool(), 0.0, neg).to(w.dtype).view(B, 1, 1, N)
+        self.cross_mask = None if encoder_mask is None else \
+            torch.where(encoder_mask.bool(), 0.0, neg).to(w.dtype).view(B, 1, 1, N)
         self.keys, self.values, self.ancestors = [], [], None
         self.fused = self.ops is not None and sizes is not None
         if self.fused:
@@ -110,8 +119,8 @@ class DecoderRuntime:
         h = rms_norm(x, w.final_ln, w.eps) * w.scale_out
         return self._log_probs(t, h.to(w.dtype))
 
-    def _log_probs(self, t: int, h: torch.Tensor, head: torch.Tensor = None) -> torch.Tensor:
-        logits = F.linear(h, self.w.lm_head if head is None else head)[:, :self.w.lm_head.shape[0]].float()
+    def _log_probs(self, t: int, h: torch.Tensor) -> torch.Tensor:
+        logits = F.linear(h, self.w.lm_head).float()
         off = self.offsets[t]
         return (logits[:, off:off + self.vocab] - torch.logsumexp(logits, dim=-1, keepdim=True)).contiguous()
 
@@ -130,7 +139,7 @@ class DecoderRuntime:
             tokens = prev.clamp(min=0) + self.offsets[t - 1]
             self.ancestors = torch.cat([self.ancestors.index_select(0, parent), own[:, None]], dim=1)
         d = w.embed.shape[1]
-        x = torch.empty(R, d, dtype=torch.float32, device=prev.device)
+        x = torch.empty(R, d, dtype=self.residual, device=prev.device)
         h = torch.empty(R, d, dtype=w.dtype, device=prev.device)
         ops.add_rms_norm(x, w.embed, w.layers[0].ln_self, h, w.eps, tokens=tokens)
         y = None
@@ -150,7 +159,10 @@ class DecoderRuntime:
                 a = w.act(a[:, :w.d_ff]) * a[:, w.d_ff:] if w.gated else w.act(a)
             y = F.linear(a, layer.wo)
         ops.add_rms_norm(x, y, w.final_ln, h, w.eps, w.scale_out)
-        return self._log_probs(t, h, self.head)
+        logits = F.linear(h, self.head)
+        out = torch.empty(R, self.vocab, dtype=torch.float32, device=prev.device)
+        ops.log_probs(logits, w.lm_head.shape[0], self.offsets[t], self.vocab, out)
+        return out
 
     def _self_attention(self, i: int, t: int, q, k, v, bias) -> torch.Tensor:
         """q, k, v [R, H, d_kv] of step t -> [R, H * d_kv]: each row attends to its ancestors' keys at steps 0..t-1

@@ -1,5 +1,6 @@
 // The decoder step's memory-bound parts, each one pass over its data (gtmkit/decoding/cuda_ops.py launches them):
-// the self-attention of a beam over its SID prefix and the residual add fused with T5's RMS norm.
+// the self-attention of a beam over its SID prefix, the residual add fused with T5's RMS norm, the head's
+// log-softmax.
 // Compiled once per element type: -DELEM_BF16, -DELEM_F16 or neither (float32). Math is fp32.
 
 #ifdef ELEM_BF16
@@ -104,17 +105,64 @@ extern "C" __global__ void prefix_attention(const elem_t* __restrict__ qkv, cons
     }
 }
 
+#define LOGP_THREADS 256
+
+__device__ __forceinline__ float block_reduce(float v, bool is_max, float* part) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmaxf(v, u) : v + u;
+    }
+    __syncthreads();  // part is reused by consecutive reductions
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = part[0];
+    for (int i = 1; i < LOGP_THREADS / 32; ++i) v = is_max ? fmaxf(v, part[i]) : v + part[i];
+    return v;
+}
+
+// One block a row: out[row, j] = logits[row, off + j] - logsumexp(logits[row, 0:V]) for j < vocab, in fp32 (the
+// log-softmax of the head's logits, only the step's own token range written).
+extern "C" __global__ void log_probs(const elem_t* __restrict__ logits, long long ld, int V, int off, int vocab,
+                                     float* __restrict__ out) {
+    __shared__ float part[LOGP_THREADS / 32];
+    const long long row = blockIdx.x;
+    const elem_t* lr = logits + row * ld;
+    float m = -__int_as_float(0x7f800000);
+    for (int i = threadIdx.x; i < V; i += LOGP_THREADS) m = fmaxf(m, to_f(lr[i]));
+    m = block_reduce(m, true, part);
+    float s = 0.f;
+    for (int i = threadIdx.x; i < V; i += LOGP_THREADS) s += expf(to_f(lr[i]) - m);
+    const float lse = m + logf(block_reduce(s, false, part));
+    for (int j = threadIdx.x; j < vocab; j += LOGP_THREADS) out[row * vocab + j] = to_f(lr[off + j]) - lse;
+}
+
 #define NORM_THREADS 256
 #define MAX_NORM_GROUPS 4  // d_model up to 4096: groups of 1024 elements, 4 a thread
 
-// One block a row: x[row] (fp32 residual) += y[row] (or x[row] = y[tokens[row]] where tokens is given), then
+// the residual stream: fp32, or the element type where compiled with -DRES_ELEM
+#ifdef RES_ELEM
+typedef elem_t res_t;
+__device__ __forceinline__ void load_res4(const res_t* p, float* f) { load4(p, f); }
+__device__ __forceinline__ void store_res4(res_t* p, const float* f) { store4(p, f); }
+#else
+typedef float res_t;
+__device__ __forceinline__ void load_res4(const res_t* p, float* f) {
+    const float4 u = *reinterpret_cast<const float4*>(p);
+    f[0] = u.x; f[1] = u.y; f[2] = u.z; f[3] = u.w;
+}
+__device__ __forceinline__ void store_res4(res_t* p, const float* f) {
+    *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
+}
+#endif
+
+// One block a row: x[row] (the residual) += y[row] (or x[row] = y[tokens[row]] where tokens is given), then
 // out[row] = x[row] * rsqrt(mean(x[row]^2) + eps) * w * scale in the element type. D is a multiple of 4.
-extern "C" __global__ void add_rms_norm(float* __restrict__ x, const elem_t* __restrict__ y, long long y_stride,
+extern "C" __global__ void add_rms_norm(res_t* __restrict__ x, const elem_t* __restrict__ y, long long y_stride,
                                         const long long* __restrict__ tokens, const float* __restrict__ w,
                                         elem_t* __restrict__ out, int D, float eps, float scale) {
     __shared__ float part[NORM_THREADS / 32];
     const long long row = blockIdx.x;
-    float* xr = x + row * D;
+    res_t* xr = x + row * D;
     const elem_t* yr = tokens ? y + tokens[row] * y_stride : (y ? y + row * y_stride : 0);
     float v[MAX_NORM_GROUPS][4];
     float sq = 0.f;
@@ -126,10 +174,13 @@ extern "C" __global__ void add_rms_norm(float* __restrict__ x, const elem_t* __r
         if (tokens) {
             for (int j = 0; j < 4; ++j) v[g][j] = add[j];
         } else {
-            const float4 u = *reinterpret_cast<const float4*>(xr + d);
-            v[g][0] = u.x + add[0]; v[g][1] = u.y + add[1]; v[g][2] = u.z + add[2]; v[g][3] = u.w + add[3];
+            load_res4(xr + d, v[g]);
+            for (int j = 0; j < 4; ++j) v[g][j] += add[j];
         }
-        if (yr) *reinterpret_cast<float4*>(xr + d) = make_float4(v[g][0], v[g][1], v[g][2], v[g][3]);
+#ifdef RES_ELEM
+        for (int j = 0; j < 4; ++j) v[g][j] = to_f(from_f(v[g][j]));  // the norm reads the stream as stored
+#endif
+        if (yr) store_res4(xr + d, v[g]);
         sq += v[g][0] * v[g][0] + v[g][1] * v[g][1] + v[g][2] * v[g][2] + v[g][3] * v[g][3];
     }
     sq = warp_sum(sq);
