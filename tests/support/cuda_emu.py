@@ -1,9 +1,9 @@
 """A small CUDA emulation on the CPU, so that the kernels in gtmkit/matcher/cuda/kernels/ run without a GPU and
 can be checked against the CPU code in CI (tests/cuda/test_trie_gpu_emu.py, tests/cuda/test_fused_emu.py).
 
-A .cu file is compiled with g++ behind HARNESS: each CUDA thread is a real thread; __syncthreads and the
-warp intrinsics are barriers (a warp intrinsic reached by part of a warp deadlocks, as a wrong mask would
-misbehave on the GPU); a static __shared__ variable is shared by every thread of the launch, so kernels
+A .cu file is compiled with g++ behind HARNESS: each CUDA thread is a fiber (ucontext) on the calling thread;
+__syncthreads and the warp intrinsics are barriers that yield until all their threads arrive (a warp intrinsic
+reached by part of a warp is a deadlock, reported and aborted, as a wrong mask would misbehave on the GPU); a static __shared__ variable is shared by every thread of the launch, so kernels
 that declare them run one block at a time; dynamic shared memory is per block. A thread block cluster's
 blocks run at once, with a split arrive/wait cluster barrier and the distributed-shared-memory helpers
 of gtm_fused.cu (compiled with GTMKIT_EMU, which swaps its PTX for these); clusters run one after the
@@ -23,19 +23,17 @@ KERNEL_DIR = Path(__file__).resolve().parents[2] / "gtmkit" / "matcher" / "cuda"
 SHARED_KERNELS = KERNEL_DIR.parents[2] / "_gpu" / "kernels"
 
 HARNESS = r"""
-#include <pthread.h>
 #include <math.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <algorithm>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
-static thread_local emu_dim3 threadIdx, blockIdx;
+static thread_local emu_dim3 threadIdx, blockIdx;  // the running fiber's, swapped in by the scheduler
 static emu_dim3 blockDim, gridDim;
 
 #define __global__
@@ -50,27 +48,43 @@ static emu_dim3 blockDim, gridDim;
 using std::max;  // CUDA's integer max / min
 using std::min;
 
+// ---- fibers: every CUDA thread of a cluster is a fiber on the calling thread; a barrier yields until the
+// last of its threads arrives. One OS thread switching fibers costs far less than hundreds of OS threads
+// meeting at futex barriers on a few cores.
+struct EmuFiber { ucontext_t ctx; emu_dim3 tid, bid; unsigned rank = 0, cl_gen = 0; bool done = false; };
+static thread_local ucontext_t emu_sched;
+static thread_local EmuFiber* emu_cur;
+static thread_local unsigned long long emu_progress;  // barriers completed and fibers finished
+static thread_local unsigned emu_rank;       // the block's rank in its cluster
+static thread_local unsigned emu_cl_my_gen;  // the cluster barrier's generation at this fiber's arrive
+static inline void emu_yield() { swapcontext(&emu_cur->ctx, &emu_sched); }
+struct EmuBarrier { unsigned need = 0, arrived = 0, gen = 0; };
+static inline void emu_barrier_wait(EmuBarrier& b) {
+    const unsigned g = b.gen;
+    if (++b.arrived == b.need) { b.arrived = 0; ++b.gen; ++emu_progress; return; }
+    while (b.gen == g) emu_yield();
+}
+
 #define EMU_MAX_CL 8
-struct EmuWarp { pthread_barrier_t bar; unsigned long long v[32]; };
-struct EmuBlock { pthread_barrier_t bar; int count = 0; unsigned char* smem = nullptr; };
+struct EmuWarp { EmuBarrier bar; unsigned long long v[32]; };
+struct EmuBlock { EmuBarrier bar; int count = 0; unsigned char* smem = nullptr; };
 static EmuBlock emu_blocks[EMU_MAX_CL];
 static EmuWarp emu_warps[EMU_MAX_CL * 32];
-static thread_local unsigned emu_rank;  // the block's rank in its cluster
 
-static inline void __syncthreads() { pthread_barrier_wait(&emu_blocks[emu_rank].bar); }
+static inline void __syncthreads() { emu_barrier_wait(emu_blocks[emu_rank].bar); }
 static inline void emu_full(unsigned mask) {
     if (mask != 0xffffffffu) { fprintf(stderr, "emu: partial warp mask\n"); abort(); }
 }
 static inline EmuWarp& emu_warp() { return emu_warps[emu_rank * 32 + (threadIdx.x >> 5)]; }
-static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_full(mask); pthread_barrier_wait(&emu_warp().bar); }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_full(mask); emu_barrier_wait(emu_warp().bar); }
 template <class T> static inline T emu_exchange(T v, int src) {
     EmuWarp& w = emu_warp();
     unsigned long long bits = 0;
     memcpy(&bits, &v, sizeof(T));
     w.v[threadIdx.x & 31] = bits;
-    pthread_barrier_wait(&w.bar);
+    emu_barrier_wait(w.bar);
     unsigned long long got = w.v[src & 31];
-    pthread_barrier_wait(&w.bar);
+    emu_barrier_wait(w.bar);
     T r;
     memcpy(&r, &got, sizeof(T));
     return r;
@@ -92,11 +106,11 @@ static inline unsigned __ballot_sync(unsigned mask, int pred) {
     emu_full(mask);
     EmuWarp& w = emu_warp();
     w.v[threadIdx.x & 31] = pred ? 1 : 0;
-    pthread_barrier_wait(&w.bar);
+    emu_barrier_wait(w.bar);
     unsigned r = 0;
     for (int i = 0; i < 32; ++i)
         if (w.v[i] != 0) r |= 1u << i;
-    pthread_barrier_wait(&w.bar);
+    emu_barrier_wait(w.bar);
     return r;
 }
 static inline int __syncthreads_count(int pred) {
@@ -147,20 +161,15 @@ static inline float emu_half_to_float(unsigned short h) {
 
 // ---- clusters -------------------------------------------------------------------------------------
 static unsigned emu_cl = 1;
-static std::mutex emu_cl_mu;
-static std::condition_variable emu_cl_cv;
 static unsigned emu_cl_arrived = 0, emu_cl_gen = 0;
-static thread_local unsigned emu_cl_my_gen;
 static inline unsigned char* emu_dyn_smem() { return emu_blocks[emu_rank].smem; }
 static inline unsigned cluster_rank() { return emu_rank; }
 static inline void cluster_arrive() {
-    std::lock_guard<std::mutex> g(emu_cl_mu);
     emu_cl_my_gen = emu_cl_gen;
-    if (++emu_cl_arrived == emu_cl * blockDim.x) { emu_cl_arrived = 0; ++emu_cl_gen; emu_cl_cv.notify_all(); }
+    if (++emu_cl_arrived == emu_cl * blockDim.x) { emu_cl_arrived = 0; ++emu_cl_gen; ++emu_progress; }
 }
 static inline void cluster_wait() {
-    std::unique_lock<std::mutex> g(emu_cl_mu);
-    emu_cl_cv.wait(g, [] { return emu_cl_gen != emu_cl_my_gen; });
+    while (emu_cl_gen == emu_cl_my_gen) emu_yield();
 }
 static inline void cluster_sync() { cluster_arrive(); cluster_wait(); }
 // the same shared variable in block `rank` of the cluster, and atomic access to it
@@ -177,6 +186,13 @@ static inline unsigned dsm_load(unsigned* a) { return __atomic_load_n(a, __ATOMI
 
 // grid blocks in clusters of `cl`; a cluster's blocks run at once, each with `smem` bytes of dynamic
 // shared memory (garbage-filled: kernels must initialise what they read)
+#define EMU_STACK (256 << 10)
+template <class F> struct EmuBody { static void run(unsigned lo, unsigned hi) {
+    const F* f = (const F*)(((unsigned long long)hi << 32) | lo);
+    (*f)();
+    emu_cur->done = true;
+    ++emu_progress;
+} };
 template <class F> static void emu_launch(unsigned grid, unsigned grid_y, unsigned block, unsigned cl, unsigned smem,
                                           F f) {
     if (block < 1 || block > 1024 || cl < 1 || cl > EMU_MAX_CL || grid % cl || (cl > 1 && grid_y != 1)) {
@@ -190,38 +206,53 @@ template <class F> static void emu_launch(unsigned grid, unsigned grid_y, unsign
     std::vector<unsigned char> mem((size_t)cl * smem + 1);
     for (size_t i = 0; i < mem.size(); ++i) mem[i] = (unsigned char)(i * 131 + 17);
     for (unsigned r = 0; r < cl; ++r) {
-        pthread_barrier_init(&emu_blocks[r].bar, nullptr, block);
+        emu_blocks[r].bar = EmuBarrier{block, 0, 0};
         emu_blocks[r].count = 0;
         emu_blocks[r].smem = mem.data() + (size_t)r * smem;
         for (unsigned w = 0; w < (block + 31) / 32; ++w)  // a last partial warp has fewer lanes
-            pthread_barrier_init(&emu_warps[r * 32 + w].bar, nullptr, block - 32 * w < 32 ? block - 32 * w : 32);
+            emu_warps[r * 32 + w].bar = EmuBarrier{block - 32 * w < 32 ? block - 32 * w : 32, 0, 0};
     }
     emu_cl_arrived = 0;
-    // one thread per CUDA thread of a cluster, for the whole launch: it runs its (rank, thread) in every cluster
-    // in turn, and all of them meet between clusters (the next cluster reuses the shared memory). Creating the
-    // threads again for each cluster was most of the emulated tests' time (system time).
-    pthread_barrier_t between;
-    pthread_barrier_init(&between, nullptr, cl * block);
+    const size_t n = (size_t)cl * block;
+    char* stacks = (char*)mmap(nullptr, n * EMU_STACK, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (stacks == MAP_FAILED) { fprintf(stderr, "emu: no memory for fiber stacks\n"); abort(); }
+    std::vector<EmuFiber> fibers(n);
+    const unsigned long long fp = (unsigned long long)&f;
     const unsigned clusters = grid / cl * grid_y;
-    std::vector<std::thread> threads;
-    for (unsigned r = 0; r < cl; ++r)
-        for (unsigned t = 0; t < block; ++t)
-            threads.emplace_back([=, &between] {
-                threadIdx.x = t;
-                emu_rank = r;
-                for (unsigned c = 0; c < clusters; ++c) {
-                    blockIdx.x = (c % (grid / cl)) * cl + r;  // x fastest, then y (clusters are 1-D)
-                    blockIdx.y = c / (grid / cl);
-                    f();
-                    pthread_barrier_wait(&between);
-                }
-            });
-    for (auto& th : threads) th.join();
-    pthread_barrier_destroy(&between);
-    for (unsigned r = 0; r < cl; ++r) {
-        pthread_barrier_destroy(&emu_blocks[r].bar);
-        for (unsigned w = 0; w < (block + 31) / 32; ++w) pthread_barrier_destroy(&emu_warps[r * 32 + w].bar);
+    for (unsigned c = 0; c < clusters; ++c) {  // a cluster's fibers run to their ends before the next cluster
+        for (size_t i = 0; i < n; ++i) {
+            EmuFiber& fb = fibers[i];
+            fb = EmuFiber();
+            fb.rank = (unsigned)(i / block);
+            fb.tid.x = (unsigned)(i % block);
+            fb.bid.x = (c % (grid / cl)) * cl + fb.rank;  // x fastest, then y (clusters are 1-D)
+            fb.bid.y = c / (grid / cl);
+            getcontext(&fb.ctx);
+            fb.ctx.uc_stack.ss_sp = stacks + i * EMU_STACK;
+            fb.ctx.uc_stack.ss_size = EMU_STACK;
+            fb.ctx.uc_link = &emu_sched;
+            makecontext(&fb.ctx, (void (*)())EmuBody<F>::run, 2, (unsigned)(fp & 0xffffffffu), (unsigned)(fp >> 32));
+        }
+        size_t live = n;
+        while (live) {
+            const unsigned long long before = emu_progress;
+            for (size_t i = 0; i < n; ++i) {
+                EmuFiber& fb = fibers[i];
+                if (fb.done) continue;
+                threadIdx = fb.tid; blockIdx = fb.bid; emu_rank = fb.rank; emu_cl_my_gen = fb.cl_gen;
+                emu_cur = &fb;
+                swapcontext(&emu_sched, &fb.ctx);
+                fb.cl_gen = emu_cl_my_gen;
+                if (fb.done) --live;
+            }
+            if (live && emu_progress == before) {  // every live thread waits at a barrier that cannot complete
+                fprintf(stderr, "emu: deadlock (a barrier or warp intrinsic not reached by all its threads)\n");
+                abort();
+            }
+        }
     }
+    munmap(stacks, n * EMU_STACK);
 }
 """
 
