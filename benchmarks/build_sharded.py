@@ -126,6 +126,8 @@ def cluster_rows(args, work: Path, cat: Path, base: list, gtmkit: list) -> list:
     import os
     sys.path.insert(0, str(HERE.parent / "tests"))
     from support.s3 import s3_server
+    import logging
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the S3 server's line per request
     rows = []
     env0 = dict(os.environ)
     with s3_server("gtmkit-bench") as (_, s3env):
