@@ -93,20 +93,22 @@ class InProcess(Pieces):
     def share(self, obj):
         return obj
 
-    def collect(self, handles: list, progress, phase: str, take=None, fetch: bool = True):
-        """The tasks' values in order (take(i, value) instead where given; fetch False: the handles, run)."""
+    def collect(self, handles: list, progress, phase: str, land=None, fetch: bool = True):
+        """The tasks' values in order (fetch False: the handles, run). land(i): a folder of this machine where
+        task i's {"meta", "piece"} lands, its value then (meta, the piece as files there)."""
         out = []
         for i, h in enumerate(handles):
             v = h.get()
-            if take is not None:
-                v = take(i, v)
-                h.value = None  # taken: the caller keeps what it needs
+            if land is not None:
+                from .pieces import land as land_piece
+                v = (v["meta"], land_piece(v["piece"], land(i)))
+                h.value = None  # landed: the piece's arrays are freed
             out.append(v if fetch else h)
             report(progress, i + 1, len(handles), phase)
         return out
 
-    def map(self, fn, args: list, progress, phase: str, take=None) -> list:
-        return self.collect([self.later(fn, *a) for a in args], progress, phase, take)
+    def map(self, fn, args: list, progress, phase: str, land=None) -> list:
+        return self.collect([self.later(fn, *a) for a in args], progress, phase, land)
 
     def keep(self, fn, args: list, progress, phase: str) -> list:
         """Tasks run, their values kept where they are for later tasks to take (here: in this process)."""
@@ -172,8 +174,8 @@ class OnDask(Pieces):
         nothing that cannot be computed again (scattered data could not be)."""
         return self.later(_same, obj, phase="shared")
 
-    def map(self, fn, args: list, progress, phase: str, take=None) -> list:
-        return self.collect([self.later(fn, *a, phase=phase) for a in args], progress, phase, take)
+    def map(self, fn, args: list, progress, phase: str, land=None) -> list:
+        return self.collect([self.later(fn, *a, phase=phase) for a in args], progress, phase, land)
 
     def keep(self, fn, args: list, progress, phase: str) -> list:
         """Tasks run, their results left on the workers for later tasks to take (futures)."""
@@ -186,11 +188,13 @@ class OnDask(Pieces):
             except Exception:  # a scheduler lost meanwhile keeps no task of ours
                 pass
 
-    def collect(self, futures: list, progress, phase: str, take=None, fetch: bool = True) -> list:
-        """The futures' results in order, each fetched as its task ends (take(i, result) instead where given, the
-        result then released); fetch False: the futures, once every task has ended (results left where they are).
-        A task's error raises: the first in order among the failing ones, as InProcess would."""
+    def collect(self, futures: list, progress, phase: str, land=None, fetch: bool = True) -> list:
+        """The futures' results in order, each fetched as its task ends; fetch False: the futures, once every task
+        has ended (results left where they are). land(i): a folder of this machine where task i's {"meta", "piece"}
+        lands one array at a time (fetch.py), its value then (meta, the piece as files there), the result then
+        released. A task's error raises: the first in order among the failing ones, as InProcess would."""
         from distributed import KilledWorker
+        from .fetch import land_remote
         place = {f.key: i for i, f in enumerate(futures)}
         out = {}
         self._none_since = None  # the driver's own work between maps is not the workers' absence
@@ -214,11 +218,11 @@ class OnDask(Pieces):
                         report(progress, len(out), len(futures), phase)
                         continue
                     # fetched as each ends: a result held by a worker that dies later would be computed again
-                    got = self._result(f, phase)
+                    i = place[f.key]
+                    got = self._result(f, phase) if land is None else (land_remote(self, f, land(i), phase),)
                     if got is not None:
-                        i = place[f.key]
-                        out[f.key] = got[0] if take is None else take(i, got[0])
-                        if take is not None:
+                        out[f.key] = got[0]
+                        if land is not None:
                             f.release()
                         report(progress, len(out), len(futures), phase)
                 pending = [f for f in futures if f.key not in out]
@@ -249,6 +253,16 @@ class OnDask(Pieces):
             if f.status == "cancelled" or not self._connected():
                 raise self._lost(phase) from None
             raise
+
+    def value(self, f, phase: str):
+        """f's result once its task has ended (computed again, and waited for, where its worker died holding it)."""
+        while True:
+            self._wait_all([f], phase)
+            if f.status == "error":
+                raise self._as_given(f.exception())
+            got = self._result(f, phase)
+            if got is not None:
+                return got[0]
 
     def _wait_any(self, pending: list, phase: str) -> list:
         """Those of pending that are done, once one is; the cluster checked while none is."""

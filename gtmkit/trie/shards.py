@@ -17,7 +17,7 @@ from ..errors import GtmkitError
 from ..artifact.container import ArtifactWriter
 from ..artifact.npy import load as load_npy
 from ..progress import Progress
-from ..sharding.pieces import InMemory, Writer, land
+from ..sharding.pieces import InMemory, Writer
 from ..sharding.plan import shard_bounds
 from .build import key_levels, levels_arrays
 from ..artifact.trie_format import FORMAT_NAME, FORMAT_VERSION, write_trie
@@ -222,13 +222,10 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
             cuts = [[run.later(cut_keys, r, bounds[s], bounds[s + 1], phase="cut") for r in split]
                     for s in range(len(bounds) - 1)]
             held += [c for row in cuts for c in row]
-            landed = [None] * len(cuts)
-
-            def take(s, result):  # one shard's piece at a time onto this machine's disk, then released
-                landed[s] = land(result["piece"], stage / f"shard-{s:05d}")
-                return result["meta"]
-            metas = run.map(build_key_shard, [(cuts[s], s, keep) for s in range(len(cuts))], progress, "shards",
-                            take=take)
+            # each shard's piece lands on this machine's disk as its task ends, an array at a time
+            built = run.map(build_key_shard, [(cuts[s], s, keep) for s in range(len(cuts))], progress, "shards",
+                            land=lambda s: stage / f"shard-{s:05d}")
+            metas, landed = [m for m, _ in built], [p for _, p in built]
             run.release(held)
             held, split, cuts = [], None, None
             for i in range(len(files)):  # the split keys are in the shards now: free their disk

@@ -13,7 +13,6 @@ from ...artifact import index_format as fmt
 from ...artifact.container import ArtifactWriter
 from ...inputs.catalog import Catalog, StringLists, open_catalog
 from ...progress import Progress
-from ...sharding.pieces import land
 from ...sharding.plan import shard_count
 from ..rows import resolve_layout
 from ..write import write_index
@@ -60,13 +59,11 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
             cuts = [[run.later(cut, r, bounds[s], bounds[s + 1], schema.vocab, n_attrs, phase="cut") for r in split]
                     for s in range(len(bounds) - 1)]
             held += [c for row in cuts for c in row]
-            landed = [None] * len(cuts)
-
-            def take(s, result):  # one shard's piece at a time onto this machine's disk, then released
-                landed[s] = land(result["piece"], stage / f"shard-{s:05d}")
-                return result["meta"]
-            metas = run.map(build_shard, [(cuts[s], s, bounds[s], bounds[s + 1], starts, schema, *shared, keep)
-                                          for s in range(len(cuts))], progress, "shards", take=take)
+            # each shard's piece lands on this machine's disk as its task ends, an array at a time
+            built = run.map(build_shard, [(cuts[s], s, bounds[s], bounds[s + 1], starts, schema, *shared, keep)
+                                          for s in range(len(cuts))], progress, "shards",
+                            land=lambda s: stage / f"shard-{s:05d}")
+            metas, landed = [m for m, _ in built], [p for _, p in built]
             run.release(held)
             held, split, cuts = [], None, None
             timer.lap("shards")

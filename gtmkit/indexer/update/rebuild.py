@@ -18,7 +18,7 @@ from ...artifact.index_checks import PAUSED
 from ...inputs.schema import parse_schema
 from ...artifact.staging import Switch
 from ...progress import Progress, report
-from ...sharding.pieces import Writer, land
+from ...sharding.pieces import Writer
 from ..shards.assemble import assemble
 from ..write import Timer, write_index
 from .apply import find_ids, update_index
@@ -114,14 +114,11 @@ def _rebuild(index, ch: Changes, run, progress, paused):
             timer.lap("cut")
             metas = [None if x is None else x.meta(rl.slices()) for x in plan["shards"]]
             landed = [None] * len(plan["shards"])
-
-            def take(k, result):  # a task's piece onto this machine's disk as it ends, then released
-                landed[todo[k]] = land(result["piece"], stage / f"shard-{todo[k]:05d}")
-                return result["meta"]
-            built = run.collect(futures, progress, "subtrees", take=take)
+            # each task's piece lands on this machine's disk as it ends, an array at a time
+            built = run.collect(futures, progress, "subtrees", land=lambda k: stage / f"shard-{todo[k]:05d}")
             futures = []
-            for s, meta in zip(todo, built):
-                metas[s] = meta
+            for s, (meta, piece) in zip(todo, built):
+                metas[s], landed[s] = meta, piece
             timer.lap("subtrees")
             nbm = len(schema.bitmask)
             parts = assemble(stage, metas, schema, rl, [None] * nbm + strings, None, w,
