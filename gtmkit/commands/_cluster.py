@@ -68,9 +68,11 @@ def no_worker_option(what: str):
 
 def staging_option():
     return click.option("--staging", metavar="URL", help="Keep the pieces between phases in files under this "
-                        "local path or URL (s3://..., one that this process and every worker reach) instead of "
-                        "moving them through Dask: for inputs larger than the cluster's memory. A folder of the run "
-                        "is made there and removed at its end.")
+                        "local path or URL (s3://...; this process and every worker must reach it) instead of in "
+                        "the workers' memory. Use it when the output is too large for the cluster's memory (the "
+                        "pieces are about the output's size, more than the workers' memory limits together) and "
+                        "their local disks too small to spill it; else leave it out: pieces moving through Dask "
+                        "are faster. A folder of the run is made there and removed at its end.")
 
 
 def sharding_options(what: str, unit: str):
