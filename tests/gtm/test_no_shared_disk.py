@@ -2,7 +2,8 @@
 each worker in its own working and local directory, the catalog and keys in a local S3-API server (moto), and a
 run where every worker is started under `unshare --mount` with a tmpfs over the driver's temp folder, so that no
 path of the driver's exists for it. The GTM index and the trie equal the single-process build of the local copy,
-array for array; `-o s3://` then load_index(URL, cache=...) answers as the local index; a worker killed mid-build
+array for array; so does update --rebuild-shards of an index on the driver's disk; `-o s3://` then
+load_index(URL, cache=...) answers as the local index; a worker killed mid-build
 still gives the same arrays (its lost pieces computed again) or one error."""
 
 from __future__ import annotations
@@ -206,6 +207,29 @@ def test_staging_in_the_store(cluster, store, tmp_path):
     fs = s3_filesystem(os.environ["AWS_ENDPOINT_URL"])
     left = fs.get_file_info(pafs.FileSelector(stage[len("s3://"):], recursive=True, allow_not_found=True))
     assert [i.path for i in left if i.type == pafs.FileType.File] == []  # the run's folder removed at its end
+
+
+def test_rebuild_shards_on_workers_that_cannot_read_the_index(cluster, store, tmp_path):
+    """update --rebuild-shards of an index on the driver's disk only: the tasks' inputs and pieces move through
+    Dask, and the new version equals the single-process rebuild's."""
+    import itertools
+    kind, client, _ = cluster
+    _, local = store
+    table = pq.read_table(local / "cat.parquet")
+    have = {tuple(s) for s in table.column("sid").to_pylist()}
+    free = [list(s) for s in itertools.product(range(6), repeat=3) if s not in have]
+    rows = table.slice(0, 3).to_pylist()  # three ads moved to SIDs the index lacks
+    for row, sid in zip(rows, free):
+        row["sid"] = sid
+    changes = pa.Table.from_pylist(rows, schema=table.schema)
+    got = []
+    for name, c in (("here", None), ("dask", client)):
+        gtmkit.build_index(local / "cat.parquet", tmp_path / name).close()
+        new, rep = gtmkit.rebuild_shards(tmp_path / name, changes, client=c)
+        got.append(_members(new))
+        new.close()
+    assert len(free) >= 3 and rep.rebuilt["workers"] == 2 and got[0] == got[1]
+    assert [p for p in _paths_in(str(tmp_path / "dask")) if "staging" in p] == []
 
 
 def test_a_worker_killed_mid_build_gives_the_same_arrays_or_one_error(store, tmp_path):
