@@ -66,6 +66,15 @@ def no_worker_option(what: str):
                         f"cannot start or a task that kills every worker running it fails {what} at once.")
 
 
+def staging_option():
+    return click.option("--staging", metavar="URL", help="Keep the pieces between phases in files under this "
+                        "local path or URL (s3://...; this process and every worker must reach it) instead of in "
+                        "the workers' memory. Use it when the output is too large for the cluster's memory (the "
+                        "pieces are about the output's size, more than the workers' memory limits together) and "
+                        "their local disks too small to spill it; else leave it out: pieces moving through Dask "
+                        "are faster. A folder of the run is made there and removed at its end.")
+
+
 def sharding_options(what: str, unit: str):
     """The options of a build that may run in shards: what, the input's argument name; unit, what a shard is."""
     def add(f):
@@ -75,8 +84,10 @@ def sharding_options(what: str, unit: str):
             click.option("--workers", type=click.IntRange(min=1), help="Build the shards on a local Dask cluster "
                          "of this many worker processes (extra dist)."),
             click.option("--scheduler", help=f"Build the shards on the Dask cluster at this address, e.g. "
-                         f"tcp://host:8786 (its workers must see {what}, a local path or a URL, and the output path)."),
+                         f"tcp://host:8786 (its workers must read {what}: give a URL, or a path they all see; the "
+                         f"pieces between phases move through Dask, the output is written here)."),
             no_worker_option("the build"),
+            staging_option(),
             click.option("--memory-limit", callback=parse_bytes, help="Memory a worker may hold, e.g. 4GiB "
                          "[default: this machine's memory over the workers and the assembling process]."),
         ]):
@@ -91,7 +102,9 @@ def inputs(*paths) -> list:
     return [None if p is None else os.path.expanduser(p) for p in paths]
 
 
-def check_cluster(workers, scheduler, no_worker_timeout=None) -> None:
+def check_cluster(workers, scheduler, no_worker_timeout=None, staging=None, shards=None) -> None:
+    if staging is not None and not (workers or scheduler or shards):
+        raise click.UsageError("--staging goes with --shards, --workers or --scheduler")
     if workers and scheduler:
         raise click.UsageError("--workers starts a local cluster, --scheduler uses one: give one of them")
     if no_worker_timeout is not None and not (workers or scheduler):

@@ -37,7 +37,7 @@ def parse_k(ctx, param, value):
 @output_options("the statistics")
 @handle_errors
 def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, workers, scheduler, memory_limit,
-            slack, force, as_json, silent, no_worker_timeout):
+            slack, force, as_json, silent, no_worker_timeout, staging):
     """Build the GTM index of an ad catalog: a Parquet file, a directory of Parquet files (hive partitions
     too) or a quoted glob, local or under a URL (s3://, gs://, hdfs://, file://; credentials and endpoint from
     the store's environment, e.g. AWS_* with AWS_ENDPOINT_URL); rows are read in file path order.
@@ -51,17 +51,18 @@ def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, 
         gtmkit build s3://bucket/catalog/ -o index/ --schema s3://bucket/catalog.schema.json
         gtmkit build catalog.parquet -o index/ --partition dynamic --target-fill 0.4 --k-max 8 -f
         gtmkit build catalog/ -o index/ --workers 2 --memory-limit 8GiB
+        gtmkit build s3://bucket/catalog/ -o s3://bucket/index --scheduler tcp://host:8786
     """
     from ..indexer.build import build_index
     from ..targeting.semantics import wide_note
 
-    check_cluster(workers, scheduler, no_worker_timeout)
+    check_cluster(workers, scheduler, no_worker_timeout, staging, shards)
     catalog, schema = inputs(catalog, schema)
     with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, watched(out_dir) as sw:
         index = build_index(catalog, out_dir, schema=schema, partition=partition, k=k,
                             target_fill=target_fill, k_max=k_max, progress=bar, overwrite=force, shards=shards,
                             client=client, workers=workers, memory_limit=memory_limit, slack=slack,
-                            no_worker_timeout=no_worker_timeout)
+                            no_worker_timeout=no_worker_timeout, staging=staging)
     stats = index.stats()
     if stats.get("wide_bitmask") and not silent:
         click.echo(f"gtmkit: warning: {wide_note(stats['wide_bitmask'])}", err=True)

@@ -51,7 +51,7 @@ def command():
 @output_options("the statistics")
 @handle_errors
 def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force, as_json, silent,
-          no_worker_timeout):
+          no_worker_timeout, staging):
     """Build a succinct trie from a Parquet column of integer lists: a file, a directory of Parquet files
     (hive partitions too) or a quoted glob, local or under a URL (s3://, gs://, hdfs://, file://).
 
@@ -70,14 +70,14 @@ def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force
     from ..trie.trie import SuccinctTrie
 
     check_output(out_dir, overwrite=force)  # before the keys are read: a refusal costs nothing
-    check_cluster(workers, scheduler, no_worker_timeout)
+    check_cluster(workers, scheduler, no_worker_timeout, staging, shards)
     keys, = inputs(keys)
     if shards or workers or scheduler:
         t0 = time.perf_counter()
         with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, watched(out_dir) as sw:
             trie = SuccinctTrie.build_dataset(keys, out_dir, column, shards=shards, client=client, workers=workers,
                                               memory_limit=memory_limit, progress=bar, overwrite=force,
-                                              no_worker_timeout=no_worker_timeout)
+                                              no_worker_timeout=no_worker_timeout, staging=staging)
         _report(trie, out_dir, time.perf_counter() - t0, as_json, sw)
         return
     with watched(out_dir) as sw:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import numpy as np
 
-from ._cluster import check_cluster, dask_client, inputs, no_worker_option
+from ._cluster import check_cluster, dask_client, inputs, no_worker_option, staging_option
 from ._common import StderrProgress, cache_option, echo_json, handle_errors, output_options
 from ._stops import watched
 
@@ -41,13 +41,14 @@ def _read_ids(path) -> np.ndarray:
 @click.option("--workers", type=click.IntRange(min=1), help="With --rebuild-shards: rebuild the subtrees on a local "
               "Dask cluster of this many worker processes (extra dist).")
 @click.option("--scheduler", help="With --rebuild-shards: rebuild the subtrees on the Dask cluster at this address "
-              "(its workers must see the index's directory).")
+              "(the subtrees' inputs and pieces move through Dask).")
 @no_worker_option("the update")
+@staging_option()
 @cache_option
 @output_options("the report")
 @handle_errors
-def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers, scheduler, no_worker_timeout, cache,
-            as_json, silent):
+def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers, scheduler, no_worker_timeout, staging,
+            cache, as_json, silent):
     """Apply changed ads (CHANGES: a Parquet file, folder or glob, local or a URL, in the index's catalog schema:
     edits of ads it holds, by ad id, and new ads) and paused ads, and write the result as the index's new version;
     processes that loaded the old version keep serving it until they reload.
@@ -71,8 +72,8 @@ def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers
 
     if changes is None and pause_file is None and resume_file is None:
         raise GtmkitError("nothing to update: give CHANGES, --pause or --resume")
-    if (workers or scheduler) and not rebuild_shards:
-        raise click.UsageError("--workers and --scheduler go with --rebuild-shards")
+    if (workers or scheduler or staging) and not rebuild_shards:
+        raise click.UsageError("--workers, --scheduler and --staging go with --rebuild-shards")
     check_cluster(workers, scheduler, no_worker_timeout)
     changes, pause_file, resume_file = inputs(changes, pause_file, resume_file)
     pause = _read_ids(pause_file) if pause_file else None
@@ -80,7 +81,7 @@ def command(index_dir, changes, pause_file, resume_file, rebuild_shards, workers
     # a cluster named by --scheduler is reached first: a bad address fails before anything is read
     with dask_client(scheduler) as client, StderrProgress(silent or as_json) as bar, watched(index_dir):
         done = update_path(index_dir, changes, pause, resume, rebuild_shards, client, workers, bar,
-                           no_worker_timeout=no_worker_timeout, cache=cache)
+                           no_worker_timeout=no_worker_timeout, cache=cache, staging=staging)
     _print(index_dir, done, as_json)
 
 

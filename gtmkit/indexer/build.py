@@ -43,7 +43,8 @@ def choose_partition(schema: Schema, partition, k, target_fill, k_max) -> Partit
 
 def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fill=None, k_max=None,
                 progress: Progress = None, overwrite: bool = False, shards: int = None, client=None,
-                workers: int = None, memory_limit: int = None, slack: float = None, no_worker_timeout: float = None):
+                workers: int = None, memory_limit: int = None, slack: float = None, no_worker_timeout: float = None,
+                staging=None):
     """Build the GTM index of a Parquet catalog into directory `out_dir` and return it loaded. catalog: a file, a
     folder of files (hive ones too) or a glob, a local path or a URL (s3://, gs://, hdfs://, file://; the store
     configured by its usual environment, for S3 the AWS_* variables with AWS_ENDPOINT_URL).
@@ -60,7 +61,9 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     dask.distributed Client whose workers build them; workers: a LocalCluster of that many processes instead;
     neither: the shards are built here one after another. memory_limit: bytes a worker may hold.
     no_worker_timeout: seconds the build waits while the cluster has no live worker before it fails (default
-    300); a lost scheduler, a worker that cannot start or a task that kills every worker running it fail at once."""
+    300); a lost scheduler, a worker that cannot start or a task that kills every worker running it fail at once.
+    staging: a local path or URL (s3://...) that the driver and every worker reach, where tasks keep their pieces
+    between phases instead of returning them through Dask (for catalogs larger than the cluster's memory)."""
     from ..index import load_index
 
     timer = Timer()
@@ -69,9 +72,9 @@ def build_index(catalog, out_dir, schema=None, partition=None, k=None, target_fi
     schema = schema.with_partition(spec)
     slack = _slack_arg(slack)
     out_dir = check_output(out_dir, overwrite)  # refused before the catalog is read, not after the build
-    if shards is not None or client is not None or workers is not None:
+    if shards is not None or client is not None or workers is not None or staging is not None:
         return _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memory_limit, progress,
-                              overwrite, timer, slack, no_worker_timeout)
+                              overwrite, timer, slack, no_worker_timeout, staging)
 
     cat = read_catalog(catalog, schema, progress, check_rows=lambda n: check_fits(
         build_bytes(n, schema.sid_length, least_row_words(schema)), f"{catalog}: building an index of {n} ads"))
@@ -159,7 +162,7 @@ def _slack_arg(slack):
 
 
 def _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memory_limit, progress, overwrite,
-                   timer, slack, no_worker_timeout=None):
+                   timer, slack, no_worker_timeout=None, staging=None):
     from ..index import load_index
     from .shards.run import build_sharded
     from ..sharding.runner import count_arg, runner
@@ -167,7 +170,7 @@ def _build_sharded(catalog, out_dir, schema, spec, shards, client, workers, memo
     workers = None if workers is None else count_arg(workers, "workers", 1)
     memory_limit = None if memory_limit is None else count_arg(memory_limit, "memory_limit", 1 << 20)
     source = open_catalog(catalog, schema)  # every file's columns checked before a cluster starts
-    run = runner(client, workers, memory_limit, no_worker_timeout)
+    run = runner(client, workers, memory_limit, no_worker_timeout, staging)
     try:
         build_sharded(catalog, out_dir, schema, spec, shards, run, memory_limit, progress, overwrite, timer, slack,
                       source)

@@ -3,6 +3,7 @@ failures (a lost scheduler, dead workers, Ctrl-C) turned into one line (docs/des
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -26,10 +27,59 @@ def count_arg(x, name: str, lo: int) -> int:
     return int(x)
 
 
-class InProcess:
-    """Tasks run here, one after another: a shard at a time in memory."""
+class _Lazy:
+    """A task of this process, run when its value is first needed (by collect, or by a task that takes it)."""
+
+    def __init__(self, fn, args: tuple):
+        self.fn, self.args, self.done, self.value = fn, args, False, None
+
+    def get(self):
+        if not self.done:
+            self.value, self.done = self.fn(*_resolve(self.args)), True
+            self.fn = self.args = None
+        return self.value
+
+
+def _resolve(x):
+    """x with the tasks in it (in lists and tuples too, as Dask resolves futures) replaced by their values."""
+    if isinstance(x, _Lazy):
+        return x.get()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_resolve(y) for y in x)
+    return x
+
+
+class Pieces:
+    """Where a runner's tasks keep their pieces: a --staging location (a local path or URL, a folder of this build
+    made under it on first use and removed by clear_pieces), or the runner's default."""
+    staging = None
+    _at = None
+
+    def pieces_at(self, local) -> str | None:
+        """The folder tasks write their pieces into (None: they return them); local: the driver's own folder."""
+        if self.staging is None:
+            return self._default(local)
+        if self._at is None:
+            from .pieces import Staging
+            self._at = Staging(self.staging)
+        return self._at.root
+
+    def clear_pieces(self) -> None:
+        if self._at is not None:
+            at, self._at = self._at, None
+            at.remove()
+
+
+class InProcess(Pieces):
+    """Tasks run here, one after another: a shard at a time in memory, the pieces between phases in local files."""
     workers = 1
     address = None
+
+    def __init__(self, staging: str | None = None):
+        self.staging = staging
+
+    def _default(self, local) -> str:
+        return str(local)
 
     def paths(self, source, files: list) -> tuple:
         return source, files
@@ -37,29 +87,53 @@ class InProcess:
     def worker_memory(self) -> int | None:
         return None  # this machine's memory: shard_count shares it
 
-    def map(self, fn, args: list, progress, phase: str) -> list:
+    def later(self, fn, *args, phase: str = "task"):
+        return _Lazy(fn, args)
+
+    def share(self, obj):
+        return obj
+
+    def collect(self, handles: list, progress, phase: str, land=None, fetch: bool = True):
+        """The tasks' values in order (fetch False: the handles, run). land(i): a folder of this machine where
+        task i's {"meta", "piece"} lands, its value then (meta, the piece as files there)."""
         out = []
-        for i, a in enumerate(args):
-            out.append(fn(*a))
-            report(progress, i + 1, len(args), phase)
+        for i, h in enumerate(handles):
+            v = h.get()
+            if land is not None:
+                from .pieces import land as land_piece
+                v = (v["meta"], land_piece(v["piece"], land(i)))
+                h.value = None  # landed: the piece's arrays are freed
+            out.append(v if fetch else h)
+            report(progress, i + 1, len(handles), phase)
         return out
+
+    def map(self, fn, args: list, progress, phase: str, land=None) -> list:
+        return self.collect([self.later(fn, *a) for a in args], progress, phase, land)
+
+    def keep(self, fn, args: list, progress, phase: str) -> list:
+        """Tasks run, their values kept where they are for later tasks to take (here: in this process)."""
+        return self.collect([self.later(fn, *a) for a in args], progress, phase, fetch=False)
+
+    def release(self, handles) -> None:
+        pass
 
     def close(self) -> None:
         pass
 
 
-class OnDask:
+class OnDask(Pieces):
     """Tasks on a dask.distributed cluster: a Client given, or a LocalCluster of `workers` processes. No wait is
     unbounded: a map fails in one line when the cluster has had no live worker for no_worker_timeout seconds, when
     the scheduler is lost, or when one task kills every worker that runs it."""
 
     def __init__(self, client=None, workers: int | None = None, memory_limit: int | None = None,
-                 no_worker_timeout: float | None = None):
+                 no_worker_timeout: float | None = None, staging: str | None = None):
         try:
             import distributed  # noqa: F401
         except ImportError:
             raise GtmkitError("a build on Dask workers needs dask and distributed: "
                               "pip install 'gtmkit[dist]'") from None
+        self.staging = staging
         self.no_worker_timeout = NO_WORKER_TIMEOUT if no_worker_timeout is None else \
             seconds_arg(no_worker_timeout, "no_worker_timeout")
         self._own = None
@@ -77,6 +151,9 @@ class OnDask:
         # a LocalCluster of this build is named by its size alone: its address is gone with it
         self.address = None if self._own is not None else client.scheduler.address
 
+    def _default(self, local) -> None:
+        return None  # pieces move as task results: no task touches a path of this machine
+
     def paths(self, source, files: list) -> tuple:
         """source and files as the tasks read them: absolute, ~ and links resolved here, where the caller gave them
         (a worker may run elsewhere, in another folder); a task's error names them as given."""
@@ -87,14 +164,41 @@ class OnDask:
             return r
         return resolve(source), [resolve(f) for f in files]
 
-    def map(self, fn, args: list, progress, phase: str) -> list:
+    def later(self, fn, *args, phase: str = "task"):
+        """A task submitted now, its result left on the worker that computes it (a future; futures in args are its
+        inputs, moved to it by Dask)."""
+        return self.client.submit(fn, *args, key=f"gtmkit-{phase}-{uuid.uuid4().hex[:12]}", pure=False)
+
+    def share(self, obj):
+        """obj as a task's input for many tasks: held in the scheduler's graph, so a worker that dies loses
+        nothing that cannot be computed again (scattered data could not be)."""
+        return self.later(_same, obj, phase="shared")
+
+    def map(self, fn, args: list, progress, phase: str, land=None) -> list:
+        return self.collect([self.later(fn, *a, phase=phase) for a in args], progress, phase, land)
+
+    def keep(self, fn, args: list, progress, phase: str) -> list:
+        """Tasks run, their results left on the workers for later tasks to take (futures)."""
+        return self.collect([self.later(fn, *a, phase=phase) for a in args], progress, phase, fetch=False)
+
+    def release(self, futures) -> None:
+        if self._connected():
+            try:
+                self.client.cancel(list(futures))
+            except Exception:  # a scheduler lost meanwhile keeps no task of ours
+                pass
+
+    def collect(self, futures: list, progress, phase: str, land=None, fetch: bool = True) -> list:
+        """The futures' results in order, each fetched as its task ends; fetch False: the futures, once every task
+        has ended (results left where they are). land(i): a folder of this machine where task i's {"meta", "piece"}
+        lands one array at a time (fetch.py), its value then (meta, the piece as files there), the result then
+        released. A task's error raises: the first in order among the failing ones, as InProcess would."""
         from distributed import KilledWorker
-        tag = uuid.uuid4().hex[:8]
-        futures = [self.client.submit(fn, *a, key=f"gtmkit-{phase}-{tag}-{i}", pure=False)
-                   for i, a in enumerate(args)]
+        from .fetch import land_remote
         place = {f.key: i for i, f in enumerate(futures)}
         out = {}
         self._none_since = None  # the driver's own work between maps is not the workers' absence
+        ok = False
         try:
             pending = futures
             while pending:
@@ -109,12 +213,20 @@ class OnDask:
                         for g in before + [f]:
                             if g.status == "error":
                                 raise self._as_given(g.exception())
+                    if not fetch:
+                        out[f.key] = f
+                        report(progress, len(out), len(futures), phase)
+                        continue
                     # fetched as each ends: a result held by a worker that dies later would be computed again
-                    got = self._result(f, phase)
+                    i = place[f.key]
+                    got = self._result(f, phase) if land is None else (land_remote(self, f, land(i), phase),)
                     if got is not None:
                         out[f.key] = got[0]
-                        report(progress, len(out), len(args), phase)
+                        if land is not None:
+                            f.release()
+                        report(progress, len(out), len(futures), phase)
                 pending = [f for f in futures if f.key not in out]
+            ok = True
             return [out[f.key] for f in futures]
         except KilledWorker as exc:
             # the scheduler ran the task again on other workers (distributed.scheduler.allowed-failures times)
@@ -122,12 +234,12 @@ class OnDask:
             raise GtmkitError(f"{phase}: Dask workers died running one task, every time it ran ({tries} times, task "
                               f"{exc.task} on {self.where}): a crash in the task, or a worker's memory limit") from None
         finally:
-            if self._connected():
+            if self._connected() and (fetch or not ok):
                 try:
                     self.client.cancel(futures)
                 except Exception:  # a scheduler lost meanwhile keeps no task of ours
                     pass
-                if len(out) < len(futures):
+                if not ok:
                     self._wait_stopped(list(place))
 
     def _result(self, f, phase: str):
@@ -141,6 +253,16 @@ class OnDask:
             if f.status == "cancelled" or not self._connected():
                 raise self._lost(phase) from None
             raise
+
+    def value(self, f, phase: str):
+        """f's result once its task has ended (computed again, and waited for, where its worker died holding it)."""
+        while True:
+            self._wait_all([f], phase)
+            if f.status == "error":
+                raise self._as_given(f.exception())
+            got = self._result(f, phase)
+            if got is not None:
+                return got[0]
 
     def _wait_any(self, pending: list, phase: str) -> list:
         """Those of pending that are done, once one is; the cluster checked while none is."""
@@ -247,6 +369,10 @@ class OnDask:
                     pass
 
 
+def _same(obj):
+    return obj
+
+
 def _running(keys: list, dask_worker=None) -> list:
     """Those of the keys this worker still executes (a cancelled task's thread runs to its end)."""
     tasks = dask_worker.state.tasks
@@ -254,7 +380,12 @@ def _running(keys: list, dask_worker=None) -> list:
 
 
 def runner(client=None, workers: int | None = None, memory_limit: int | None = None,
-           no_worker_timeout: float | None = None):
+           no_worker_timeout: float | None = None, staging: str | None = None):
+    """InProcess, or OnDask with a client or `workers` local processes. staging: a local path or URL where tasks
+    keep their pieces between phases (for pieces larger than the cluster's memory; default: in memory on Dask)."""
+    if staging is not None and not isinstance(staging, (str, os.PathLike)):
+        raise GtmkitError(f"staging must be a local path or a URL, got {staging!r}")
+    staging = None if staging is None else os.fspath(staging)
     if client is None and not workers:
-        return InProcess()
-    return OnDask(client, workers, memory_limit, no_worker_timeout)
+        return InProcess(staging)
+    return OnDask(client, workers, memory_limit, no_worker_timeout, staging)

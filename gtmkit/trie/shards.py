@@ -2,7 +2,8 @@
 Parquet file checks its keys and orders them by their first two tokens; one task a range of those prefixes
 sorts its keys and lays out its nodes depth by depth; the driver joins the depths (BFS order is depth-major,
 then key order, so shard pieces follow each other) and makes the LOUDS arrays. The arrays are those of
-SuccinctTrie.build over all the keys."""
+SuccinctTrie.build over all the keys. On Dask the pieces move as task results (or through --staging); the
+driver lands each shard's piece in the artifact's staging directory as its task ends."""
 
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ from .._arrays import offsets_from_lengths
 from ..errors import GtmkitError
 from ..artifact.container import ArtifactWriter
 from ..artifact.npy import load as load_npy
-from ..artifact.writes import save_npy
 from ..progress import Progress
+from ..sharding.pieces import InMemory, Writer
 from ..sharding.plan import shard_bounds
-from ..sharding.tasks import publish, task_dir
 from .build import key_levels, levels_arrays
 from ..artifact.trie_format import FORMAT_NAME, FORMAT_VERSION, write_trie
 from ..inputs.keys import key_arrays, key_error_at, read_key_column
@@ -35,10 +35,11 @@ def _prefix_codes(tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return (first << np.uint64(KEY_SHIFT)) | second
 
 
-def split_keys(source: str, files: list, i: int, column: str, stage: str) -> dict:
-    """File i's keys, checked (errors name the file and row), ordered by prefix code (stable) into
-    stage/file-i: tokens, lengths (the narrowest unsigned type: a key set's staging is mostly its tokens),
-    codes. Returns its distinct first tokens and their key counts."""
+def split_keys(source: str, files: list, i: int, column: str, staging: str | None) -> dict:
+    """File i's keys, checked (errors name the file and row), ordered by prefix code (stable): tokens, lengths (the
+    narrowest unsigned type: a key set's pieces are mostly its tokens), codes. -> {"meta": its key count, its
+    distinct first tokens and their key counts; "piece": those arrays, returned (staging None) or kept in
+    staging/file-i}."""
     col, src = read_key_column(source, column, files=[files[i]])
     if len(col) == 0:  # an empty part adds nothing
         tokens, offsets = np.zeros(0, np.int32), np.zeros(1, np.int64)
@@ -52,20 +53,31 @@ def split_keys(source: str, files: list, i: int, column: str, stage: str) -> dic
     lengths = np.diff(offsets)[order]
     new_off = offsets_from_lengths(lengths)
     idx = np.repeat(offsets[:-1][order] - new_off[:-1], lengths) + np.arange(int(new_off[-1]))
-    out = task_dir(Path(stage) / f"file-{i:05d}")
-    save_npy(out / "tokens.npy", tokens[idx])
-    save_npy(out / "lengths.npy", lengths.astype(np.min_scalar_type(max(int(lengths.max(initial=0)), 1))))
-    save_npy(out / "codes.npy", codes[order])
-    publish(out, Path(stage) / f"file-{i:05d}")
+    out = Writer(staging, f"file-{i:05d}")
+    out.save("tokens", tokens[idx])
+    out.save("lengths", lengths.astype(np.min_scalar_type(max(int(lengths.max(initial=0)), 1))))
+    out.save("codes", codes[order])
     firsts, counts = np.unique(codes >> np.uint64(KEY_SHIFT), return_counts=True)
-    return {"keys": len(order), "firsts": firsts, "counts": counts}
+    return {"meta": {"keys": len(order), "firsts": firsts, "counts": counts}, "piece": out.done()}
 
 
-def plan_bounds(stage, split: list, shards: int) -> list:
+def meta_of(result: dict) -> dict:
+    """Task: what the driver needs of a split task's result (its piece stays where it is)."""
+    return result["meta"]
+
+
+def code_counts(result: dict, lo: int, hi: int) -> tuple:
+    """Task: (distinct prefix codes in lo..hi-1, their keys) of one file's piece."""
+    codes = np.asarray(result["piece"].get("codes"))
+    a, b = np.searchsorted(codes, np.array([lo, hi], np.uint64))
+    return np.unique(codes[a:b], return_counts=True)
+
+
+def plan_bounds(run, split: list, metas: list, shards: int) -> list:
     """Prefix-code bounds of at most `shards` ranges with about equal keys: between first tokens, and between
     second tokens inside a first token holding more than a share."""
-    firsts = np.concatenate([r["firsts"] for r in split])
-    counts = np.concatenate([r["counts"] for r in split])
+    firsts = np.concatenate([r["firsts"] for r in metas])
+    counts = np.concatenate([r["counts"] for r in metas])
     uniq, inv = np.unique(firsts, return_inverse=True)
     per_first = np.bincount(inv, weights=counts).astype(np.int64)
     share = per_first.sum() / max(shards, 1)
@@ -73,12 +85,9 @@ def plan_bounds(stage, split: list, shards: int) -> list:
     for f, n in zip(uniq, per_first):
         if n > share and shards > 1:
             lo, hi = int(f) << KEY_SHIFT, (int(f) + 1) << KEY_SHIFT
-            parts = []
-            for i in range(len(split)):
-                codes = load_npy(Path(stage) / f"file-{i:05d}" / "codes.npy", "r")
-                a, b = np.searchsorted(codes, [lo, hi])
-                parts.append(np.asarray(codes[a:b]))
-            c, k = np.unique(np.concatenate(parts), return_counts=True)
+            parts = run.map(code_counts, [(r, lo, hi) for r in split], None, "split")
+            c, inv = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
+            k = np.bincount(inv, weights=np.concatenate([p[1] for p in parts]), minlength=len(c)).astype(np.int64)
             cells.extend(int(x) for x in c)
             rows.extend(k)
         else:
@@ -88,32 +97,54 @@ def plan_bounds(stage, split: list, shards: int) -> list:
     return [cells[c] for c in cut[:-1]] + [1 << 64]
 
 
-def build_key_shard(stage: str, s: int, lo: int, hi: int, n_files: int) -> dict:
-    """Shard s (prefix codes lo..hi-1): its keys from every file, its nodes depth by depth into stage/shard-s."""
+class Range:
+    """Keys of prefix codes lo..hi-1 of a piece kept in staging: read by the shard task that takes them."""
+
+    def __init__(self, piece, lo: int, hi: int):
+        self.piece, self.lo, self.hi = piece, lo, hi
+
+
+def cut_keys(result: dict, lo: int, hi: int):
+    """Task: the piece's keys of prefix codes lo..hi-1, for one shard: (tokens, lengths) of a piece in memory (run
+    where it lies, so only these keys move to the shard's worker), or a Range of a staged one."""
+    piece = result["piece"]
+    if isinstance(piece, InMemory):
+        return _keys(piece, lo, hi)
+    return Range(piece, lo, hi)
+
+
+def _keys(piece, lo: int, hi: int) -> tuple:
+    codes = piece.get("codes")
+    a, b = (int(x) for x in np.searchsorted(codes, np.array([lo, min(hi, (1 << 64) - 1)], np.uint64)))
+    if hi >= 1 << 64:
+        b = len(codes)
+    lengths = np.asarray(piece.rows("lengths", 0, b), np.int64)
+    start = int(lengths[:a].sum(dtype=np.int64))
+    lengths = lengths[a:b]
+    return piece.rows("tokens", start, start + int(lengths.sum())), lengths
+
+
+def build_key_shard(parts: list, s: int, staging: str | None) -> dict:
+    """Shard s: its keys from every file's cut (cut_keys), its nodes depth by depth. -> {"meta", "piece": its
+    arrays, returned (staging None) or kept in staging/shard-s}."""
     toks, lens = [], []
-    for i in range(n_files):
-        d = Path(stage) / f"file-{i:05d}"
-        codes = load_npy(d / "codes.npy", "r")
-        a, b = (int(x) for x in np.searchsorted(codes, np.array([lo, min(hi, (1 << 64) - 1)], np.uint64)))
-        if hi >= 1 << 64:
-            b = len(codes)
-        if a == b:
-            continue
-        lengths = load_npy(d / "lengths.npy", "r")
-        start = int(lengths[:a].sum(dtype=np.int64))
-        lens.append(np.asarray(lengths[a:b], np.int64))
-        toks.append(load_npy(d / "tokens.npy", "r")[start:start + int(lens[-1].sum())])
+    for part in parts:
+        t, n = _keys(part.piece, part.lo, part.hi) if isinstance(part, Range) else part
+        if len(n):
+            toks.append(np.asarray(t))
+            lens.append(n)
+    del parts
     offsets = offsets_from_lengths(np.concatenate(lens))
     labels, terminal, degree = key_levels(np.concatenate(toks).astype(np.int32, copy=False), offsets)
-    out = task_dir(Path(stage) / f"shard-{s:05d}")
+    out = Writer(staging, f"shard-{s:05d}")
     for d in range(len(degree)):
-        save_npy(out / f"labels{d}.npy", labels[d])
-        save_npy(out / f"terminal{d}.npy", terminal[d])
+        out.save(f"labels{d}", labels[d])
+        out.save(f"terminal{d}", terminal[d])
         g = degree[d]  # most degrees are 0 or small: the narrowest type that holds them all
-        save_npy(out / f"degree{d}.npy", g.astype(np.min_scalar_type(max(int(g.max(initial=0)), 1))))
-    publish(out, Path(stage) / f"shard-{s:05d}")
-    return {"depths": len(degree), "first": int(labels[1][0]), "last": int(labels[1][-1]),
+        out.save(f"degree{d}", g.astype(np.min_scalar_type(max(int(g.max(initial=0)), 1))))
+    meta = {"depths": len(degree), "first": int(labels[1][0]), "last": int(labels[1][-1]),
             "max_label": max(int(x.max()) for x in labels[1:] if len(x))}
+    return {"meta": meta, "piece": out.done()}
 
 
 class _Stored:
@@ -131,13 +162,13 @@ class _Stored:
         return load_npy(self.path)
 
 
-def join_levels(stage, metas: list) -> tuple:
+def join_levels(pieces: list, metas: list) -> tuple:
     """The shards' depths joined, as levels_arrays takes them: (labels, terminal, degree), each a list by depth
-    of pieces in BFS order (depth 1 joined here, deeper depths the shards' files, read when laid out). A depth-1
+    of pieces in BFS order (depth 1 joined here, deeper depths the shards' landed files, read when laid out). A depth-1
     node two shards share (a first token split between them) is one node: its degrees added, its terminal flags
     or'ed."""
     D = max(m["depths"] for m in metas)
-    path = lambda s, name: Path(stage) / f"shard-{s:05d}" / f"{name}.npy"  # noqa: E731
+    path = lambda s, name: pieces[s].path(name)  # noqa: E731
     shared = [s > 0 and m["first"] == metas[s - 1]["last"] for s, m in enumerate(metas)]
     ls, ts, gs = [], [], []
     for s in range(len(metas)):
@@ -175,29 +206,43 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
     with ArtifactWriter(out_dir, FORMAT_NAME, FORMAT_VERSION, overwrite=overwrite) as w:
         stage = w.staging / "shards"
         stage.mkdir()
+        held = []
         try:
+            keep = run.pieces_at(stage)  # where tasks keep pieces: None, returned as results
             where, paths = run.paths(source, files)  # resolved here: a worker may run in another folder
-            split = run.map(split_keys, [(where, paths, i, column, str(stage)) for i in range(len(files))],
-                            progress, "split")
-            total = sum(r["keys"] for r in split)
+            split = run.keep(split_keys, [(where, paths, i, column, keep) for i in range(len(files))],
+                             progress, "split")
+            held += split
+            metas = run.map(meta_of, [(r,) for r in split], None, "split")
+            total = sum(r["keys"] for r in metas)
             if total == 0:
                 raise GtmkitError(f"{source}: column {column!r}: no keys")  # as the single-process build says it
             n = shards or shard_count(total, run.workers, memory_limit or run.worker_memory(), SHARD_BYTES_PER_KEY)
-            bounds = plan_bounds(stage, split, n)
-            metas = run.map(build_key_shard, [(str(stage), s, bounds[s], bounds[s + 1], len(files))
-                                              for s in range(len(bounds) - 1)], progress, "shards")
+            bounds = plan_bounds(run, split, metas, n)
+            cuts = [[run.later(cut_keys, r, bounds[s], bounds[s + 1], phase="cut") for r in split]
+                    for s in range(len(bounds) - 1)]
+            held += [c for row in cuts for c in row]
+            # each shard's piece lands on this machine's disk as its task ends, an array at a time
+            built = run.map(build_key_shard, [(cuts[s], s, keep) for s in range(len(cuts))], progress, "shards",
+                            land=lambda s: stage / f"shard-{s:05d}")
+            metas, landed = [m for m, _ in built], [p for _, p in built]
+            run.release(held)
+            held, split, cuts = [], None, None
             for i in range(len(files)):  # the split keys are in the shards now: free their disk
-                shutil.rmtree(stage / f"file-{i:05d}")
-            labels, terminal, degree = join_levels(stage, metas)
+                shutil.rmtree(stage / f"file-{i:05d}", ignore_errors=True)
+            labels, terminal, degree = join_levels(landed, metas)
             low = w.stream_array("label_low", np.uint16, sum(len(x) for pieces in labels for x in pieces))
             built = levels_arrays(labels, terminal, degree, progress, label_low=low,
                                   max_label=max(m["max_label"] for m in metas))
             low.close()
             del labels, terminal, degree
             shutil.rmtree(stage)
+            run.clear_pieces()
             write_trie(w, built, {"mode": "sharded", "shards": len(metas), "workers": run.workers,
                                   "scheduler": run.address, "files": len(files)})
         except BaseException:
+            run.release(held)
             run.close()
+            run.clear_pieces()
             shutil.rmtree(stage, ignore_errors=True)
             raise

@@ -73,20 +73,21 @@ class SuccinctTrie:
     @classmethod
     def build_dataset(cls, keys, out_dir, column: str = "key", shards: int = None, client=None,
                       workers: int = None, memory_limit: int = None, progress: Progress = None,
-                      overwrite: bool = False, no_worker_timeout: float = None) -> "SuccinctTrie":
+                      overwrite: bool = False, no_worker_timeout: float = None, staging=None) -> "SuccinctTrie":
         """Build the trie of a Parquet key column (a file, a folder of files or a glob; a local path or a URL such
         as s3://bucket/keys/, inputs/stores.py) in shards and save it at out_dir; the arrays are build()'s over all
         the keys. shards / client / workers / memory_limit as
         gtmkit.build_index takes them: tasks here one after another, on a dask.distributed Client, or on a
         LocalCluster of `workers` processes; no_worker_timeout: seconds a build on Dask waits while the cluster
-        has no live worker (default 300). Returns the saved trie, loaded."""
+        has no live worker (default 300); staging: where tasks keep their pieces (gtmkit.build_index's). Returns the
+        saved trie, loaded."""
         from ..sharding.runner import count_arg, runner
         from .shards import build_sharded_trie
         shards = None if shards is None else count_arg(shards, "shards", 1)
         workers = None if workers is None else count_arg(workers, "workers", 1)
         memory_limit = None if memory_limit is None else count_arg(memory_limit, "memory_limit", 1 << 20)
         check_output(out_dir, overwrite)
-        run = runner(client, workers, memory_limit, no_worker_timeout)
+        run = runner(client, workers, memory_limit, no_worker_timeout, staging)
         try:
             build_sharded_trie(keys, out_dir, column, shards, run, memory_limit, progress, overwrite)
         finally:

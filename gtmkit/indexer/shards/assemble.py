@@ -23,7 +23,6 @@ from ..levels import level_k, node_partitions
 from ..stats import table_stats
 from ..trie import token_dtype
 from ...artifact import index_format as fmt
-from .shard import shard_dir
 
 
 @dataclass
@@ -54,14 +53,14 @@ def _first_met(ids, remap, out):
 
 
 class ShardFiles:
-    """The shards' pieces as their tasks left them in the staging area: load(s, name) maps one; tables(s) is
-    (a key, shard s's local matcher tables), shards of one key sharing their local ids."""
+    """The shards' pieces as local files (pieces.land): load(s, name) maps one; tables(s) is (a key, shard s's
+    local matcher tables), shards of one key sharing their local ids."""
 
-    def __init__(self, stage, n_tables: int):
-        self.stage, self.n_tables = stage, n_tables
+    def __init__(self, pieces: list, n_tables: int):
+        self.pieces, self.n_tables = pieces, n_tables
 
     def load(self, s: int, name: str) -> np.ndarray:
-        return load_npy(shard_dir(self.stage, s) / f"{name}.npy", "r")
+        return self.pieces[s].get(name)
 
     def tables(self, s: int) -> tuple:
         return s, [self.load(s, f"table{t}") for t in range(self.n_tables)]
@@ -192,15 +191,15 @@ class Streamer:
         return load_npy(out.path, "r") if read else None
 
 
-def assemble(stage, metas: list, schema, rl, dictionaries: list, source, w, pieces=None) -> dict:
+def assemble(stage, metas: list, schema, rl, dictionaries: list, source, w, pieces) -> dict:
     """Every array and statistic write_index takes, from the shards' pieces; the large arrays are streamed
-    into the writer w as they are made (mapped views come back). source: the catalog's ParquetInput (a repeated
-    ad id is named by its file and row there); dictionaries: the global ones; pieces: where shard s's pieces
-    are read (ShardFiles, the default, or an index cut into subtrees by an update's rebuild)."""
+    into the writer w as they are made (mapped views come back); stage: a local folder for the levels' working
+    files. source: the catalog's ParquetInput (a repeated ad id is named by its file and row there); dictionaries:
+    the global ones; pieces: where shard s's pieces are read (ShardFiles, or an index cut into subtrees by an
+    update's rebuild)."""
     L, V, spec = schema.sid_length, schema.vocab, schema.partition
     P = len(metas)
     slices = rl.slices()
-    pieces = pieces or ShardFiles(stage, len(slices))
     load = pieces.load
     out = Streamer(w)
     trie = _topology(out, load, metas, L, V)

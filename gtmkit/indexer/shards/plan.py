@@ -8,10 +8,7 @@ split between second tokens, so that its shards stay balanced (docs/design.md §
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ...artifact.writes import save_npy, writing
 from ...inputs.catalog import sorted_strings
 from ...sharding.plan import shard_bounds
 
@@ -33,18 +30,6 @@ def merge_dictionaries(results: list, n_attrs: int) -> tuple:
         remaps.append([np.fromiter((code[s] for s in r["dictionaries"][j]), np.int32, len(r["dictionaries"][j]))
                        for r in results])
     return dictionaries, remaps
-
-
-def save_dictionaries(stage, dictionaries: list, remaps: list) -> None:
-    for j, d in enumerate(dictionaries):
-        with writing(stage / f"dictionary{j}.parquet"):
-            pq.write_table(pa.table({"value": pa.array(d, pa.string())}), stage / f"dictionary{j}.parquet")
-        for i, r in enumerate(remaps[j]):
-            save_npy(stage / f"remap{j}_{i:05d}.npy", r)
-
-
-def load_dictionary(stage, j: int) -> list:
-    return pq.read_table(stage / f"dictionary{j}.parquet").column("value").to_pylist()
 
 
 def hot_tokens(token_rows: np.ndarray, shards: int, sid_length: int) -> list:

@@ -1,6 +1,7 @@
 """The sharded build's driver: the three phases as tasks, in this process one after another or on a Dask
-cluster (docs/design.md §3). Working files live in the artifact's staging directory, so a failed or
-interrupted build leaves nothing behind."""
+cluster (docs/design.md §3). On Dask the pieces move as task results (or through --staging); the driver lands
+each shard's piece in the artifact's staging directory as its task ends, so a failed or interrupted build leaves
+nothing behind."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from ...artifact import index_format as fmt
 from ...artifact.container import ArtifactWriter
 from ...inputs.catalog import Catalog, StringLists, open_catalog
 from ...progress import Progress
-from ..rows import resolve_layout
-from .assemble import assemble
-from .plan import SHARD_BYTES_PER_AD, hot_tokens, merge_dictionaries, save_dictionaries, shard_keys
 from ...sharding.plan import shard_count
-from .shard import build_shard
-from .split import second_token_rows, split_file
+from ..rows import resolve_layout
 from ..write import write_index
+from .assemble import ShardFiles, assemble
+from .plan import SHARD_BYTES_PER_AD, hot_tokens, merge_dictionaries, shard_keys
+from .shard import build_shard
+from .split import cut, meta_of, second_rows, split_file
 
 
 def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memory_limit: int | None,
@@ -35,28 +36,44 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
     with ArtifactWriter(out_dir, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=overwrite) as w:
         stage = w.staging / "shards"
         stage.mkdir()
+        held = []
         try:
+            keep = run.pieces_at(stage)  # where tasks keep pieces: None, returned as results
             folders = source.partition_types
             where, paths = run.paths(catalog, files)
-            split = run.map(split_file, [(where, paths, i, schema, str(stage), folders)
-                                         for i in range(len(files))], progress, "split")
+            split = run.keep(split_file, [(where, paths, i, schema, keep, folders) for i in range(len(files))],
+                             progress, "split")
+            held += split
+            infos = run.map(meta_of, [(r,) for r in split], None, "split")
             timer.lap("split")
             n_attrs = len(schema.bitmask) + len(schema.bloom)
-            dictionaries, remaps = merge_dictionaries(split, n_attrs)
-            save_dictionaries(stage, dictionaries, remaps)
-            tokens = np.sum([r["tokens"] for r in split], axis=0)
+            dictionaries, remaps = merge_dictionaries(infos, n_attrs)
+            tokens = np.sum([r["tokens"] for r in infos], axis=0)
+            del infos
             n = shards or shard_count(total, run.workers, memory_limit or run.worker_memory(), SHARD_BYTES_PER_AD)
             hot = hot_tokens(tokens, n, schema.sid_length)
-            bounds = shard_keys(tokens, second_token_rows(stage, len(files), hot, schema.vocab), n)
+            bounds = shard_keys(tokens, _second_rows(run, split, hot, schema.vocab), n)
             starts = source.starts
-            metas = run.map(build_shard, [(str(stage), s, bounds[s], bounds[s + 1], starts, schema)
-                                          for s in range(len(bounds) - 1)], progress, "shards")
+            shared = [run.share(dictionaries), run.share(remaps)]
+            held += shared
+            cuts = [[run.later(cut, r, bounds[s], bounds[s + 1], schema.vocab, n_attrs, phase="cut") for r in split]
+                    for s in range(len(bounds) - 1)]
+            held += [c for row in cuts for c in row]
+            # each shard's piece lands on this machine's disk as its task ends, an array at a time
+            built = run.map(build_shard, [(cuts[s], s, bounds[s], bounds[s + 1], starts, schema, *shared, keep)
+                                          for s in range(len(cuts))], progress, "shards",
+                            land=lambda s: stage / f"shard-{s:05d}")
+            metas, landed = [m for m, _ in built], [p for _, p in built]
+            run.release(held)
+            held, split, cuts = [], None, None
             timer.lap("shards")
             probe = Catalog(str(catalog), np.zeros(0, np.int64), np.zeros((0, schema.sid_length), np.int32),
                             [StringLists(np.zeros(1, np.int64), np.zeros(0, np.int32), d) for d in dictionaries], [])
             layout, _, rl = resolve_layout(probe, schema)
-            parts = assemble(stage, metas, schema, rl, dictionaries, source, w)
+            parts = assemble(stage, metas, schema, rl, dictionaries, source, w,
+                             ShardFiles(landed, len(rl.slices())))
             shutil.rmtree(stage)
+            run.clear_pieces()
             timer.lap("assemble")
             build = {"mode": "sharded", "shards": len(metas), "workers": run.workers, "scheduler": run.address,
                      "prefix_bounds": [[int(b) // schema.vocab, int(b) % schema.vocab] for b in bounds],
@@ -65,6 +82,18 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
                         parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer, progress,
                         build, slack)
         except BaseException:
+            run.release(held)
             run.close()  # this build's own workers stop before the files they write are removed
+            run.clear_pieces()
             shutil.rmtree(stage, ignore_errors=True)
             raise
+
+
+def _second_rows(run, split: list, hot: list, vocab: int) -> dict:
+    """{hot first token: rows by second token [V]} over every file's piece."""
+    out = {f: np.zeros(vocab, np.int64) for f in hot}
+    if hot:
+        for part in run.map(second_rows, [(r, hot, vocab) for r in split], None, "split"):
+            for f in hot:
+                out[f] += part[f]
+    return out

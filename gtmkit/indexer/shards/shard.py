@@ -1,94 +1,80 @@
 """A sharded build's second phase: one task a range of first tokens gathers its rows from every file's piece,
 builds that part of the trie, its ads' rows, the matchers of its nodes at depths 1..L (deduplicated within
-the shard) and its ads' lists, and keeps them in the staging area for the assembler."""
+the shard) and its ads' lists, and returns them (or keeps them in staging) for the assembler."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 
 from ..._arrays import join_offsets
 from ...inputs.catalog import Catalog, StringLists
-from ...artifact.npy import load as load_npy
-from ...artifact.writes import save_npy
 from ..adindex import reorder_lists, sid_ad_map
 from ..levels import level_parts
 from ..dedup import RowDeduper, add_columns
 from ..partition import level_partitions
 from ..rows import ad_rows, resolve_layout
 from ..trie import build_trie
-from .plan import load_dictionary
-from .split import ARRAYS, piece_dir, position
-from ...sharding.tasks import publish, task_dir
+from .split import ARRAYS, part_rows
+from ...sharding.pieces import Writer
 
 
-def shard_dir(stage, s: int) -> Path:
-    return Path(stage) / f"shard-{s:05d}"
-
-
-def _lists(d: Path, kind: str, j: int, a: int, b: int, remap: np.ndarray) -> tuple:
-    off = load_npy(d / f"{kind}{j}_offsets.npy", "r")[a:b + 1]
-    codes = load_npy(d / f"{kind}{j}_codes.npy", "r")[off[0]:off[-1]]
-    return off, remap[codes] if len(codes) else np.zeros(0, np.int32)
-
-
-def gather(stage, lo: int, hi: int, starts: list, schema) -> tuple:
-    """(the rows of keys lo..hi-1 as a Catalog with the global dictionaries, their rows in the whole input)."""
-    stage = Path(stage)
+def gather(parts: list, starts: list, schema, dictionaries: list, remaps: list) -> tuple:
+    """(the rows of a shard as a Catalog with the global dictionaries, their rows in the whole input). parts: per
+    file its cut (split.cut); remaps[j][i]: file i's codes of attribute j -> the global dictionary's."""
     n_attrs = len(schema.bitmask) + len(schema.bloom)
-    dictionaries = [load_dictionary(stage, j) for j in range(n_attrs)]
     cols = {name: [] for name in ARRAYS}
     lists = {(kind, j): [] for kind in ("allowed", "excluded") for j in range(n_attrs)}
-    for i in range(len(starts) - 1):
-        d = piece_dir(stage, i)
-        to = load_npy(d / "token_offsets.npy")
-        a, b = (position(d, to, key, schema.vocab) for key in (lo, hi))
-        if a == b:
+    for i, part in enumerate(parts):
+        got = part_rows(part, schema.vocab, n_attrs)
+        if len(got["ad_ids"]) == 0:
             continue
         for name in ARRAYS:
-            cols[name].append(load_npy(d / f"{name}.npy", "r")[a:b])
+            cols[name].append(np.asarray(got[name]))
         cols["rows"][-1] = cols["rows"][-1] + starts[i]
         for (kind, j), acc in lists.items():
-            acc.append(_lists(d, kind, j, a, b, load_npy(stage / f"remap{j}_{i:05d}.npy")))
+            codes = np.asarray(got[f"{kind}{j}_codes"])
+            acc.append((np.asarray(got[f"{kind}{j}_offsets"]),
+                        remaps[j][i][codes] if len(codes) else np.zeros(0, np.int32)))
     ad_ids, sids, rows = (np.concatenate(cols[name]) for name in ARRAYS)
     out = {}
     for (kind, j), acc in lists.items():
         codes = np.concatenate([c for _, c in acc]).astype(np.int32, copy=False)
         out[kind, j] = StringLists(join_offsets([o for o, _ in acc]), codes, dictionaries[j])
-    cat = Catalog(str(stage), ad_ids, np.ascontiguousarray(sids), [out["allowed", j] for j in range(n_attrs)],
+    cat = Catalog("shard", ad_ids, np.ascontiguousarray(sids), [out["allowed", j] for j in range(n_attrs)],
                   [out["excluded", j] for j in range(n_attrs)])
     return cat, rows
 
 
-def build_shard(stage, s: int, lo: int, hi: int, starts: list, schema) -> dict:
-    """Builds shard s (keys lo..hi-1, plan.py) into shard_dir(stage, s); returns its sizes and its SIDs' union.
+def build_shard(parts: list, s: int, lo: int, hi: int, starts: list, schema, dictionaries: list, remaps: list,
+                staging: str | None) -> dict:
+    """Builds shard s (keys lo..hi-1, plan.py) from its cuts of the files' pieces (gather). -> {"meta": its sizes and
+    its SIDs' union, "piece": its arrays, returned (staging None) or kept in staging/shard-s}.
 
     A shard that begins or ends inside a first token may hold part of that depth-1 node only: its matchers
     need all of the node's SIDs, so the shard keeps the union rows of its part of the node (split_first_rows,
     split_last_rows) for the assembler, which partitions the whole node when another shard holds the rest."""
-    cat, input_rows = gather(stage, lo, hi, starts, schema)
+    cat, input_rows = gather(parts, starts, schema, dictionaries, remaps)
+    del parts
     V = schema.vocab
     trie = build_trie(cat.sids, V)
     order, sid_ad_offsets, sid_ad_ids, _, _ = sid_ad_map(trie.ad_sid, cat.ad_ids, trie.num_sids)
     del trie.ad_sid
     layout, code_bits, rl = resolve_layout(cat, schema)
     rows = ad_rows(cat, schema, layout, code_bits, rl, order)
-    out = task_dir(shard_dir(stage, s))
+    out = Writer(staging, f"shard-{s:05d}")
     nbm = len(schema.bitmask)
     lists = [((al.offsets, al.codes), (ex.offsets, ex.codes))
              for al, ex in zip(cat.allowed[nbm:], cat.excluded[nbm:])]
     save_ads(out, order, sid_ad_offsets, sid_ad_ids, input_rows, lists)
     del cat, lists
     meta = save_matchers(out, trie, rows, sid_ad_offsets, schema, rl, lo % V != 0, hi % V != 0 and hi < V * V)
-    publish(out, shard_dir(stage, s))
-    return meta
+    return {"meta": meta, "piece": out.done()}
 
 
-def save_ads(out: Path, order, sid_ad_offsets, sid_ad_ids, input_rows, lists: list) -> None:
+def save_ads(out: Writer, order, sid_ad_offsets, sid_ad_ids, input_rows, lists: list) -> None:
     """A shard's SID->ad map, its rows' places in the input and its ads' Bloom lists (per attribute: (allowed,
-    excluded), each (offsets, codes) in input order) into its task directory, in SID order."""
-    save = lambda name, arr: save_npy(out / f"{name}.npy", arr)  # noqa: E731
+    excluded), each (offsets, codes) in input order) into its Writer, in SID order."""
+    save = out.save
     save("sid_ad_offsets", sid_ad_offsets)
     save("sid_ad_ids", sid_ad_ids)
     save("input_rows", input_rows[order])
@@ -99,13 +85,13 @@ def save_ads(out: Path, order, sid_ad_offsets, sid_ad_ids, input_rows, lists: li
             save(f"ad_{kind}{b}_codes", codes)
 
 
-def save_matchers(out: Path, trie, rows, sid_ad_offsets, schema, rl, split_first: bool, split_last: bool) -> dict:
-    """A shard's trie levels and matchers (rows: its ads' combined rows in SID order) into its task directory;
-    returns its sizes and its SIDs' union (the shard's meta)."""
+def save_matchers(out: Writer, trie, rows, sid_ad_offsets, schema, rl, split_first: bool, split_last: bool) -> dict:
+    """A shard's trie levels and matchers (rows: its ads' combined rows in SID order) into its Writer; returns its
+    sizes and its SIDs' union (the shard's meta)."""
     spec, L = schema.partition, schema.sid_length
     S, N = trie.num_sids, len(rows)
     slices = rl.slices()
-    save = lambda name, arr: save_npy(out / f"{name}.npy", arr)  # noqa: E731
+    save = out.save
     dedupers = [RowDeduper(x.stop - x.start) for x in slices]
     save("ad_ids0", dedupers[0].add(rows[:, slices[0]]))
     _, sid_rows = level_partitions(rows, sid_ad_offsets[:-1], sid_ad_offsets[1:])

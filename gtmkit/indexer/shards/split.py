@@ -1,24 +1,16 @@
-"""A sharded build's first phase: one task a catalog file reads and checks its rows, orders them by their first
-two SID tokens and keeps them in the staging area, so that a shard reads one run of rows of every file."""
+"""A sharded build's first phase: one task a catalog file reads and checks its rows and orders them by their first
+two SID tokens, so that a shard takes one run of rows of every file's piece (cut: where the piece lies)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 from numba import njit
 
 from ..._arrays import offsets_from_lengths
 from ...inputs.catalog import open_catalog, read_catalog
-from ...artifact.npy import load as load_npy
-from ...artifact.writes import save_npy
-from ...sharding.tasks import publish, task_dir
+from ...sharding.pieces import InMemory, Writer
 
 ARRAYS = ("ad_ids", "sids", "rows")
-
-
-def piece_dir(stage, i: int) -> Path:
-    return Path(stage) / f"file-{i:05d}"
 
 
 @njit(cache=True, nogil=True)
@@ -39,32 +31,41 @@ def gather_lists(off: np.ndarray, codes: np.ndarray, order: np.ndarray) -> tuple
     return new_off, out
 
 
-def split_file(source: str, files: list, i: int, schema, stage: str, partition_types=None) -> dict:
+def split_file(source: str, files: list, i: int, schema, staging: str | None, partition_types=None) -> dict:
     """Reads file i of the input (errors name it and its row; its folders' columns typed as the whole input's,
-    partition_types; repeated ids are checked over all files by the assembler), writes its rows ordered by first,
-    then second token (stable) to piece_dir(stage, i). Returns the rows, the rows a first token [V], and per
-    attribute the file's dictionary (its strings sorted: what the global dictionaries are merged from)."""
+    partition_types; repeated ids are checked over all files by the assembler) and orders its rows by first, then
+    second token (stable). -> {"meta": its rows, the rows a first token [V], and per attribute the file's dictionary
+    (its strings sorted: what the global dictionaries are merged from); "piece": its arrays, returned (staging None)
+    or kept in staging/file-i}."""
+    out = Writer(staging, f"file-{i:05d}")
+    n_attrs = len(schema.bitmask) + len(schema.bloom)
     if not open_catalog(source, schema, [files[i]], partition_types).num_rows:  # an empty part adds nothing
-        return _empty_piece(stage, i, schema)
+        _empty_piece(out, schema)
+        meta = {"rows": 0, "tokens": np.zeros(schema.vocab, np.int64), "dictionaries": [[] for _ in range(n_attrs)]}
+        return {"meta": meta, "piece": out.done()}
     cat = read_catalog(source, schema, files=[files[i]], unique=False, partition_types=partition_types)
     first = cat.sids[:, 0]
     counts = np.bincount(first, minlength=schema.vocab).astype(np.int64)
     # by first, then second token: a shard that splits a hot first token reads one run of rows too
     order = np.lexsort((cat.sids[:, 1], first)) if cat.sids.shape[1] > 1 else np.argsort(first, kind="stable")
-    out = task_dir(piece_dir(stage, i))
-    save_npy(out / "token_offsets.npy", offsets_from_lengths(counts))
+    out.save("token_offsets", offsets_from_lengths(counts))
     for name, arr in zip(ARRAYS, (cat.ad_ids[order], cat.sids[order], order.astype(np.int64))):
-        save_npy(out / f"{name}.npy", arr)
+        out.save(name, arr)
     for j, (al, ex) in enumerate(zip(cat.allowed, cat.excluded)):
         for kind, lists in (("allowed", al), ("excluded", ex)):
             off, codes = gather_lists(lists.offsets, lists.codes, order)
-            save_npy(out / f"{kind}{j}_offsets.npy", off)
-            save_npy(out / f"{kind}{j}_codes.npy", codes)
-    publish(out, piece_dir(stage, i))
-    return {"rows": len(order), "tokens": counts, "dictionaries": [a.dictionary for a in cat.allowed]}
+            out.save(f"{kind}{j}_offsets", off)
+            out.save(f"{kind}{j}_codes", codes)
+    meta = {"rows": len(order), "tokens": counts, "dictionaries": [a.dictionary for a in cat.allowed]}
+    return {"meta": meta, "piece": out.done()}
 
 
-def position(piece: Path, token_offsets: np.ndarray, key: int, vocab: int) -> int:
+def meta_of(result: dict) -> dict:
+    """Task: what the driver needs of a task's result (its piece stays where it is)."""
+    return result["meta"]
+
+
+def position(piece, token_offsets: np.ndarray, key: int, vocab: int) -> int:
     """The piece's first row whose (first, second) tokens, as first * vocab + second, are >= key."""
     f, sec = divmod(int(key), vocab)
     if f >= vocab:
@@ -72,32 +73,61 @@ def position(piece: Path, token_offsets: np.ndarray, key: int, vocab: int) -> in
     base = int(token_offsets[f])
     if sec == 0:
         return base
-    seconds = load_npy(piece / "sids.npy", "r")[base:int(token_offsets[f + 1]), 1]
+    seconds = np.asarray(piece.rows("sids", base, int(token_offsets[f + 1])))[:, 1]
     return base + int(np.searchsorted(seconds, sec))
 
 
-def second_token_rows(stage, n_files: int, tokens: list, vocab: int) -> dict:
-    """{first token: rows by second token [V]} of these first tokens, over every file's piece."""
-    out = {f: np.zeros(vocab, np.int64) for f in tokens}
-    for i in range(n_files):
-        d = piece_dir(stage, i)
-        to = load_npy(d / "token_offsets.npy")
-        sids = load_npy(d / "sids.npy", "r")
-        for f in tokens:
-            out[f] += np.bincount(sids[int(to[f]):int(to[f + 1]), 1], minlength=vocab)
+def second_rows(result: dict, tokens: list, vocab: int) -> dict:
+    """Task: {first token: the piece's rows by second token [V]} of these first tokens."""
+    piece = result["piece"]
+    to = np.asarray(piece.get("token_offsets"))
+    return {f: np.bincount(np.asarray(piece.rows("sids", int(to[f]), int(to[f + 1])))[:, 1], minlength=vocab)
+            for f in tokens}
+
+
+class Range:
+    """Rows of keys lo..hi-1 of a piece kept in staging: read by the shard task that takes them."""
+
+    def __init__(self, piece, lo: int, hi: int):
+        self.piece, self.lo, self.hi = piece, lo, hi
+
+
+def cut(result: dict, lo: int, hi: int, vocab: int, n_attrs: int):
+    """Task: the piece's rows of keys lo..hi-1, for one shard: views of a piece in memory (run where it lies, so
+    only these rows move to the shard's worker), or a Range of a staged one (read by the shard's task)."""
+    piece = result["piece"]
+    if isinstance(piece, InMemory):
+        return InMemory(_slice(piece, lo, hi, vocab, n_attrs))
+    return Range(piece, lo, hi)
+
+
+def part_rows(part, vocab: int, n_attrs: int) -> dict:
+    """A cut's arrays (a Range's read from its piece now)."""
+    if isinstance(part, Range):
+        return _slice(part.piece, part.lo, part.hi, vocab, n_attrs)
+    return part.arrays
+
+
+def _slice(piece, lo: int, hi: int, vocab: int, n_attrs: int) -> dict:
+    """{array name: its rows of keys lo..hi-1} (list offsets as stored, not rebased; their codes' run)."""
+    to = np.asarray(piece.get("token_offsets"))
+    a, b = (position(piece, to, key, vocab) for key in (lo, hi))
+    out = {name: piece.rows(name, a, b) for name in ARRAYS}
+    for j in range(n_attrs):
+        for kind in ("allowed", "excluded"):
+            off = np.asarray(piece.rows(f"{kind}{j}_offsets", a, b + 1))
+            out[f"{kind}{j}_offsets"] = off
+            out[f"{kind}{j}_codes"] = piece.rows(f"{kind}{j}_codes", int(off[0]), int(off[-1]))
     return out
 
 
-def _empty_piece(stage, i: int, schema) -> dict:
-    out = task_dir(piece_dir(stage, i))
-    save_npy(out / "token_offsets.npy", np.zeros(schema.vocab + 1, np.int64))
-    save_npy(out / "ad_ids.npy", np.zeros(0, np.int64))
-    save_npy(out / "sids.npy", np.zeros((0, schema.sid_length), np.int32))
-    save_npy(out / "rows.npy", np.zeros(0, np.int64))
+def _empty_piece(out: Writer, schema) -> None:
+    out.save("token_offsets", np.zeros(schema.vocab + 1, np.int64))
+    out.save("ad_ids", np.zeros(0, np.int64))
+    out.save("sids", np.zeros((0, schema.sid_length), np.int32))
+    out.save("rows", np.zeros(0, np.int64))
     n_attrs = len(schema.bitmask) + len(schema.bloom)
     for j in range(n_attrs):
         for kind in ("allowed", "excluded"):
-            save_npy(out / f"{kind}{j}_offsets.npy", np.zeros(1, np.int64))
-            save_npy(out / f"{kind}{j}_codes.npy", np.zeros(0, np.int32))
-    publish(out, piece_dir(stage, i))
-    return {"rows": 0, "tokens": np.zeros(schema.vocab, np.int64), "dictionaries": [[] for _ in range(n_attrs)]}
+            out.save(f"{kind}{j}_offsets", np.zeros(1, np.int64))
+            out.save(f"{kind}{j}_codes", np.zeros(0, np.int32))

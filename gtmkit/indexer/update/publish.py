@@ -32,14 +32,14 @@ class PathUpdate:
 
 def update_path(path, changes=None, pause=None, resume=None, rebuild: bool = False, client=None,
                 workers: int = None, progress: Progress = None, tries: int = None,
-                no_worker_timeout: float = None, cache=None) -> PathUpdate:
+                no_worker_timeout: float = None, cache=None, staging=None) -> PathUpdate:
     """Apply changed ads (a Parquet path or Table in the catalog's schema, or None) and pause / resume lists (ad
     ids) to the index at `path` and write the result as its new version, published only if the path still serves
     the version it was derived from; otherwise applied again to the version served then, up to `tries` times
     (default TRIES).
     The paused ads are the base version's plus `pause`, less `resume`. rebuild: ads on SIDs the trie lacks are
     added by a shard rebuild (client / workers: where its tasks run; no_worker_timeout: how long they wait for a
-    live worker, as rebuild_shards takes it). VersionChanged (one line naming both
+    live worker, staging: where they keep their pieces, as rebuild_shards takes them). VersionChanged (one line naming both
     versions, nothing written) when every try lost the race; UpdateError / RequestError as the update raises
     them, against the version served at that try. An object-store URL is read through the local folder `cache`
     (load_index) and the new version published to the store over the version read (remote.publish)."""
@@ -62,7 +62,8 @@ def update_path(path, changes=None, pause=None, resume=None, rebuild: bool = Fal
             if rebuild and ch is not None and (ch.leaves < 0).any():
                 from .rebuild import check_ids, rebuild_changes
                 check_ids(index, ch, np.concatenate([pause, resume]))  # before anything is written
-                new, rep = rebuild_changes(index, ch, client, workers, progress, paused, no_worker_timeout)
+                new, rep = rebuild_changes(index, ch, client, workers, progress, paused, no_worker_timeout,
+                                           staging)
                 written = True
             else:
                 _, rep, written = write_changes(index, ch, paused, progress, np.concatenate([pause, resume]))

@@ -18,6 +18,7 @@ from ...artifact.index_checks import PAUSED
 from ...inputs.schema import parse_schema
 from ...artifact.staging import Switch
 from ...progress import Progress, report
+from ...sharding.pieces import Writer
 from ..shards.assemble import assemble
 from ..write import Timer, write_index
 from .apply import find_ids, update_index
@@ -28,7 +29,7 @@ from .write import base_version, write_changes
 
 
 def rebuild_shards(index, changes, client=None, workers: int = None, progress: Progress = None, paused=None,
-                   no_worker_timeout: float = None):
+                   no_worker_timeout: float = None, staging=None):
     """Write an index with its changed ads as its artifact's new version, ads on SIDs its trie lacks included: the
     first-token subtrees those SIDs fall in (and those that edited ads moving to them leave) are built again from
     the index's arrays plus the changes; every other subtree is kept as it is, with changes on its SIDs applied in
@@ -38,7 +39,8 @@ def rebuild_shards(index, changes, client=None, workers: int = None, progress: P
     pyarrow Table in the catalog's schema); client / workers: build the subtrees on a Dask cluster (a Client, or
     a LocalCluster of that many processes), else here; paused: the ad ids the new version serves paused (default:
     the index's); no_worker_timeout: seconds a rebuild on Dask waits while the cluster has no live worker (default
-    300). Processes that loaded the index keep serving it until they load the new version.
+    300); staging: a local path or URL every worker reaches where the tasks' inputs and pieces are kept instead of
+    moving through Dask (build_index's staging). Processes that loaded the index keep serving it until they load the new version.
     -> (the new version, loaded; UpdateReport with `rebuilt` set). UpdateError (nothing written) when the new ads
     applied in place would pass the index's slack; VersionChanged (nothing written) when another writer replaced
     the version the index was loaded from meanwhile."""
@@ -47,11 +49,11 @@ def rebuild_shards(index, changes, client=None, workers: int = None, progress: P
     if not isinstance(index, Index):
         index = load_index(index)
     return rebuild_changes(index, read_changes(index, changes, progress), client, workers, progress, paused,
-                           no_worker_timeout)
+                           no_worker_timeout, staging)
 
 
 def rebuild_changes(index, ch: Changes, client=None, workers: int = None, progress: Progress = None, paused=None,
-                    no_worker_timeout: float = None):
+                    no_worker_timeout: float = None, staging=None):
     """rebuild_shards with the changes read (read_changes)."""
     from ...sharding.runner import count_arg, runner
     workers = None if workers is None else count_arg(workers, "workers", 1)
@@ -67,7 +69,7 @@ def rebuild_changes(index, ch: Changes, client=None, workers: int = None, progre
         new = load_index(index.path, verify=False)
         rep.version = sw.published  # the version written, as a rebuild reports it
         return new, rep
-    run = runner(client, workers, no_worker_timeout=no_worker_timeout)
+    run = runner(client, workers, no_worker_timeout=no_worker_timeout, staging=staging)
     try:
         return _rebuild(index, ch, run, progress, paused)
     finally:
@@ -98,25 +100,36 @@ def _rebuild(index, ch: Changes, run, progress, paused):
         w.expect(index.artifact.nbytes)  # the new version is about the old one's size: what a full disk reports
         stage = w.staging / "subtrees"
         stage.mkdir()
+        futures = []
         try:
+            at = run.pieces_at(stage)  # None: the inputs and pieces travel with the tasks
             plan = _plan(base, ch, entries, run.workers)
             todo = [s for s, x in enumerate(plan["shards"]) if x is None]
             for k, s in enumerate(todo):
-                write_inputs(stage / f"input-{s:05d}", base, ch, *plan["inputs"][k], strings)
+                # each input goes out with its task as it is made: this process holds one at a time
+                inputs = write_inputs(Writer(at, f"input-{s:05d}"), base, ch, *plan["inputs"][k], strings)
+                futures.append(run.later(build_subtrees, inputs, s, schema, rl, *plan["splits"][k], at,
+                                         phase="subtrees"))
+                del inputs
             timer.lap("cut")
             metas = [None if x is None else x.meta(rl.slices()) for x in plan["shards"]]
-            args = [(str(stage), s, schema, rl, *plan["splits"][k]) for k, s in enumerate(todo)]
-            built = run.map(build_subtrees, args, progress, "subtrees")
-            for s, meta in zip(todo, built):
-                metas[s] = meta
+            landed = [None] * len(plan["shards"])
+            # each task's piece lands on this machine's disk as it ends, an array at a time
+            built = run.collect(futures, progress, "subtrees", land=lambda k: stage / f"shard-{todo[k]:05d}")
+            futures = []
+            for s, (meta, piece) in zip(todo, built):
+                metas[s], landed[s] = meta, piece
             timer.lap("subtrees")
             nbm = len(schema.bitmask)
             parts = assemble(stage, metas, schema, rl, [None] * nbm + strings, None, w,
-                             RebuildPieces(stage, base, plan["shards"]))
+                             RebuildPieces(landed, base, plan["shards"]))
             shutil.rmtree(stage)  # the version holds only its own files when committed
+            run.clear_pieces()
             timer.lap("assemble")
         except BaseException:
+            run.release(futures)
             run.close()  # workers stop before the files they write are removed
+            run.clear_pieces()
             shutil.rmtree(stage, ignore_errors=True)
             raise
         keep = np.unique(np.asarray(base.paused_ad_ids if paused is None else paused, np.int64))

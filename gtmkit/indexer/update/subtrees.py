@@ -143,8 +143,8 @@ def _list_name(name: str) -> tuple:
 class RebuildPieces:
     """The shards of a rebuild: runs kept from the index (cut) and runs built anew (their task's files)."""
 
-    def __init__(self, stage, index, shards: list):
-        self.files = ShardFiles(stage, 1 + len(index.bloom))
+    def __init__(self, landed: list, index, shards: list):
+        self.files = ShardFiles(landed, 1 + len(index.bloom))
         self.shards = shards  # per shard: a Run, or None where a task built it
         self.base = [index.bitmask_table] + list(index.bloom_tables)
 
