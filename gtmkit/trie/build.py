@@ -10,6 +10,7 @@ from ..errors import GtmkitError
 from ..progress import Progress, report
 from .._rank_select import rank_directory, select_samples
 from ..artifact.trie_format import MAX_NODES
+from .tails import choose_tails, no_tails, tail_flags
 
 LEN_BITS = 24  # a sort record is start << 24 | length: keys up to 2^24-1 tokens, 2^40 tokens in all
 _LEN_MASK = np.uint64((1 << LEN_BITS) - 1)
@@ -121,13 +122,14 @@ def key_levels(tokens: np.ndarray, offsets: np.ndarray) -> tuple:
     return cut(buf_labels), cut(buf_terminal), cut(buf_degree)
 
 
-def build_arrays(tokens: np.ndarray, offsets: np.ndarray, progress: Progress = None) -> dict:
+def build_arrays(tokens: np.ndarray, offsets: np.ndarray, progress: Progress = None, tails: bool = True) -> dict:
     """Checked flat keys (see inputs.key_arrays) -> dict(arrays=name -> array, num_nodes,
-    num_keys, high_bits); the layout is documented on SuccinctTrie."""
+    num_keys, high_bits, tail_nodes, tail_low_bits, tail_high_bits); the layout is documented on SuccinctTrie.
+    tails=False keeps every label in label_low / label_high (what a sharded build writes today)."""
     report(progress, 0, 3, "trie")
     labels, terminal, degree = key_levels(tokens, offsets)
     report(progress, 1, 3, "trie")
-    return levels_arrays([[x] for x in labels], [[x] for x in terminal], [[x] for x in degree], progress)
+    return levels_arrays([[x] for x in labels], [[x] for x in terminal], [[x] for x in degree], progress, tails=tails)
 
 
 @njit(cache=True, nogil=True)
@@ -168,12 +170,14 @@ def _whole(piece) -> np.ndarray:
 
 
 def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress = None, label_low=None,
-                  max_label: int = None) -> dict:
+                  max_label: int = None, tails: bool = True) -> dict:
     """build_arrays from the nodes depth by depth, each depth a list of pieces in BFS order (key_levels' arrays
     one a depth, or a sharded build's shard files: a piece may be a callable that reads it, with a len()).
     Pieces are read one at a time, so a piece on disk is held only while it is laid out: label_low (2 bytes a
     node) is written to the label_low stream when one is given (an ArtifactWriter.stream_array), else kept; the
-    bit arrays and their directories are built in memory. max_label: the largest label, when known."""
+    bit arrays and their directories are built in memory. max_label: the largest label, when known. Without a
+    label_low stream the labels of single-child chains go to a tail store where it takes fewer bytes (trie/tails.py);
+    with one, every label stays in label_low / label_high."""
     count = np.array([sum(len(x) for x in pieces) for pieces in degree], np.int64)
     level_offsets = np.zeros(len(count) + 1, np.int64)
     np.cumsum(count, out=level_offsets[1:])
@@ -199,11 +203,29 @@ def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress
         "louds_select1": select_samples(louds_rank, len(louds), n, False),
     }
     report(progress, 2, 3, "trie")
+    want_tails, tails = tails, None
+    if label_low is None and want_tails:  # the tails step needs every label at once; a streamed label_low keeps them all
+        all_labels = np.concatenate([np.asarray(_whole(x), np.int32) for pieces in labels[1:] for x in pieces]
+                                    or [np.zeros(0, np.int32)])
+        flags = tail_flags([np.concatenate([np.asarray(_whole(g), np.int32) for g in p] or [np.zeros(0, np.int32)])
+                            for p in degree],
+                           [np.concatenate([np.asarray(_whole(t), np.bool_) for t in p] or [np.zeros(0, np.bool_)])
+                            for p in terminal])
+        heads = all_labels[~flags]
+        max_head = int(heads.max()) if len(heads) else 0
+        tails = choose_tails(flags, all_labels, (max_head >> 16).bit_length())
+        if tails is not None:
+            labels = [[], [heads]]
+            max_label = max_head
+        else:
+            labels = [[], [all_labels]]
+            max_label = int(all_labels.max()) if len(all_labels) else 0
     if max_label is None:
         max_label = max((int(np.max(_whole(x))) for pieces in labels[1:] for x in pieces if len(x)), default=0)
     high_bits = (max_label >> 16).bit_length()
-    high = np.zeros((((n - 1) * high_bits) >> 6) + 1, np.uint64)
-    low = None if label_low is not None else np.empty(n - 1, np.uint16)
+    n_labels = sum(len(x) for pieces in labels[1:] for x in pieces)
+    high = np.zeros(((n_labels * high_bits) >> 6) + 1, np.uint64)
+    low = None if label_low is not None else np.empty(n_labels, np.uint16)
     at = 0
     for pieces in labels[1:]:
         for x in pieces:
@@ -218,10 +240,13 @@ def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress
     if low is not None:
         arrays["label_low"] = low
     arrays["label_high"] = high
+    tails = tails or no_tails(n)
+    arrays.update(tails["arrays"])
     term_rank = rank_directory(term)
     num_keys = int(term_rank[-1, 0])
     arrays.update(terminal=term, terminal_rank=term_rank,
                   terminal_select1=select_samples(term_rank, len(term), num_keys, False),
                   level_offsets=level_offsets)
     report(progress, 3, 3, "trie")
-    return dict(arrays=arrays, num_nodes=n, num_keys=num_keys, high_bits=high_bits)
+    return dict(arrays=arrays, num_nodes=n, num_keys=num_keys, high_bits=high_bits, tail_nodes=tails["tail_nodes"],
+                tail_low_bits=tails["tail_low_bits"], tail_high_bits=tails["tail_high_bits"])

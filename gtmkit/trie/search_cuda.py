@@ -35,6 +35,8 @@ NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, SEL_CAP, CL = 1024, 2048, 4096, 1024,
 FAC_CAP = 64  # kernels/trie_search.cu: length factors a launch keeps in shared memory
 TRIE_FIELDS = ("louds", "louds_rank", "louds_select0", "label_low", "label_high", "high_bits", "terminal",
                "terminal_rank")  # the kernel's TP_* table, then the lookup tables of gpu_tables
+TAIL_ARRAY_NAMES = ("label_tail", "label_tail_rank", "tail_dict", "tail_low", "tail_wide", "tail_wide_rank",
+                    "tail_high")  # TP_LABEL_TAIL .. TP_TAIL_HIGH, then tail_nodes and the two code widths
 KEPT_SHAPES = 4  # NAR buffer sets kept per device (least recently used dropped)
 MAX_CLUSTER = 8  # the portable thread block cluster size
 
@@ -185,6 +187,11 @@ def _trie_params(dev, trie, what: str):
         table = [int(a.high_bits) if name == "high_bits" else dev.ptr(arrays[name]) for name in TRIE_FIELDS]
         table += [dev.ptr(arrays["zpos"]), aux.ZERO_SHIFT, dev.ptr(arrays["root_bits"]), dev.ptr(arrays["root_rank"]),
                   root_nbits, root_first, root_end - root_first, dev.ptr(arrays["zwide"])]
+        for name in TAIL_ARRAY_NAMES:  # an empty dictionary still needs an address
+            x = getattr(a, name)
+            arrays[name] = dev.asarray(np.ascontiguousarray(x if x.size else np.zeros(1, x.dtype)))
+            table.append(dev.ptr(arrays[name]))
+        table += [int(a.tail_nodes), int(a.tail_low_bits), int(a.tail_high_bits)]
         cache[dev.key] = (arrays, dev.asarray(np.array(table, np.int64)))
     return cache[dev.key][1]
 
