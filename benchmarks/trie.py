@@ -594,6 +594,62 @@ def markdown(r: dict) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
+def bench_sizes(out: Path, host: str, reps: int = 3) -> None:
+    """Bytes against marisa_trie.BinaryTrie (4-byte big-endian tokens) on several key sets, ours with the tail
+    store and without it (today's layout), build times alternating between the two."""
+    import marisa_trie
+    import trie_keysets as ks
+    from gtmkit import SuccinctTrie
+    from gtmkit.inputs.keys import key_arrays
+    from gtmkit.synth.keys import synth_keys
+    SuccinctTrie.build(synth_keys(1000, seed=3))  # numba's compile, not timed
+    sets = {"synthetic (synth_keys 300k)": lambda: synth_keys(300_000, seed=1),
+            "Zipf 1-12, 2M vocab, a fifth wide": ks.zipf_wide, "Zipf s=1.3 1-12, a fifth wide": ks.zipf_steep,
+            "SID-like 3x256 + 0": ks.sids, "words of 42 languages, CLIP BPE": ks.text}
+    rows = []
+    for name, make in sets.items():
+        keys = make()
+        if keys is None:
+            rows.append({"set": name, "skipped": "wordfreq or openai-clip not installed"})
+            continue
+        tokens, offsets = key_arrays(keys)
+        times = {True: [], False: []}
+        for _ in range(reps):
+            for tails in (False, True):
+                t = time.perf_counter(); trie = SuccinctTrie.build((tokens, offsets), tails=tails)
+                times[tails].append(time.perf_counter() - t)
+                size = trie.nbytes
+                if tails:
+                    new, stats = size, trie.stats()
+                else:
+                    old = size
+        buf = tokens.astype(">u4").tobytes()
+        o = (offsets * 4).tolist()
+        marisa = len(marisa_trie.BinaryTrie([buf[a:b] for a, b in zip(o[:-1], o[1:])]).tobytes())
+        rows.append({"set": name, "keys": trie.num_keys, "nodes": trie.num_nodes, "tail_nodes": stats["tail_nodes"],
+                     "link_nodes": stats["link_nodes"], "bytes": new, "bytes_without_tails": old, "marisa_bytes": marisa,
+                     "ratio": new / marisa, "ratio_without_tails": old / marisa,
+                     "build_s": sorted(times[True])[reps // 2], "build_without_tails_s": sorted(times[False])[reps // 2],
+                     "structure_bytes": stats["structure_bytes"]})
+        log(f"{name}: {new:,} B ({new / marisa:.3f}x marisa, {old / marisa:.3f}x without tails)")
+    result = {"date": DATE, "host": host, "command": " ".join(sys.argv), "rows": rows}
+    (out / f"trie_sizes_{host}.json").write_text(json.dumps(result, indent=1))
+    lines = [f"# Succinct trie bytes against marisa-trie ({DATE}, {host})", "", f"`{result['command']}`", "",
+             "| key set | keys | nodes | tail nodes | ours B | without tails B | marisa B | ours/marisa | without tails/marisa "
+             "| build s (tails) | build s (without) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "skipped" in r:
+            lines.append(f"| {r['set']} | skipped: {r['skipped']} |||||||||| ")
+            continue
+        lines.append(f"| {r['set']} | {r['keys']:,} | {r['nodes']:,} | {r['tail_nodes']:,} | {r['bytes']:,} | "
+                     f"{r['bytes_without_tails']:,} | {r['marisa_bytes']:,} | **{r['ratio']:.3f}** | {r['ratio_without_tails']:.3f} | "
+                     f"{r['build_s']:.2f} | {r['build_without_tails_s']:.2f} |")
+    lines += ["", "Target: ours/marisa <= 0.85 on every set. \"without tails\" is the format-2 layout (every label in "
+              "label_low / label_high), built alternately with the tail build on the same keys (median of "
+              f"{reps})."]
+    (out / f"trie_sizes_{host}.md").write_text("\n".join(lines) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", default="1000000,10000000,30000000,60000000",
@@ -628,7 +684,11 @@ def main():
     ap.add_argument("--seed", type=int, default=7, help="proposal seed")
     ap.add_argument("--skip-build", action="store_true", help="reuse the result file's build rows and the saved trie")
     ap.add_argument("--host", help=HOST_HELP)
+    ap.add_argument("--sizes", action="store_true", help="only bytes against marisa-trie on several key sets "
+                    "(trie_sizes_<host>.md/.json), a couple of minutes")
     args = ap.parse_args()
+    if args.sizes:
+        return bench_sizes(Path(args.out), args.host or "cpu%d" % os.cpu_count())
     t_start = time.perf_counter()
 
     import numba
