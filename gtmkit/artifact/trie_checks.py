@@ -23,17 +23,19 @@ def _rank_shape(nbits: int) -> tuple:
     return ("<u8", ((words_for(nbits) + 7) // 8 + 1, 2))
 
 
-def expected_shapes(n: int, m: int, hb: int, tails: tuple = (0, 0, 0, 0, 0)) -> dict:
-    """Array name -> (dtype, shape); tails: (tail nodes, code base bits, escape bits, dictionary size, wide codes)."""
+def expected_shapes(n: int, m: int, hb: int, tails: tuple = (0, 0, 0, 0, 0), levels: tuple = (16, 0, None)) -> dict:
+    """Array name -> (dtype, shape); tails: (tail nodes, code base bits, escape bits, dictionary size, wide codes);
+    levels: (low_bits, constant deepest levels K, their first node c or None for n)."""
     n_l, n_t = words_for(2 * n + 1), words_for(n)
     t, tb, th, v, w = tails
-    heads = n - 1 - t
+    lb, k, c = levels
+    heads = (n if c is None else c) - 1 - t
     return {
         "label_tail": ("<u8", (words_for(n - 1) if t else 1,)), "label_tail_rank": _rank_shape(n - 1 if t else 0),
         "tail_dict": ("<i4", (v,)), "tail_low": ("<u8", (words_for(t * tb),)),
         "tail_wide": ("<u8", (words_for(t) if th else 1,)), "tail_wide_rank": _rank_shape(t if th else 0),
         "tail_high": ("<u8", (words_for(w * th),)),
-        "label_low": ("<u2", (heads,)), "label_high": ("<u8", (((heads) * hb >> 6) + 1,)),
+        "label_low": ("|u1" if lb == 8 else "<u2", (heads,)), "level_label": ("<i4", (k,)), "label_high": ("<u8", (((heads) * hb >> 6) + 1,)),
         "louds": ("<u8", (n_l,)), "louds_rank": ("<u8", ((n_l + 7) // 8 + 1, 2)),
         "louds_select0": ("<u4", (-(-(n + 1) // SAMPLE) + 1,)), "louds_select1": ("<u4", (-(-n // SAMPLE) + 1,)),
         "terminal": ("<u8", (n_t,)), "terminal_rank": ("<u8", ((n_t + 7) // 8 + 1, 2)),
@@ -47,7 +49,16 @@ def manifest_counts(man: dict) -> tuple:
     m, depth = field(man, "num_keys", "", int, 1), field(man, "max_depth", "", int, 1)
     if m >= n or depth >= n:
         raise FieldError(f"num_keys {m} and max_depth {depth} must be below num_nodes {n}")
-    return n, m, field(man, "high_bits", "", int, 0, 15), depth
+    lb = field(man, "low_bits", "", int, 8, 16) if "low_bits" in man else 16
+    if lb not in (8, 16):
+        raise FieldError(f"low_bits {lb} must be 8 or 16")
+    return n, m, field(man, "high_bits", "", int, 0, 31 - lb), depth
+
+
+def level_counts(man: dict, depth: int) -> tuple:
+    """(low_bits, constant deepest levels): the manifest's label fields, checked (16 and 0 where absent)."""
+    lb = field(man, "low_bits", "", int, 8, 16) if "low_bits" in man else 16
+    return lb, field(man, "const_levels", "", int, 0, depth - 1) if "const_levels" in man else 0
 
 
 def tail_counts(man: dict, n: int) -> tuple:
@@ -62,18 +73,22 @@ def tail_counts(man: dict, n: int) -> tuple:
     return t, tb, th, v
 
 
-def shape_problems(path: Path, a: dict, n: int, m: int, hb: int, depth: int, tails: tuple) -> Iterator[str]:
+def shape_problems(path: Path, a: dict, n: int, m: int, hb: int, depth: int, tails: tuple,
+                   levels: tuple = (16, 0)) -> Iterator[str]:
     t, tb, th, v = tails
+    lo = a["level_offsets"]
+    good_levels = lo.dtype.str == "<i8" and lo.shape == (depth + 2,) and lo[0] == 0 and lo[-1] == n
+    c = int(lo[depth + 1 - levels[1]]) if good_levels else None  # the first node of the constant levels
+    c = c if c is not None and 1 <= c <= n else None
     tw = a["tail_wide"]
     w = 0
     if th and tw.dtype.str == "<u8" and tw.shape == (words_for(t),):
         w = int(np.unpackbits(np.ascontiguousarray(tw).view(np.uint8)).sum())  # sizes tail_high; checked below
-    for name, (dt, shape) in expected_shapes(n, m, hb, tails + (w,)).items():
+    for name, (dt, shape) in expected_shapes(n, m, hb, tails + (w,), levels + (c,)).items():
         if a[name].dtype.str != dt or a[name].shape != shape:
             yield (f"{path}: array {name} is {a[name].dtype.str} {list(a[name].shape)}, "
                    f"expected {dt} {list(shape)} for num_nodes {n}, num_keys {m}, high_bits {hb}")
-    lo = a["level_offsets"]
-    if lo.dtype.str != "<i8" or lo.shape != (depth + 2,) or lo[0] != 0 or lo[-1] != n:
+    if not good_levels:
         yield f"{path}: array level_offsets is not {depth + 2} int64 from 0 to num_nodes {n} (max_depth {depth})"
     elif int(a["louds_rank"][-1, 0]) != n or int(a["terminal_rank"][-1, 0]) != m:
         yield f"{path}: louds_rank / terminal_rank end at {int(a['louds_rank'][-1, 0])} / " \
@@ -111,7 +126,17 @@ def _fields(words, idx: np.ndarray, width: int) -> np.ndarray:
 
 def _labels(a: dict, lo: int, hi: int, hb: int) -> np.ndarray:
     """int64 [hi-lo]: labels of entries lo..hi-1 (entry j: node j+1): a tail node's its code's dictionary token,
-    another's label_low | (hb-bit field) << 16 at its head entry."""
+    a constant level's node its level_label, another's label_low | (hb-bit field) << low_bits at its head entry."""
+    c = int(a["const_from"])
+    if hi > c - 1:  # entries of the constant deepest levels
+        out = np.empty(hi - lo, np.int64)
+        mid = max(lo, c - 1)
+        out[:mid - lo] = _labels(a, lo, mid, hb)
+        lev = np.asarray(a["level_offsets"], np.int64)
+        k = len(a["level_label"])
+        out[mid - lo:] = np.asarray(a["level_label"], np.int64)[
+            np.searchsorted(lev[len(lev) - 1 - k:], np.arange(mid, hi) + 1, side="right") - 1]
+        return out
     if a["tail_nodes"]:
         flags = _bits(a["label_tail"])
         tail_before = np.concatenate([[0], np.cumsum(flags[:hi])])
@@ -127,7 +152,7 @@ def _labels(a: dict, lo: int, hi: int, hb: int) -> np.ndarray:
 
 def _head_labels(a: dict, idx: np.ndarray, hb: int) -> np.ndarray:
     low = np.asarray(a["label_low"], np.int64)[idx] if len(idx) else np.zeros(0, np.int64)
-    return low | (_fields(a["label_high"], idx, hb) << 16)
+    return low | (_fields(a["label_high"], idx, hb) << int(a["low_bits"]))
 
 
 class _Walk:
@@ -248,7 +273,7 @@ def _tree_problems(path: Path, a: dict, n: int) -> Iterator[str]:
     lo = np.asarray(a["level_offsets"], np.int64)
     if np.any(np.diff(lo) <= 0) or walk.level:
         yield f"{path / 'level_offsets.npy'}: {lo.tolist()} are not the tree's breadth-first levels"
-    if _tail_set(a["label_high"], (n - 1 - int(a.get("tail_nodes", 0))) * hb):
+    if _tail_set(a["label_high"], (int(a["const_from"]) - 1 - int(a.get("tail_nodes", 0))) * hb):
         yield f"{path / 'label_high.npy'}: bits past the last label are set"
     else:
         if walk.order is not None:
@@ -283,7 +308,7 @@ def tail_problems(path: Path, a: dict, n: int, tails: tuple) -> Iterator[str]:
     if len(child) and (child.min() < 0 or child.max() >= n - 1):
         yield f"{path / 'louds.npy'}: not a tree in breadth-first order"
         return
-    want[child] = True
+    want[child[child < int(a["const_from"]) - 1]] = True  # nodes of the constant levels are never tail nodes
     got = _bits(a["label_tail"])
     if t and (not np.array_equal(got[:n - 1], want) or _tail_set(a["label_tail"], n - 1)):
         yield f"{path / 'label_tail.npy'}: does not flag exactly the sole children of single-child nodes that end no key"
@@ -316,10 +341,10 @@ def tail_problems(path: Path, a: dict, n: int, tails: tuple) -> Iterator[str]:
         yield f"{path / 'tail_low.npy'}: a tail code is past the {v} dictionary tokens"
         return
     a["tail_codes"] = codes
-    heads = n - 1 - t
+    heads = int(a["const_from"]) - 1 - t
     if heads:
         top = int(_head_labels(a, np.arange(heads, dtype=np.int64), a["high_bits"]).max())
-        if (top >> 16).bit_length() != a["high_bits"]:
+        if (top >> int(a["low_bits"])).bit_length() != a["high_bits"]:
             yield f"{path / 'manifest.json'}: high_bits {a['high_bits']} is not the width of the largest label's high part"
 
 
@@ -342,14 +367,19 @@ def trie_problems(path, man: dict, arrays: dict, full: bool) -> Iterator[str]:
     try:
         n, m, hb, depth = manifest_counts(man)
         tails = tail_counts(man, n)
+        levels = level_counts(man, depth)
     except FieldError as e:
         yield f"{path / 'manifest.json'}: {e}"
         return
-    stage = list(shape_problems(path, arrays, n, m, hb, depth, tails))
+    stage = list(shape_problems(path, arrays, n, m, hb, depth, tails, levels))
     yield from stage
     if stage or not full:
         return
-    a = dict(arrays, high_bits=hb, tail_nodes=tails[0])
+    if np.any(np.asarray(arrays["level_label"]) < 0):
+        yield f"{path / 'level_label.npy'}: a negative token"
+        return
+    c = int(arrays["level_offsets"][depth + 1 - levels[1]])
+    a = dict(arrays, high_bits=hb, tail_nodes=tails[0], low_bits=levels[0], const_from=c)
     tree = list(tail_problems(path, a, n, tails))
     if not tree:
         tree = list(_tree_problems(path, a, n))

@@ -19,15 +19,18 @@ class LoudsArrays(NamedTuple):
     louds_rank        uint64 [S+1, 2]          rank9 directory (S = ceil(words/8) superblocks of 512 bits)
     louds_select0     uint32 [ceil((n+1)/512)+1]  superblock of every 512th zero; last = last superblock
     louds_select1     uint32 [ceil(n/512)+1]   superblock of every 512th one
-    label_low         uint16 [n-1-t]           token & 0xFFFF of head node j+1, at j - rank1(label_tail, j)
-    label_high        uint64 [(n-1-t)*h//64+1] token >> 16 of the same, in h = high_bits bits (h may be 0)
-    high_bits         int                      bits of the largest token >> 16
+    label_low         uint8/16 [c-1-t]         token & (2^low_bits - 1) of head node j+1, at j - rank1(label_tail, j)
+    label_high        uint64 [(c-1-t)*h//64+1] token >> low_bits of the same, in h = high_bits bits (h may be 0)
+    high_bits         int                      bits of the largest head token >> low_bits
     terminal          uint64 [n//64 + 1]       bit v: node v ends a key
     terminal_rank     uint64 [..., 2]          rank9 directory of terminal; key id of v = rank1(terminal, v)
     terminal_select1  uint32 [ceil(m/512)+1]   superblock of every 512th terminal
     level_offsets     int64 [D+2]              depth-d nodes are ids level_offsets[d] .. level_offsets[d+1]-1
     label_tail .. tail_high                    the t = tail_nodes labels of single-child chains (trie/tails.py)
     tail_nodes, tail_low_bits, tail_high_bits  int: t, the codes' base and escape widths
+    level_label       int32 [K]                the token of every node of the K deepest levels (trie/labels.py)
+    low_bits          int                      8 or 16: label_low's width
+    const_from        int                      c: the first node of those levels (n when K = 0)
     """
 
     louds: np.ndarray
@@ -51,6 +54,9 @@ class LoudsArrays(NamedTuple):
     tail_nodes: int
     tail_low_bits: int
     tail_high_bits: int
+    level_label: np.ndarray
+    low_bits: int
+    const_from: int
 
 
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -101,7 +107,7 @@ def has_children(t, v):
 @njit(cache=True, nogil=True, inline="always")
 def head_label(t, h):
     """Label entry h of label_low / label_high."""
-    return np.int64(t.label_low[h]) | (get_field(t.label_high, h, t.high_bits) << 16)
+    return np.int64(t.label_low[h]) | (get_field(t.label_high, h, t.high_bits) << t.low_bits)
 
 
 @njit(cache=True, nogil=True)
@@ -123,9 +129,22 @@ def head_index(t, j):
 
 
 @njit(cache=True, nogil=True)
+def const_label(t, node):
+    """Label of a node of the constant deepest levels (node >= const_from): its level's token."""
+    k = t.level_label.shape[0] - 1
+    d = t.level_offsets.shape[0] - 2  # the deepest level
+    while node < t.level_offsets[d]:
+        d -= 1
+        k -= 1
+    return np.int64(t.level_label[k])
+
+
+@njit(cache=True, nogil=True)
 def label(t, node):
     """Token on the edge into node (node >= 1)."""
     j = node - 1
+    if node >= t.const_from:
+        return const_label(t, node)
     if t.tail_nodes and get_bit(t.label_tail, j):
         return tail_label(t, j)
     return head_label(t, head_index(t, j))

@@ -1,5 +1,5 @@
 """Tail labels of the succinct trie: the label of a node that continues a single-child chain is moved out of the
-16-bit label arrays into a tail store coded by frequency, where that saves bytes (FlashTrie App. A: alpha < 1 - 1/k).
+head label arrays into a tail store coded by frequency, where that saves bytes (FlashTrie App. A: alpha < 1 - 1/k).
 
 A tail node is a node whose parent is not the root, has one child and ends no key: the chain below a branching
 node (or a key's end) whose tokens MARISA folds into its TAIL. Every node keeps its LOUDS bits and id, so node
@@ -13,106 +13,115 @@ ids, key ids and the search's tie order are today's; only where a label is store
     tail_wide_rank   uint64 [..., 2]          rank9 directory of tail_wide
     tail_high        uint64 [w*hb//64 + 1]    code >> b of the w wide codes in order, hb = tail_high_bits bits
 
-Suffix sharing comes from the dictionary: a token repeated along many chains (a SID's trailing 0, a word's
+Suffix sharing comes from the dictionary: a token repeated along many chains (a SID's trailing code, a word's
 common last BPE piece) costs its code, a few bits, at each; the frequent codes are short. Head labels (all
-other nodes) stay in label_low / label_high, indexed by j - rank1(label_tail, j)."""
+other nodes) stay in label_low / label_high, indexed by j - rank1(label_tail, j) (trie/labels.py)."""
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from .._rank_select import pack_bits, pack_fields, rank_directory, words_for
 
 TAIL_ARRAYS = ("label_tail", "label_tail_rank", "tail_dict", "tail_low", "tail_wide", "tail_wide_rank", "tail_high")
+LUT_TOKENS = 1 << 22  # tail tokens below this are counted and coded through a lookup table, larger ones by sorting
 
 
-def tail_flags(degree: list, terminal: list) -> np.ndarray:
-    """bool [n-1]: entry j (node j+1) is a tail node; degree / terminal: per depth, BFS order (depth 0 the root)."""
-    out = [np.zeros(len(degree[1]) if len(degree) > 1 else 0, np.bool_)]  # the root's children are heads
-    for d in range(1, len(degree) - 1):
-        g = np.asarray(degree[d], np.int64)
-        out.append(np.repeat((g == 1) & ~np.asarray(terminal[d], np.bool_), g))
-    return np.concatenate(out) if out else np.zeros(0, np.bool_)
+@njit(cache=True, nogil=True)
+def mark_chains(degree, terminal, words, j):
+    """Set bit j.. of words for the children of one piece of parents (BFS order, first child entry j) that are
+    tail nodes: the only child of a parent that ends no key. Returns the entry after the piece's children."""
+    one = np.uint64(1)
+    for v in range(degree.shape[0]):
+        g = degree[v]
+        if g == 1 and not terminal[v]:
+            words[j >> 6] |= one << np.uint64(j & 63)
+        j += g
+    return j
 
 
-def _rank_bytes(nbits: int) -> int:
+@njit(cache=True, nogil=True)
+def take_tails(labels, words, j, out, at):
+    """Append to out (from at) the labels of the piece's tail nodes (the piece's first entry j); returns the end."""
+    for i in range(labels.shape[0]):
+        p = j + i
+        if (words[p >> 6] >> np.uint64(p & 63)) & np.uint64(1):
+            out[at] = labels[i]
+            at += 1
+    return at
+
+
+def rank_bytes(nbits: int) -> int:
+    """Bytes of an nbits-bit vector and its rank9 directory."""
     w = words_for(nbits)
     return 8 * w + 16 * ((w + 7) // 8 + 1)
 
 
-def _code_layout(codes: np.ndarray, cw: int) -> tuple:
-    """(bytes, b): the base width b of the codes' escape layout that takes fewest bytes."""
-    t = len(codes)
-    counts = np.bincount(_bit_lengths(codes), minlength=cw + 1)
-    wider = counts[::-1].cumsum()[::-1]  # codes of bit length >= i
-    best = None
-    for b in range(cw + 1):
-        n_wide = int(wider[b + 1]) if b + 1 <= cw else 0
-        size = 8 * words_for(t * b)
-        size += (_rank_bytes(t) + 8 * words_for(n_wide * (cw - b))) if n_wide else _rank_bytes(0) + 8
-        if best is None or size < best[0]:
-            best = (size, b)
-    return best
-
-
-def _bit_lengths(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, np.int64)
-    out = np.zeros(len(x), np.int64)
-    for i in range(63):
-        hit = (x >> i) > 0
-        if not hit.any():
-            break
-        out += hit
-    return out
-
-
-def no_tails(n: int) -> dict:
+def no_tails(n: int = 0) -> dict:
     """The tail arrays of a trie that keeps every label in label_low / label_high."""
     z = np.zeros(1, np.uint64)
-    return dict(arrays={"label_tail": np.zeros(1, np.uint64), "label_tail_rank": rank_directory(np.zeros(1, np.uint64)),
-                        "tail_dict": np.zeros(0, np.int32), "tail_low": z.copy(), "tail_wide": z.copy(),
-                        "tail_wide_rank": rank_directory(z), "tail_high": z.copy()},
+    return dict(arrays={"label_tail": z.copy(), "label_tail_rank": rank_directory(z), "tail_dict": np.zeros(0, np.int32),
+                        "tail_low": z.copy(), "tail_wide": z.copy(), "tail_wide_rank": rank_directory(z),
+                        "tail_high": z.copy()},
                 tail_nodes=0, tail_low_bits=0, tail_high_bits=0)
 
 
-def encode_tails(flags: np.ndarray, labels: np.ndarray) -> dict:
-    """Tail store of the labels at flags (see the module docstring) -> dict(arrays, tail_nodes, tail_low_bits,
-    tail_high_bits, bytes): bytes it adds, net of nothing (the caller weighs it against the label bytes it saves)."""
-    tail = np.asarray(labels[flags], np.int64)
-    tokens, inverse, counts = np.unique(tail, return_inverse=True, return_counts=True)
-    order = np.lexsort((tokens, -counts))  # most frequent first: their codes are the short ones
-    code_of = np.empty(len(tokens), np.int64)
-    code_of[order] = np.arange(len(tokens))
-    codes = code_of[inverse.reshape(-1)]
-    cw = int(len(tokens) - 1).bit_length()
-    _, b = _code_layout(codes, cw)
-    wide = codes >= (1 << b)
-    hb = cw - b if wide.any() else 0
-    words = pack_bits(flags)
-    wide_words = pack_bits(wide)
-    arrays = {"label_tail": words, "label_tail_rank": rank_directory(words),
-              "tail_dict": tokens[order].astype(np.int32),
-              "tail_low": pack_fields(codes & ((1 << b) - 1), b),
-              "tail_wide": wide_words if hb else np.zeros(1, np.uint64),
-              "tail_high": pack_fields(codes[wide] >> b, hb) if hb else np.zeros(1, np.uint64)}
+NO_TAIL_BYTES = 2 * rank_bytes(0) + 16  # no_tails' arrays: two one-word bit vectors with directories, two words
+
+
+def tail_dictionary(tail: np.ndarray, max_tail: int) -> tuple:
+    """(tokens by code int32 [V], count of each code int64 [V]): most frequent first, ties by token."""
+    if max_tail < LUT_TOKENS:
+        counts = np.bincount(tail, minlength=max_tail + 1)
+        tokens = np.flatnonzero(counts)
+        counts = counts[tokens]
+    else:
+        s = np.sort(tail)
+        starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+        tokens, counts = s[starts], np.diff(np.r_[starts, len(s)])
+    order = np.lexsort((tokens, -counts))
+    return tokens[order].astype(np.int32), counts[order].astype(np.int64)
+
+
+def code_layout(counts: np.ndarray) -> tuple:
+    """(bytes, b, hb): the base width b and escape width hb of the code layout that takes fewest bytes, for codes
+    0..V-1 used counts[c] times each."""
+    t, v = int(counts.sum()), len(counts)
+    cw = int(v - 1).bit_length()
+    lengths = np.zeros(v, np.int64)
+    lengths[1:] = np.floor(np.log2(np.arange(1, v))).astype(np.int64) + 1
+    by_len = np.bincount(lengths, weights=counts, minlength=cw + 1).astype(np.int64)
+    wider = by_len[::-1].cumsum()[::-1]  # tail nodes whose code has bit length >= i
+    best = None
+    for b in range(cw + 1):
+        n_wide = int(wider[b + 1]) if b + 1 <= cw else 0
+        size = 8 * words_for(t * b) + 4 * v
+        size += rank_bytes(t) + 8 * words_for(n_wide * (cw - b)) if n_wide else rank_bytes(0) + 8
+        if best is None or size < best[0]:
+            best = (size, b, cw - b if n_wide else 0)
+    return best
+
+
+def tail_codes(tail: np.ndarray, tokens: np.ndarray, max_tail: int) -> np.ndarray:
+    """int64 [t]: the code of every tail label (its index in tokens)."""
+    if max_tail < LUT_TOKENS:
+        lut = np.zeros(max_tail + 1, np.int64)
+        lut[tokens] = np.arange(len(tokens))
+        return lut[tail]
+    by_token = np.argsort(tokens)
+    return by_token[np.searchsorted(tokens[by_token], tail)]
+
+
+def tail_store(words: np.ndarray, tail: np.ndarray, tokens: np.ndarray, b: int, hb: int, max_tail: int) -> dict:
+    """The tail arrays (module docstring) of the tail labels `tail` (in node order), flagged in words."""
+    codes = tail_codes(tail, tokens, max_tail)
+    arrays = {"label_tail": words, "label_tail_rank": rank_directory(words), "tail_dict": tokens,
+              "tail_low": pack_fields(codes & ((1 << b) - 1), b)}
+    if hb:
+        wide = codes >= (1 << b)
+        arrays.update(tail_wide=pack_bits(wide), tail_high=pack_fields(codes[wide] >> b, hb))
+    else:
+        arrays.update(tail_wide=np.zeros(1, np.uint64), tail_high=np.zeros(1, np.uint64))
     arrays["tail_wide_rank"] = rank_directory(arrays["tail_wide"])
-    return dict(arrays=arrays, tail_nodes=int(len(tail)), tail_low_bits=int(b), tail_high_bits=int(hb),
-                bytes=int(sum(a.nbytes for a in arrays.values())))
-
-
-def head_label_bytes(n_labels: int, high_bits: int) -> int:
-    """Bytes of label_low + label_high for n_labels labels."""
-    return 2 * n_labels + 8 * words_for(n_labels * high_bits)
-
-
-def choose_tails(flags: np.ndarray, labels: np.ndarray, high_bits: int) -> dict:
-    """encode_tails' store if it takes fewer bytes than the tail labels it moves out of label_low / label_high,
-    else None (the trie keeps every label there, so it never grows)."""
-    n_tail = int(flags.sum())
-    if n_tail == 0:
-        return None
-    enc = encode_tails(flags, labels)
-    n = len(flags)
-    kept = head_label_bytes(n - n_tail, high_bits) + enc["bytes"]
-    off = head_label_bytes(n, high_bits) + sum(a.nbytes for a in no_tails(n + 1)["arrays"].values())
-    return enc if kept < off else None
+    return dict(arrays=arrays, tail_nodes=int(len(tail)), tail_low_bits=int(b), tail_high_bits=int(hb))

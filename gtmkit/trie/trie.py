@@ -18,10 +18,9 @@ from ..artifact.trie_checks import trie_problems
 from ..progress import Progress
 from . import nav as nav
 from .build import build_arrays
-from ..artifact.trie_format import (ARRAY_NAMES, BASE_ARRAY_NAMES, FORMAT_NAME, FORMAT_VERSION, SUPPORTED_VERSIONS,
-                                    TAIL_FIELDS, write_trie)
+from ..artifact.trie_format import (ARRAY_NAMES, BASE_ARRAY_NAMES, FORMAT_NAME, FORMAT_VERSION, LABEL_DEFAULTS,
+                                    SUPPORTED_VERSIONS, TAIL_ARRAY_NAMES, TAIL_FIELDS, write_trie)
 from .tails import no_tails
-from ..artifact.trie_format import TAIL_ARRAY_NAMES
 from ..inputs.keys import MAX_TOKEN, clip_tokens, key_arrays
 
 
@@ -72,8 +71,7 @@ class SuccinctTrie:
     @classmethod
     def from_built(cls, built: dict) -> "SuccinctTrie":
         """A trie of build_arrays' (or levels_arrays') output."""
-        return cls(nav.LoudsArrays(high_bits=built["high_bits"], **{f: int(built.get(f, 0)) for f in TAIL_FIELDS},
-                                   **built["arrays"]), built["num_keys"])
+        return cls(_louds(built["arrays"], built), built["num_keys"])
 
     @classmethod
     def build_dataset(cls, keys, out_dir, column: str = "key", shards: int = None, client=None,
@@ -109,7 +107,7 @@ class SuccinctTrie:
         """The arrays and manifest into an open writer, committed."""
         a = self.arrays._asdict()
         write_trie(w, {"arrays": a, "num_nodes": self.num_nodes, "num_keys": self.num_keys,
-                       "high_bits": self.arrays.high_bits, **{f: a[f] for f in TAIL_FIELDS}})
+                       "high_bits": self.arrays.high_bits, "low_bits": a["low_bits"], **{f: a[f] for f in TAIL_FIELDS}})
         self.path = w.out_dir
 
     @classmethod
@@ -127,8 +125,7 @@ class SuccinctTrie:
         except BaseException:
             art.close()
             raise
-        trie = cls(nav.LoudsArrays(high_bits=int(man["high_bits"]), **{f: int(man[f]) for f in TAIL_FIELDS},
-                                   **arrays), man["num_keys"], path=path)
+        trie = cls(_louds(arrays, man), man["num_keys"], path=path)
         trie._artifact = art
         return trie
 
@@ -230,10 +227,12 @@ class SuccinctTrie:
         arr = {name: int(getattr(self.arrays, name).nbytes) for name in ARRAY_NAMES}
         groups = {"louds": ("louds", "louds_rank", "louds_select0", "louds_select1"),
                   "terminal": ("terminal", "terminal_rank", "terminal_select1"),
-                  "head_labels": ("label_low", "label_high"), "tails": TAIL_ARRAY_NAMES, "levels": ("level_offsets",)}
+                  "head_labels": ("label_low", "label_high"), "tails": TAIL_ARRAY_NAMES,
+                  "levels": ("level_offsets", "level_label")}
         a = self.arrays
         return {"keys": self.num_keys, "nodes": self.num_nodes, "max_depth": self.max_depth,
-                "high_bits": int(a.high_bits), "tail_nodes": int(a.tail_nodes),
+                "high_bits": int(a.high_bits), "low_bits": int(a.low_bits), "tail_nodes": int(a.tail_nodes),
+                "const_levels": int(len(a.level_label)), "const_nodes": int(self.num_nodes - a.const_from),
                 "link_nodes": self._link_nodes(), "tail_dict": int(len(a.tail_dict)),
                 "tail_code_bits": [int(a.tail_low_bits), int(a.tail_high_bits)],
                 "tail_bytes": sum(arr[x] for x in TAIL_ARRAY_NAMES),
@@ -262,11 +261,20 @@ def _array(art, name: str, mmap: bool) -> np.ndarray:
         raise ArtifactError(f"{fpath}: cannot load array ({type(exc).__name__})") from None
 
 
+def _louds(arrays: dict, fields: dict) -> nav.LoudsArrays:
+    """LoudsArrays of the arrays and the build's (or manifest's) counts."""
+    lo = arrays["level_offsets"]
+    return nav.LoudsArrays(high_bits=int(fields["high_bits"]), low_bits=int(fields.get("low_bits", 16)),
+                           const_from=int(lo[len(lo) - 1 - len(arrays["level_label"])]),
+                           **{f: int(fields.get(f, 0)) for f in TAIL_FIELDS}, **arrays)
+
+
 def _member_arrays(path, art, mmap: bool) -> tuple:
-    """(arrays by name, manifest): a version 1 or 2 trie (no tail arrays) reads as one with tails off."""
+    """(arrays by name, manifest): a version 1 or 2 trie (no tail arrays) reads as one with tails off, a trie
+    without level_label (versions 1, 2 and early 3) as one with 16-bit labels and no constant levels."""
     man = dict(art.manifest)
     version = int(man.get("format_version", 0))
-    names = ARRAY_NAMES if version >= 3 else BASE_ARRAY_NAMES
+    names = tuple(x for x in ARRAY_NAMES if x != "level_label") if version >= 3 else BASE_ARRAY_NAMES
     missing = [name for name in names if name not in art.names]
     if missing:
         raise ArtifactError(f"{path}: missing arrays {missing}")
@@ -275,6 +283,11 @@ def _member_arrays(path, art, mmap: bool) -> tuple:
         n = int(man.get("num_nodes", 2)) if isinstance(man.get("num_nodes"), int) else 2
         arrays.update(no_tails(max(n, 2))["arrays"])
         man.update({f: 0 for f in TAIL_FIELDS}, tail_dict_size=0)
+    if "level_label" in art.names:
+        arrays["level_label"] = _array(art, "level_label", mmap)
+    else:
+        man.update(LABEL_DEFAULTS)
+        arrays["level_label"] = np.zeros(0, np.int32)
     return arrays, man
 
 

@@ -158,7 +158,7 @@ def test_trie_reads_and_equals_reference(trie):
 
 
 def test_trie_rebuild_writes_the_same_arrays(tmp_path):
-    """Format 2's arrays are format 3's without a tail store; format 3's golden holds one."""
+    """Format 2's arrays are format 3's in the format-2 layout (tails=False); format 3's golden holds a tail store."""
     from gtmkit.artifact.trie_format import BASE_ARRAY_NAMES
     gtmkit.SuccinctTrie.build(_keys(), tails=False).save(tmp_path / "trie")
     base = {f"{name}.npy" for name in BASE_ARRAY_NAMES}

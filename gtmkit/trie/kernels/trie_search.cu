@@ -173,6 +173,11 @@ __device__ __forceinline__ u64 gtimer() {
 #define TP_TAIL_NODES 23    // 0: every label is in label_low / label_high
 #define TP_TAIL_LOW_BITS 24
 #define TP_TAIL_HIGH_BITS 25
+#define TP_LOW_BITS 26      // 8 or 16: label_low's width (trie/labels.py)
+#define TP_LEVEL_LABEL 27   // i32 [K]: the token of every node of each constant deepest level
+#define TP_LEVEL_FIRST 28   // i64 [K]: the first node of each of those levels
+#define TP_CONST_LEVELS 29  // K (0: none)
+#define TP_CONST_FROM 30    // the first node of the constant levels (num_nodes when K = 0)
 
 // Search state table: per-query buffers [b, ...] allocated once per shape, kept between launches.
 #define SP_LIVE_NODE 0      // i64 [b, BW]   live beams, best first: node
@@ -227,6 +232,12 @@ struct Trie {
     const u64* thigh;
     i64 ntail;
     int tlbits, thbits;
+    int lbits;            // label_low's width: 8 (read through low8) or 16
+    const unsigned char* low8;
+    const int* lconst;    // constant deepest levels: nodes >= cfrom (trie/labels.py)
+    const i64* lfirst;
+    int nconst;
+    i64 cfrom;
 };
 
 struct Smem {
@@ -298,6 +309,12 @@ __device__ __forceinline__ Trie load_trie(const i64* TP) {
     t.ntail = TP[TP_TAIL_NODES];
     t.tlbits = (int)TP[TP_TAIL_LOW_BITS];
     t.thbits = (int)TP[TP_TAIL_HIGH_BITS];
+    t.lbits = (int)TP[TP_LOW_BITS];
+    t.low8 = (const unsigned char*)TP[TP_LABEL_LOW];
+    t.lconst = (const int*)TP[TP_LEVEL_LABEL];
+    t.lfirst = (const i64*)TP[TP_LEVEL_FIRST];
+    t.nconst = (int)TP[TP_CONST_LEVELS];
+    t.cfrom = TP[TP_CONST_FROM];
     return t;
 }
 
@@ -744,7 +761,7 @@ __device__ __forceinline__ void search_body(
             if (is_live) {
                 // the labels the next step reads first if this candidate is kept, on their way to L2
                 if (!tr.ntail) {  // with tails a label's entry needs a rank: no address to prefetch yet
-                    PREFETCH_L2(tr.low + child_first - 1);
+                    PREFETCH_L2(tr.low8 + (child_first - 1) * (tr.lbits >> 3));
                     if (tr.hbits) PREFETCH_L2(tr.high + ((child_first - 1) * tr.hbits >> 6));
                 }
                 cand[pl] = live_key;
