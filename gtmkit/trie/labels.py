@@ -123,10 +123,10 @@ def encode_labels(labels: list, terminal: list, degree: list, level_offsets: np.
                 x = np.asarray(whole(x))
                 at = take_tails(x, words, j, tail, at)
                 j += len(x)
-        tokens, counts = tail_dictionary(tail, max_tail)
+        tokens, counts, lookup = tail_dictionary(tail, max_tail)
         size, b, hb = code_layout(counts)
         if head_bytes(n_labels - n_tail, max_head)[0] + rank_bytes(n_labels) + size < plain:
-            store = tail_store(words, tail, tokens, b, hb, max_tail)
+            store = tail_store(words, tail, tokens, counts, lookup, b, hb)
         del tail
     if store is None:
         use_tails, n_tail, max_head = False, 0, max(max_head, max_tail)

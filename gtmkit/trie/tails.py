@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .._rank_select import pack_bits, pack_fields, rank_directory, words_for
+from .._rank_select import rank_directory, words_for
 
 TAIL_ARRAYS = ("label_tail", "label_tail_rank", "tail_dict", "tail_low", "tail_wide", "tail_wide_rank", "tail_high")
 LUT_TOKENS = 1 << 22  # tail tokens below this are counted and coded through a lookup table, larger ones by sorting
@@ -70,18 +70,47 @@ def no_tails(n: int = 0) -> dict:
 NO_TAIL_BYTES = 2 * rank_bytes(0) + 16  # no_tails' arrays: two one-word bit vectors with directories, two words
 
 
+@njit(cache=True, nogil=True)
+def _count(tail, size):
+    """int32 [size]: occurrences of each token below size."""
+    counts = np.zeros(size, np.int32)
+    for i in range(tail.shape[0]):
+        counts[tail[i]] += 1
+    return counts
+
+
+@njit(cache=True, nogil=True)
+def _present(counts):
+    """(tokens int64, their counts int64) of the nonzero entries, token ascending."""
+    k = 0
+    for i in range(counts.shape[0]):
+        k += counts[i] != 0
+    tokens, out = np.empty(k, np.int64), np.empty(k, np.int64)
+    k = 0
+    for i in range(counts.shape[0]):
+        if counts[i]:
+            tokens[k], out[k] = i, counts[i]
+            k += 1
+    return tokens, out
+
+
 def tail_dictionary(tail: np.ndarray, max_tail: int) -> tuple:
-    """(tokens by code int32 [V], count of each code int64 [V]): most frequent first, ties by token."""
+    """(tokens by code int32 [V], count of each code int64 [V], lookup): most frequent first, ties by token; lookup
+    is the token-indexed count array (tokens below LUT_TOKENS), reused by tail_codes as its code table, or None."""
+    lookup = None
     if max_tail < LUT_TOKENS:
-        counts = np.bincount(tail, minlength=max_tail + 1)
-        tokens = np.flatnonzero(counts)
-        counts = counts[tokens]
+        lookup = _count(tail, max_tail + 1)
+        tokens, counts = _present(lookup)
     else:
         s = np.sort(tail)
         starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-        tokens, counts = s[starts], np.diff(np.r_[starts, len(s)])
-    order = np.lexsort((tokens, -counts))
-    return tokens[order].astype(np.int32), counts[order].astype(np.int64)
+        tokens, counts = s[starts].astype(np.int64), np.diff(np.r_[starts, len(s)])
+    top = int(counts.max()) if len(counts) else 0
+    if top < 1 << 16:  # a stable sort of 16-bit keys is a radix sort; tokens ascend already, so ties keep that order
+        order = np.argsort((top - counts).astype(np.uint16), kind="stable")
+    else:
+        order = np.lexsort((tokens, -counts))
+    return tokens[order].astype(np.int32), counts[order], lookup
 
 
 def code_layout(counts: np.ndarray) -> tuple:
@@ -103,25 +132,49 @@ def code_layout(counts: np.ndarray) -> tuple:
     return best
 
 
-def tail_codes(tail: np.ndarray, tokens: np.ndarray, max_tail: int) -> np.ndarray:
-    """int64 [t]: the code of every tail label (its index in tokens)."""
-    if max_tail < LUT_TOKENS:
-        lut = np.zeros(max_tail + 1, np.int64)
-        lut[tokens] = np.arange(len(tokens))
-        return lut[tail]
-    by_token = np.argsort(tokens)
-    return by_token[np.searchsorted(tokens[by_token], tail)]
+@njit(cache=True, nogil=True)
+def _pack_codes(tail, table, b, hb, low, wide, high):
+    """Codes (table[token]) of the tail labels into low (b bits each), and for codes >= 2^b a wide bit and their high
+    part (hb bits) in order."""
+    one = np.uint64(1)
+    mask = np.int64((1 << b) - 1)
+    w = 0
+    for i in range(tail.shape[0]):
+        c = np.int64(table[tail[i]])
+        if b:
+            v = np.uint64(c & mask)
+            p = i * b
+            off = np.uint64(p & 63)
+            low[p >> 6] |= v << off
+            if (p & 63) + b > 64:
+                low[(p >> 6) + 1] |= v >> (np.uint64(64) - off)
+        if hb and c >> b:
+            wide[i >> 6] |= one << np.uint64(i & 63)
+            v = np.uint64(c >> b)
+            p = w * hb
+            off = np.uint64(p & 63)
+            high[p >> 6] |= v << off
+            if (p & 63) + hb > 64:
+                high[(p >> 6) + 1] |= v >> (np.uint64(64) - off)
+            w += 1
 
 
-def tail_store(words: np.ndarray, tail: np.ndarray, tokens: np.ndarray, b: int, hb: int, max_tail: int) -> dict:
-    """The tail arrays (module docstring) of the tail labels `tail` (in node order), flagged in words."""
-    codes = tail_codes(tail, tokens, max_tail)
-    arrays = {"label_tail": words, "label_tail_rank": rank_directory(words), "tail_dict": tokens,
-              "tail_low": pack_fields(codes & ((1 << b) - 1), b)}
-    if hb:
-        wide = codes >= (1 << b)
-        arrays.update(tail_wide=pack_bits(wide), tail_high=pack_fields(codes[wide] >> b, hb))
-    else:
-        arrays.update(tail_wide=np.zeros(1, np.uint64), tail_high=np.zeros(1, np.uint64))
-    arrays["tail_wide_rank"] = rank_directory(arrays["tail_wide"])
-    return dict(arrays=arrays, tail_nodes=int(len(tail)), tail_low_bits=int(b), tail_high_bits=int(hb))
+def tail_store(words: np.ndarray, tail: np.ndarray, tokens: np.ndarray, counts: np.ndarray, lookup, b: int,
+               hb: int) -> dict:
+    """The tail arrays (module docstring) of the tail labels `tail` (in node order), flagged in words; tokens and
+    counts by code and lookup as tail_dictionary gives them."""
+    if lookup is not None:
+        lookup[tokens] = np.arange(len(tokens), dtype=np.int32)  # the count table becomes the code table
+        table, keys = lookup, tail
+    else:  # tokens >= LUT_TOKENS: codes through the tokens' ranks
+        by_token = np.argsort(tokens)
+        table, keys = by_token.astype(np.int64), np.searchsorted(tokens[by_token], tail)
+    t = len(tail)
+    n_wide = int(counts[1 << b:].sum()) if hb else 0
+    low = np.zeros(words_for(t * b), np.uint64)
+    wide = np.zeros(words_for(t) if hb else 1, np.uint64)
+    high = np.zeros(words_for(n_wide * hb), np.uint64)
+    _pack_codes(keys, table, b, hb, low, wide, high)
+    arrays = {"label_tail": words, "label_tail_rank": rank_directory(words), "tail_dict": tokens, "tail_low": low,
+              "tail_wide": wide, "tail_wide_rank": rank_directory(wide), "tail_high": high}
+    return dict(arrays=arrays, tail_nodes=int(t), tail_low_bits=int(b), tail_high_bits=int(hb))
