@@ -71,8 +71,8 @@ def staging_option():
                         "local path or URL (s3://...; this process and every worker must reach it) instead of in "
                         "the workers' memory. Use it when the output is too large for the cluster's memory (the "
                         "pieces are about the output's size, more than the workers' memory limits together) and "
-                        "their local disks too small to spill it; else leave it out: pieces moving through Dask "
-                        "are faster. A folder of the run is made there and removed at its end.")
+                        "their local disks too small to spill it; else leave it out (the pieces then need no store "
+                        "every worker reaches). A folder of the run is made there and removed at its end.")
 
 
 def sharding_options(what: str, unit: str):

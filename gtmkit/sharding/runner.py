@@ -191,7 +191,7 @@ class OnDask(Pieces):
     def collect(self, futures: list, progress, phase: str, land=None, fetch: bool = True) -> list:
         """The futures' results in order, each fetched as its task ends; fetch False: the futures, once every task
         has ended (results left where they are). land(i): a folder of this machine where task i's {"meta", "piece"}
-        lands one array at a time (fetch.py), its value then (meta, the piece as files there), the result then
+        lands a block of rows at a time (fetch.py), its value then (meta, the piece as files there), the result then
         released. A task's error raises: the first in order among the failing ones, as InProcess would."""
         from distributed import KilledWorker
         from .fetch import land_remote

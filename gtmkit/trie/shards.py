@@ -222,7 +222,7 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
             cuts = [[run.later(cut_keys, r, bounds[s], bounds[s + 1], phase="cut") for r in split]
                     for s in range(len(bounds) - 1)]
             held += [c for row in cuts for c in row]
-            # each shard's piece lands on this machine's disk as its task ends, an array at a time
+            # each shard's piece lands on this machine's disk as its task ends, a block of rows at a time
             built = run.map(build_key_shard, [(cuts[s], s, keep) for s in range(len(cuts))], progress, "shards",
                             land=lambda s: stage / f"shard-{s:05d}")
             metas, landed = [m for m, _ in built], [p for _, p in built]

@@ -59,7 +59,7 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
             cuts = [[run.later(cut, r, bounds[s], bounds[s + 1], schema.vocab, n_attrs, phase="cut") for r in split]
                     for s in range(len(bounds) - 1)]
             held += [c for row in cuts for c in row]
-            # each shard's piece lands on this machine's disk as its task ends, an array at a time
+            # each shard's piece lands on this machine's disk as its task ends, a block of rows at a time
             built = run.map(build_shard, [(cuts[s], s, bounds[s], bounds[s + 1], starts, schema, *shared, keep)
                                           for s in range(len(cuts))], progress, "shards",
                             land=lambda s: stage / f"shard-{s:05d}")

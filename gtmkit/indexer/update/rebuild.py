@@ -114,7 +114,7 @@ def _rebuild(index, ch: Changes, run, progress, paused):
             timer.lap("cut")
             metas = [None if x is None else x.meta(rl.slices()) for x in plan["shards"]]
             landed = [None] * len(plan["shards"])
-            # each task's piece lands on this machine's disk as it ends, an array at a time
+            # each task's piece lands on this machine's disk as it ends, a block of rows at a time
             built = run.collect(futures, progress, "subtrees", land=lambda k: stage / f"shard-{todo[k]:05d}")
             futures = []
             for s, (meta, piece) in zip(todo, built):
