@@ -57,7 +57,8 @@ def land_remote(run, future, folder, phase: str) -> tuple:
                 asked.append(run.later(rows_of, future, *todo[len(asked)], phase=f"{phase}-rows"))
             if a == 0:  # an array's first block: its file begins
                 if f is not None:
-                    f.close()
+                    with writing(f.name):  # the close flushes the last bytes: a full disk may show here
+                        f.close()
                 shape, dtype = shapes[name]
                 f = _open(os.path.join(folder, f"{name}.npy"), shape, dtype)
             block = run.value(asked[k], phase)
@@ -66,8 +67,9 @@ def land_remote(run, future, folder, phase: str) -> tuple:
                 f.write(np.ascontiguousarray(block).data)
             del block
     finally:
-        if f is not None:
-            f.close()
+        if f is not None and not f.closed:
+            with writing(f.name):
+                f.close()
         run.release(asked)
     return meta, Stored(str(folder), [name for name, _, _ in arrays])
 

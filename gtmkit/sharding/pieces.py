@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..artifact.npy import load as load_npy, read_header
-from ..artifact.writes import blocks, make_dir, npy_header, save_npy
+from ..artifact.writes import blocks, make_dir, npy_header, save_npy, writing
 from ..errors import GtmkitError
 from ..inputs.stores import is_url, locate, pa_errors
 from .tasks import publish, task_dir
@@ -134,7 +134,7 @@ def land(piece, folder) -> Stored:
 
 
 def _download(url: str, path: str) -> None:
-    with _open(url) as src, open(path, "wb") as dst:
+    with writing(path), _open(url) as src, open(path, "wb") as dst:
         while True:
             block = src.read(1 << 24)
             if not block:
