@@ -16,7 +16,7 @@ from gtmkit.artifact.container import open_artifact
 
 from support.catalogs import random_catalog, schema_dict, write
 
-THREADS, ROUNDS = 8, 200
+THREADS, ROUNDS = 8, 60
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_loading_parses_no_header_with_ast(index_dir, tmp_path):
 
 
 @pytest.mark.slow  # a stress run: 1,600 loads, 8 at once
-def test_an_index_loads_from_8_threads_at_once_200_times(index_dir):
+def test_an_index_loads_from_8_threads_at_once_60_times(index_dir):
     with gtmkit.load_index(index_dir) as ref:
         want = np.array(ref.sid_ad_ids)
     start = threading.Barrier(THREADS)

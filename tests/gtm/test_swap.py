@@ -54,4 +54,4 @@ def test_swap_serves_the_new_index_from_the_next_call(tmp_path):
 
 @pytest.mark.slow
 def test_searches_while_swapping_and_pausing(tmp_path):
-    serve_while_swapping(tmp_path, "cpu", 8.0)
+    serve_while_swapping(tmp_path, "cpu", 5.0)
