@@ -19,31 +19,6 @@ if "NUMBA_CACHE_DIR" not in os.environ:
     os.environ["NUMBA_CACHE_DIR"] = str(Path(tempfile.gettempdir()) / f"gtmkit-numba-{_h.hexdigest()[:16]}")
 
 
-_warm = []
-
-
-def pytest_sessionstart(session):
-    """A new numba cache (a changed gtmkit, a clean clone): tests/support/warm.py fills it on the second core."""
-    import subprocess
-
-    cache = Path(os.environ["NUMBA_CACHE_DIR"])
-    if cache.exists() and any(cache.iterdir()):
-        return
-    try:
-        _warm.append(subprocess.Popen([sys.executable, str(Path(__file__).parent / "support" / "warm.py")],
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
-    except OSError:  # no process to spare: each test compiles what it needs
-        pass
-
-
-def pytest_sessionfinish(session, exitstatus):
-    for proc in _warm:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-
-
 def pytest_collection_modifyitems(config, items):
     """Tests in files named *_emu.py run CUDA kernels through the CPU emulation: marked `emu`, so that the
     fast loop (`pytest -m "not emu and not slow"`) leaves them out."""
