@@ -33,7 +33,7 @@ def _numpy_header(data: bytes) -> tuple:
     return shape, fortran, dtype, f.tell(), version
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(descr=st.sampled_from(DTYPES), shape=shapes, fortran=st.booleans(),
        version=st.sampled_from([(1, 0), (2, 0), (3, 0)]), seed=st.integers(0, 2**32 - 1))
 def test_headers_read_as_numpy_reads_them(tmp_path_factory, descr, shape, fortran, version, seed):
@@ -88,7 +88,7 @@ def _frame(text: str, version=(1, 0)) -> bytes:
     return npy.MAGIC + bytes(version) + len(body).to_bytes(width, "little") + body
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(text=header_texts())
 def test_header_literals_are_accepted_exactly_where_numpy_accepts_them(text):
     try:

@@ -261,7 +261,7 @@ SCHEMA_PATHS = [(), ("ad_id",), ("sid",), ("sid", "column"), ("sid", "length"), 
                 ("partition", "target_fill"), ("partition", "k_max"), ("meta",), ("extra",), ("bitmask", "new")]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edits=st.lists(st.tuples(st.sampled_from(SCHEMA_PATHS), json_values), min_size=1, max_size=3),
        mode=st.sampled_from([None, "static", "dynamic"]))
 def test_random_schemas_are_valid_or_one_schema_error(edits, mode):

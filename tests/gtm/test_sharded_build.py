@@ -97,7 +97,7 @@ def test_hot_first_token_splits_on_the_second(tmp_path, shards):
         assert any(first == 0 and second > 0 for first, second in bounds)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(rows=st.lists(st.integers(0, 50), min_size=1, max_size=40).filter(lambda r: sum(r) > 0),
        shards=st.integers(1, 50))
 def test_shard_bounds_cover_every_token_once_with_rows_in_each(rows, shards):
