@@ -594,6 +594,74 @@ def markdown(r: dict) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
+def bench_sizes(out: Path, host: str, reps: int = 3, baseline: str = None) -> None:
+    """Bytes against marisa_trie.BinaryTrie (4-byte big-endian tokens) on several key sets: ours, and today's layout
+    (format 2: build(tails=False)); with baseline (a checkout of the version to compare with), build seconds of both
+    versions in child processes, alternating, median of reps."""
+    import subprocess
+    import tempfile
+    import marisa_trie
+    import trie_keysets as ks
+    from gtmkit import SuccinctTrie
+    from gtmkit.inputs.keys import key_arrays
+    from gtmkit.synth.keys import synth_keys
+    sets = {"synthetic": ("synthetic (synth_keys 300k)", lambda: synth_keys(300_000, seed=1)),
+            "zipf_wide": ("Zipf 1-12, 2M vocab, a fifth wide", ks.zipf_wide),
+            "zipf_steep": ("Zipf s=1.3 1-12, a fifth wide", ks.zipf_steep),
+            "sid": ("SID-like 3x256 + 0", ks.sids), "text": ("words of 42 languages, CLIP BPE", ks.text)}
+    rows, saved = [], tempfile.mkdtemp(prefix="trie-sizes-")
+    for key, (name, make) in sets.items():
+        keys = make()
+        if keys is None:
+            rows.append({"set": name, "skipped": "wordfreq or openai-clip not installed (pip install gtmkit[bench])"})
+            continue
+        tokens, offsets = key_arrays(keys)
+        np.savez(f"{saved}/{key}.npz", tokens=tokens, offsets=offsets)
+        trie, old = SuccinctTrie.build((tokens, offsets)), SuccinctTrie.build((tokens, offsets), tails=False)
+        stats = trie.stats()
+        buf = tokens.astype(">u4").tobytes()
+        o = (offsets * 4).tolist()
+        marisa = len(marisa_trie.BinaryTrie([buf[a:b] for a, b in zip(o[:-1], o[1:])]).tobytes())
+        rows.append({"set": name, "key": key, "keys": trie.num_keys, "nodes": trie.num_nodes,
+                     "tail_nodes": stats["tail_nodes"], "link_nodes": stats["link_nodes"], "low_bits": stats["low_bits"],
+                     "const_levels": stats["const_levels"], "bytes": trie.nbytes, "bytes_format2": old.nbytes,
+                     "marisa_bytes": marisa, "ratio": trie.nbytes / marisa, "ratio_format2": old.nbytes / marisa,
+                     "structure_bytes": stats["structure_bytes"]})
+        log(f"{name}: {trie.nbytes:,} B ({trie.nbytes / marisa:.3f}x marisa; format 2 {old.nbytes / marisa:.3f}x)")
+    timed = [r["key"] for r in rows if "key" in r]
+    if baseline:
+        here = str(Path(__file__).resolve().parents[1])
+        child = [sys.executable, str(Path(__file__).with_name("trie_build_time.py")), saved, ",".join(timed)]
+        times = {"ours": [], "baseline": []}
+        for _ in range(reps):
+            for who, root in (("baseline", baseline), ("ours", here)):
+                env = dict(os.environ, PYTHONPATH=root)
+                times[who].append(json.loads(subprocess.run(child, env=env, capture_output=True, text=True,
+                                                            check=True).stdout.strip().splitlines()[-1]))
+        for r in rows:
+            if "key" in r:
+                r["build_s"] = sorted(t[r["key"]][0] for t in times["ours"])[reps // 2]
+                r["baseline_build_s"] = sorted(t[r["key"]][0] for t in times["baseline"])[reps // 2]
+                r["baseline_bytes"] = times["baseline"][0][r["key"]][1]
+    result = {"date": DATE, "host": host, "command": " ".join(sys.argv), "baseline": baseline, "rows": rows}
+    (out / f"trie_sizes_{host}.json").write_text(json.dumps(result, indent=1))
+    lines = [f"# Succinct trie bytes against marisa-trie ({DATE}, {host})", "", f"`{result['command']}`", "",
+             "| key set | keys | nodes | tail nodes | low bits | const levels | ours B | format 2 B | marisa B "
+             "| ours/marisa | format 2/marisa | build s | baseline build s |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "skipped" in r:
+            lines.append(f"| {r['set']} | skipped: {r['skipped']} |||||||||||| ")
+            continue
+        bt = (f"{r['build_s']:.3f} | {r['baseline_build_s']:.3f}" if "build_s" in r else " | ")
+        lines.append(f"| {r['set']} | {r['keys']:,} | {r['nodes']:,} | {r['tail_nodes']:,} | {r['low_bits']} | "
+                     f"{r['const_levels']} | {r['bytes']:,} | {r['bytes_format2']:,} | {r['marisa_bytes']:,} | "
+                     f"**{r['ratio']:.3f}** | {r['ratio_format2']:.3f} | {bt} |")
+    lines += ["", "Target: ours/marisa <= 0.85 on every set, and never more bytes than format 2 (today's layout: every "
+              "label a 16-bit head, `build(tails=False)`). Build seconds: `SuccinctTrie.build` on the same keys in "
+              f"child processes, this tree and the baseline ({baseline}) alternating, median of {reps}."]
+    (out / f"trie_sizes_{host}.md").write_text("\n".join(lines) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", default="1000000,10000000,30000000,60000000",
@@ -628,7 +696,13 @@ def main():
     ap.add_argument("--seed", type=int, default=7, help="proposal seed")
     ap.add_argument("--skip-build", action="store_true", help="reuse the result file's build rows and the saved trie")
     ap.add_argument("--host", help=HOST_HELP)
+    ap.add_argument("--sizes", action="store_true", help="only bytes against marisa-trie on several key sets "
+                    "(trie_sizes_<host>.md/.json), a couple of minutes")
+    ap.add_argument("--baseline", help="with --sizes: a checkout of gtmkit to time the build against (e.g. "
+                    "git archive main | tar -x -C DIR)")
     args = ap.parse_args()
+    if args.sizes:
+        return bench_sizes(Path(args.out), args.host or "cpu%d" % os.cpu_count(), baseline=args.baseline)
     t_start = time.perf_counter()
 
     import numba

@@ -19,12 +19,25 @@ from .trie_format import MAX_NODES
 from .array_checks import FieldError, field
 
 
-def expected_shapes(n: int, m: int, hb: int) -> dict:
+def _rank_shape(nbits: int) -> tuple:
+    return ("<u8", ((words_for(nbits) + 7) // 8 + 1, 2))
+
+
+def expected_shapes(n: int, m: int, hb: int, tails: tuple = (0, 0, 0, 0, 0), levels: tuple = (16, 0, None)) -> dict:
+    """Array name -> (dtype, shape); tails: (tail nodes, code base bits, escape bits, dictionary size, wide codes);
+    levels: (low_bits, constant deepest levels K, their first node c or None for n)."""
     n_l, n_t = words_for(2 * n + 1), words_for(n)
+    t, tb, th, v, w = tails
+    lb, k, c = levels
+    heads = (n if c is None else c) - 1 - t
     return {
+        "label_tail": ("<u8", (words_for(n - 1) if t else 1,)), "label_tail_rank": _rank_shape(n - 1 if t else 0),
+        "tail_dict": ("<i4", (v,)), "tail_low": ("<u8", (words_for(t * tb),)),
+        "tail_wide": ("<u8", (words_for(t) if th else 1,)), "tail_wide_rank": _rank_shape(t if th else 0),
+        "tail_high": ("<u8", (words_for(w * th),)),
+        "label_low": ("|u1" if lb == 8 else "<u2", (heads,)), "level_label": ("<i4", (k,)), "label_high": ("<u8", (((heads) * hb >> 6) + 1,)),
         "louds": ("<u8", (n_l,)), "louds_rank": ("<u8", ((n_l + 7) // 8 + 1, 2)),
         "louds_select0": ("<u4", (-(-(n + 1) // SAMPLE) + 1,)), "louds_select1": ("<u4", (-(-n // SAMPLE) + 1,)),
-        "label_low": ("<u2", (n - 1,)), "label_high": ("<u8", (((n - 1) * hb >> 6) + 1,)),
         "terminal": ("<u8", (n_t,)), "terminal_rank": ("<u8", ((n_t + 7) // 8 + 1, 2)),
         "terminal_select1": ("<u4", (-(-m // SAMPLE) + 1,)),
     }
@@ -36,16 +49,46 @@ def manifest_counts(man: dict) -> tuple:
     m, depth = field(man, "num_keys", "", int, 1), field(man, "max_depth", "", int, 1)
     if m >= n or depth >= n:
         raise FieldError(f"num_keys {m} and max_depth {depth} must be below num_nodes {n}")
-    return n, m, field(man, "high_bits", "", int, 0, 15), depth
+    lb = field(man, "low_bits", "", int, 8, 16) if "low_bits" in man else 16
+    if lb not in (8, 16):
+        raise FieldError(f"low_bits {lb} must be 8 or 16")
+    return n, m, field(man, "high_bits", "", int, 0, 31 - lb), depth
 
 
-def shape_problems(path: Path, a: dict, n: int, m: int, hb: int, depth: int) -> Iterator[str]:
-    for name, (dt, shape) in expected_shapes(n, m, hb).items():
+def level_counts(man: dict, depth: int) -> tuple:
+    """(low_bits, constant deepest levels): the manifest's label fields, checked (16 and 0 where absent)."""
+    lb = field(man, "low_bits", "", int, 8, 16) if "low_bits" in man else 16
+    return lb, field(man, "const_levels", "", int, 0, depth - 1) if "const_levels" in man else 0
+
+
+def tail_counts(man: dict, n: int) -> tuple:
+    """(tail nodes, code base bits, escape bits, dictionary size): the manifest's tail fields, checked."""
+    t = field(man, "tail_nodes", "", int, 0, n - 1)
+    v = field(man, "tail_dict_size", "", int, 0 if t == 0 else 1, max(t, 0))
+    cw = max(v - 1, 0).bit_length()
+    tb = field(man, "tail_low_bits", "", int, 0, cw)
+    th = field(man, "tail_high_bits", "", int, 0, cw - tb)
+    if th and th != cw - tb:
+        raise FieldError(f"tail_high_bits {th} must be 0 or {cw - tb} for {v} dictionary tokens and tail_low_bits {tb}")
+    return t, tb, th, v
+
+
+def shape_problems(path: Path, a: dict, n: int, m: int, hb: int, depth: int, tails: tuple,
+                   levels: tuple = (16, 0)) -> Iterator[str]:
+    t, tb, th, v = tails
+    lo = a["level_offsets"]
+    good_levels = lo.dtype.str == "<i8" and lo.shape == (depth + 2,) and lo[0] == 0 and lo[-1] == n
+    c = int(lo[depth + 1 - levels[1]]) if good_levels else None  # the first node of the constant levels
+    c = c if c is not None and 1 <= c <= n else None
+    tw = a["tail_wide"]
+    w = 0
+    if th and tw.dtype.str == "<u8" and tw.shape == (words_for(t),):
+        w = int(np.unpackbits(np.ascontiguousarray(tw).view(np.uint8)).sum())  # sizes tail_high; checked below
+    for name, (dt, shape) in expected_shapes(n, m, hb, tails + (w,), levels + (c,)).items():
         if a[name].dtype.str != dt or a[name].shape != shape:
             yield (f"{path}: array {name} is {a[name].dtype.str} {list(a[name].shape)}, "
                    f"expected {dt} {list(shape)} for num_nodes {n}, num_keys {m}, high_bits {hb}")
-    lo = a["level_offsets"]
-    if lo.dtype.str != "<i8" or lo.shape != (depth + 2,) or lo[0] != 0 or lo[-1] != n:
+    if not good_levels:
         yield f"{path}: array level_offsets is not {depth + 2} int64 from 0 to num_nodes {n} (max_depth {depth})"
     elif int(a["louds_rank"][-1, 0]) != n or int(a["terminal_rank"][-1, 0]) != m:
         yield f"{path}: louds_rank / terminal_rank end at {int(a['louds_rank'][-1, 0])} / " \
@@ -61,27 +104,55 @@ def _bits(words: np.ndarray) -> np.ndarray:
 
 def _tail_set(words, nbits: int) -> bool:
     """Any bit at or past nbits set in the LSB-first words?"""
-    w, b = nbits >> 6, nbits & 63
+    w, b = int(nbits) >> 6, int(nbits) & 63
     if w >= len(words):
         return False
     first = int(words[w]) >> b
     return bool(first) or bool(np.any(np.asarray(words[w + 1:])))
 
 
-def _labels(a: dict, lo: int, hi: int, hb: int) -> np.ndarray:
-    """int64 [hi-lo]: labels of entries lo..hi-1 (entry j: node j+1) = label_low | (hb-bit field j) << 16."""
-    low = np.asarray(a["label_low"][lo:hi], np.int64)
-    if hb == 0:
-        return low
-    words = a["label_high"]
-    p = np.arange(lo, hi, dtype=np.int64) * hb
+def _fields(words, idx: np.ndarray, width: int) -> np.ndarray:
+    """int64: fields idx of a packed uint64 array of width-bit fields."""
+    if width == 0 or not len(idx):
+        return np.zeros(len(idx), np.int64)
+    p = idx.astype(np.int64) * width
     w, off = p >> 6, (p & 63).astype(np.uint64)
-    first = np.asarray(words[w[0]:w[-1] + 2] if len(w) else words[:0], np.uint64)
-    w = w - (w[0] if len(w) else 0)
-    straddle = off + np.uint64(hb) > 64  # the field continues in the next word
-    nxt = first[np.minimum(w + 1, len(first) - 1)] << np.where(straddle, np.uint64(64) - off, np.uint64(0))
-    v = (first[w] >> off) | np.where(straddle, nxt, np.uint64(0))
-    return low | ((v & np.uint64((1 << hb) - 1)).astype(np.int64) << 16)
+    words = np.asarray(words, np.uint64)
+    straddle = off + np.uint64(width) > 64
+    nxt = words[np.minimum(w + 1, len(words) - 1)] << np.where(straddle, np.uint64(64) - off, np.uint64(0))
+    v = (words[w] >> off) | np.where(straddle, nxt, np.uint64(0))
+    return (v & np.uint64((1 << width) - 1)).astype(np.int64)
+
+
+def _labels(a: dict, lo: int, hi: int, hb: int) -> np.ndarray:
+    """int64 [hi-lo]: labels of entries lo..hi-1 (entry j: node j+1): a tail node's its code's dictionary token,
+    a constant level's node its level_label, another's label_low | (hb-bit field) << low_bits at its head entry."""
+    c = int(a["const_from"])
+    if hi > c - 1:  # entries of the constant deepest levels
+        out = np.empty(hi - lo, np.int64)
+        mid = max(lo, c - 1)
+        out[:mid - lo] = _labels(a, lo, mid, hb)
+        lev = np.asarray(a["level_offsets"], np.int64)
+        k = len(a["level_label"])
+        out[mid - lo:] = np.asarray(a["level_label"], np.int64)[
+            np.searchsorted(lev[len(lev) - 1 - k:], np.arange(mid, hi) + 1, side="right") - 1]
+        return out
+    if a["tail_nodes"]:
+        flags = _bits(a["label_tail"])
+        tail_before = np.concatenate([[0], np.cumsum(flags[:hi])])
+        j = np.arange(lo, hi, dtype=np.int64)
+        is_tail = flags[lo:hi]
+        out = np.empty(hi - lo, np.int64)
+        heads = j[~is_tail] - tail_before[j[~is_tail]]
+        out[~is_tail] = _head_labels(a, heads, hb)
+        out[is_tail] = a["tail_dict"][a["tail_codes"][tail_before[j[is_tail]]]]
+        return out
+    return _head_labels(a, np.arange(lo, hi, dtype=np.int64), hb)
+
+
+def _head_labels(a: dict, idx: np.ndarray, hb: int) -> np.ndarray:
+    low = np.asarray(a["label_low"], np.int64)[idx] if len(idx) else np.zeros(0, np.int64)
+    return low | (_fields(a["label_high"], idx, hb) << int(a["low_bits"]))
 
 
 class _Walk:
@@ -181,6 +252,13 @@ class _Walk:
 
 def _tree_problems(path: Path, a: dict, n: int) -> Iterator[str]:
     """The LOUDS tree, its levels, the labels' order among siblings and the terminal flags (see _Walk)."""
+    if a.get("tail_nodes") and "tail_codes" not in a:  # tail labels decode only from a checked tail store
+        tails = (int(a["tail_nodes"]), int(a["tail_low_bits"]), int(a["tail_high_bits"]), len(a["tail_dict"]))
+        a = dict(a)
+        problems = list(tail_problems(path, a, n, tails))
+        if problems:
+            yield from problems
+            return
     hb = int(a["high_bits"])
     words = a["louds"]
     walk = _Walk(a, n, hb)
@@ -195,11 +273,9 @@ def _tree_problems(path: Path, a: dict, n: int) -> Iterator[str]:
     lo = np.asarray(a["level_offsets"], np.int64)
     if np.any(np.diff(lo) <= 0) or walk.level:
         yield f"{path / 'level_offsets.npy'}: {lo.tolist()} are not the tree's breadth-first levels"
-    if _tail_set(a["label_high"], (n - 1) * hb):
+    if _tail_set(a["label_high"], (int(a["const_from"]) - 1 - int(a.get("tail_nodes", 0))) * hb):
         yield f"{path / 'label_high.npy'}: bits past the last label are set"
     else:
-        if (walk.max_label >> 16).bit_length() != hb:
-            yield f"{path / 'manifest.json'}: high_bits {hb} is not the width of the largest label's high part"
         if walk.order is not None:
             parent, i, x, y = walk.order
             yield (f"{path / 'label_low.npy'}: labels not strictly increasing within the children of node {parent} "
@@ -207,6 +283,69 @@ def _tree_problems(path: Path, a: dict, n: int) -> Iterator[str]:
     term = a["terminal"]
     if _tail_set(term, n) or int(term[0]) & 1 or walk.leaf:
         yield f"{path / 'terminal.npy'}: a leaf is not terminal, the root is, or bits past node {n - 1} are set"
+
+
+def _clear_past(words, nbits: int) -> bool:
+    return not _tail_set(words, nbits)
+
+
+def tail_problems(path: Path, a: dict, n: int, tails: tuple) -> Iterator[str]:
+    """The tail store against the tree: label_tail flags exactly the sole children of non-root, single-child
+    nodes that end no key (none when tail_nodes is 0), directories equal to the bit vectors', dictionary tokens
+    distinct and in [0, 2^31-1], every code inside the dictionary. Sets a["tail_codes"] for the label checks."""
+    t, tb, th, v = tails
+    bits = _bits(a["louds"])[:2 * n + 1]
+    z = np.flatnonzero(~bits)[:n + 1]
+    if len(z) < n + 1:
+        yield f"{path / 'louds.npy'}: does not hold {n + 1} zeros in its first {2 * n + 1} bits"
+        return
+    deg = np.diff(z) - 1
+    term = _bits(a["terminal"])[:n]
+    v_ids = np.arange(n, dtype=np.int64)
+    chain = (v_ids >= 1) & (deg == 1) & ~term
+    want = np.zeros(n - 1, np.bool_)
+    child = (z[:-1] - v_ids)[chain] - 1
+    if len(child) and (child.min() < 0 or child.max() >= n - 1):
+        yield f"{path / 'louds.npy'}: not a tree in breadth-first order"
+        return
+    want[child[child < int(a["const_from"]) - 1]] = True  # nodes of the constant levels are never tail nodes
+    got = _bits(a["label_tail"])
+    if t and (not np.array_equal(got[:n - 1], want) or _tail_set(a["label_tail"], n - 1)):
+        yield f"{path / 'label_tail.npy'}: does not flag exactly the sole children of single-child nodes that end no key"
+        return
+    if not t and np.any(got):
+        yield f"{path / 'label_tail.npy'}: bits set while tail_nodes is 0"
+        return
+    for vec, rank in (("label_tail", "label_tail_rank"), ("tail_wide", "tail_wide_rank")):
+        if not np.array_equal(rank_directory(np.ascontiguousarray(a[vec])), a[rank]):
+            yield f"{path / (rank + '.npy')}: rank directory differs from the one of {vec}.npy"
+            return
+    wide = _bits(a["tail_wide"])
+    if th == 0 and np.any(wide) or th and _tail_set(a["tail_wide"], t):
+        yield f"{path / 'tail_wide.npy'}: bits set past the tail nodes or while tail_high_bits is 0"
+        return
+    nw = int(wide.sum())
+    if _tail_set(a["tail_low"], t * tb) or _tail_set(a["tail_high"], nw * th):
+        yield f"{path / 'tail_low.npy'}: bits past the last tail code are set"
+        return
+    d = np.asarray(a["tail_dict"], np.int64)
+    if np.any(d < 0) or len(np.unique(d)) != len(d):
+        yield f"{path / 'tail_dict.npy'}: tokens are negative or repeated"
+        return
+    i = np.arange(t, dtype=np.int64)
+    codes = _fields(a["tail_low"], i, tb)
+    if th:
+        w = wide[:t]
+        codes[w] |= _fields(a["tail_high"], np.arange(nw, dtype=np.int64), th) << tb
+    if t and int(codes.max()) >= v:
+        yield f"{path / 'tail_low.npy'}: a tail code is past the {v} dictionary tokens"
+        return
+    a["tail_codes"] = codes
+    heads = int(a["const_from"]) - 1 - t
+    if heads:
+        top = int(_head_labels(a, np.arange(heads, dtype=np.int64), a["high_bits"]).max())
+        if (top >> int(a["low_bits"])).bit_length() != a["high_bits"]:
+            yield f"{path / 'manifest.json'}: high_bits {a['high_bits']} is not the width of the largest label's high part"
 
 
 def _directory_problems(path: Path, a: dict, n: int, m: int) -> Iterator[str]:
@@ -227,15 +366,23 @@ def trie_problems(path, man: dict, arrays: dict, full: bool) -> Iterator[str]:
     path = Path(path)
     try:
         n, m, hb, depth = manifest_counts(man)
+        tails = tail_counts(man, n)
+        levels = level_counts(man, depth)
     except FieldError as e:
         yield f"{path / 'manifest.json'}: {e}"
         return
-    stage = list(shape_problems(path, arrays, n, m, hb, depth))
+    stage = list(shape_problems(path, arrays, n, m, hb, depth, tails, levels))
     yield from stage
     if stage or not full:
         return
-    a = dict(arrays, high_bits=hb)
-    tree = list(_tree_problems(path, a, n))
+    if np.any(np.asarray(arrays["level_label"]) < 0):
+        yield f"{path / 'level_label.npy'}: a negative token"
+        return
+    c = int(arrays["level_offsets"][depth + 1 - levels[1]])
+    a = dict(arrays, high_bits=hb, tail_nodes=tails[0], low_bits=levels[0], const_from=c)
+    tree = list(tail_problems(path, a, n, tails))
+    if not tree:
+        tree = list(_tree_problems(path, a, n))
     yield from tree
     if not tree:
         yield from _directory_problems(path, a, n, m)

@@ -151,6 +151,9 @@ def stats(trie_dir, cache, as_json):
     click.echo(f"{'depth':>5} {'nodes':>14}")
     for d, n in enumerate(s["nodes_per_depth"]):
         click.echo(f"{d:>5} {n:>14,}")
+    click.echo(f"tails: {s['tail_nodes']:,} tail nodes below {s['link_nodes']:,} link nodes, {s['tail_bytes']:,} bytes "
+               f"({s['tail_dict']:,} distinct tokens, codes {s['tail_code_bits'][0]}+{s['tail_code_bits'][1]} bits)")
+    click.echo("bytes by structure: " + "  ".join(f"{k} {v:,}" for k, v in s["structure_bytes"].items()))
     click.echo("arrays: " + "  ".join(f"{k} {v:,}" for k, v in s["array_bytes"].items()))
 
 

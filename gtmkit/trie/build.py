@@ -10,6 +10,7 @@ from ..errors import GtmkitError
 from ..progress import Progress, report
 from .._rank_select import rank_directory, select_samples
 from ..artifact.trie_format import MAX_NODES
+from .labels import encode_labels, whole
 
 LEN_BITS = 24  # a sort record is start << 24 | length: keys up to 2^24-1 tokens, 2^40 tokens in all
 _LEN_MASK = np.uint64((1 << LEN_BITS) - 1)
@@ -121,13 +122,14 @@ def key_levels(tokens: np.ndarray, offsets: np.ndarray) -> tuple:
     return cut(buf_labels), cut(buf_terminal), cut(buf_degree)
 
 
-def build_arrays(tokens: np.ndarray, offsets: np.ndarray, progress: Progress = None) -> dict:
+def build_arrays(tokens: np.ndarray, offsets: np.ndarray, progress: Progress = None, tails: bool = True) -> dict:
     """Checked flat keys (see inputs.key_arrays) -> dict(arrays=name -> array, num_nodes,
-    num_keys, high_bits); the layout is documented on SuccinctTrie."""
+    num_keys, high_bits, tail_nodes, tail_low_bits, tail_high_bits); the layout is documented on SuccinctTrie.
+    tails=False keeps every label out of the tail store."""
     report(progress, 0, 3, "trie")
     labels, terminal, degree = key_levels(tokens, offsets)
     report(progress, 1, 3, "trie")
-    return levels_arrays([[x] for x in labels], [[x] for x in terminal], [[x] for x in degree], progress)
+    return levels_arrays([[x] for x in labels], [[x] for x in terminal], [[x] for x in degree], progress, tails=tails)
 
 
 @njit(cache=True, nogil=True)
@@ -151,29 +153,14 @@ def _put_bits(flags, words, start):
             words[p >> 6] |= one << np.uint64(p & 63)
 
 
-@njit(cache=True, nogil=True)
-def _put_fields(values, width, words, start):
-    """pack_fields' layout, values[i] as field start + i."""
-    for i in range(values.shape[0]):
-        v = np.uint64(values[i])
-        p = (start + i) * width
-        off = np.uint64(p & 63)
-        words[p >> 6] |= v << off
-        if (p & 63) + width > 64:
-            words[(p >> 6) + 1] |= v >> (np.uint64(64) - off)
-
-
-def _whole(piece) -> np.ndarray:
-    return piece() if callable(piece) else piece
-
-
 def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress = None, label_low=None,
-                  max_label: int = None) -> dict:
+                  tails: bool = True) -> dict:
     """build_arrays from the nodes depth by depth, each depth a list of pieces in BFS order (key_levels' arrays
     one a depth, or a sharded build's shard files: a piece may be a callable that reads it, with a len()).
-    Pieces are read one at a time, so a piece on disk is held only while it is laid out: label_low (2 bytes a
-    node) is written to the label_low stream when one is given (an ArtifactWriter.stream_array), else kept; the
-    bit arrays and their directories are built in memory. max_label: the largest label, when known."""
+    Pieces are read one at a time, so a piece on disk is held only while it is laid out: label_low(dtype, count),
+    when given, opens the stream (an ArtifactWriter.stream_array) that receives label_low instead of keeping it;
+    the bit arrays and their directories are built in memory. The labels' stores are chosen by trie/labels.py,
+    the same pass for both callers, so a sharded build writes the bytes of the single-process one."""
     count = np.array([sum(len(x) for x in pieces) for pieces in degree], np.int64)
     level_offsets = np.zeros(len(count) + 1, np.int64)
     np.cumsum(count, out=level_offsets[1:])
@@ -187,9 +174,9 @@ def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress
     at = 0
     for d in range(len(degree)):
         for g, t in zip(degree[d], terminal[d]):
-            g = np.asarray(_whole(g), np.int32)
+            g = np.asarray(whole(g), np.int32)
             pos = _put_louds(g, louds, pos)
-            _put_bits(np.asarray(_whole(t), np.bool_), term, at)
+            _put_bits(np.asarray(whole(t), np.bool_), term, at)
             at += len(g)
     louds_rank = rank_directory(louds)
     arrays = {
@@ -199,29 +186,12 @@ def levels_arrays(labels: list, terminal: list, degree: list, progress: Progress
         "louds_select1": select_samples(louds_rank, len(louds), n, False),
     }
     report(progress, 2, 3, "trie")
-    if max_label is None:
-        max_label = max((int(np.max(_whole(x))) for pieces in labels[1:] for x in pieces if len(x)), default=0)
-    high_bits = (max_label >> 16).bit_length()
-    high = np.zeros((((n - 1) * high_bits) >> 6) + 1, np.uint64)
-    low = None if label_low is not None else np.empty(n - 1, np.uint16)
-    at = 0
-    for pieces in labels[1:]:
-        for x in pieces:
-            x = np.asarray(_whole(x), np.int32)
-            if low is None:
-                label_low.write((x & 0xFFFF).astype(np.uint16))
-            else:
-                low[at:at + len(x)] = x & 0xFFFF
-            if high_bits:
-                _put_fields(x >> 16, high_bits, high, at)
-            at += len(x)
-    if low is not None:
-        arrays["label_low"] = low
-    arrays["label_high"] = high
+    enc = encode_labels(labels, terminal, degree, level_offsets, sink=label_low, tails=tails)
+    arrays.update(enc.pop("arrays"))
     term_rank = rank_directory(term)
     num_keys = int(term_rank[-1, 0])
     arrays.update(terminal=term, terminal_rank=term_rank,
                   terminal_select1=select_samples(term_rank, len(term), num_keys, False),
                   level_offsets=level_offsets)
     report(progress, 3, 3, "trie")
-    return dict(arrays=arrays, num_nodes=n, num_keys=num_keys, high_bits=high_bits)
+    return dict(arrays=arrays, num_nodes=n, num_keys=num_keys, **enc)

@@ -19,13 +19,18 @@ class LoudsArrays(NamedTuple):
     louds_rank        uint64 [S+1, 2]          rank9 directory (S = ceil(words/8) superblocks of 512 bits)
     louds_select0     uint32 [ceil((n+1)/512)+1]  superblock of every 512th zero; last = last superblock
     louds_select1     uint32 [ceil(n/512)+1]   superblock of every 512th one
-    label_low         uint16 [n-1]             token & 0xFFFF of node j+1
-    label_high        uint64 [(n-1)*h//64 + 1] token >> 16 of node j+1 in h = high_bits bits (h may be 0)
-    high_bits         int                      bits of the largest token >> 16
+    label_low         uint8/16 [c-1-t]         token & (2^low_bits - 1) of head node j+1, at j - rank1(label_tail, j)
+    label_high        uint64 [(c-1-t)*h//64+1] token >> low_bits of the same, in h = high_bits bits (h may be 0)
+    high_bits         int                      bits of the largest head token >> low_bits
     terminal          uint64 [n//64 + 1]       bit v: node v ends a key
     terminal_rank     uint64 [..., 2]          rank9 directory of terminal; key id of v = rank1(terminal, v)
     terminal_select1  uint32 [ceil(m/512)+1]   superblock of every 512th terminal
     level_offsets     int64 [D+2]              depth-d nodes are ids level_offsets[d] .. level_offsets[d+1]-1
+    label_tail .. tail_high                    the t = tail_nodes labels of single-child chains (trie/tails.py)
+    tail_nodes, tail_low_bits, tail_high_bits  int: t, the codes' base and escape widths
+    level_label       int32 [K]                the token of every node of the K deepest levels (trie/labels.py)
+    low_bits          int                      8 or 16: label_low's width
+    const_from        int                      c: the first node of those levels (n when K = 0)
     """
 
     louds: np.ndarray
@@ -39,6 +44,19 @@ class LoudsArrays(NamedTuple):
     terminal_rank: np.ndarray
     terminal_select1: np.ndarray
     level_offsets: np.ndarray
+    label_tail: np.ndarray
+    label_tail_rank: np.ndarray
+    tail_dict: np.ndarray
+    tail_low: np.ndarray
+    tail_wide: np.ndarray
+    tail_wide_rank: np.ndarray
+    tail_high: np.ndarray
+    tail_nodes: int
+    tail_low_bits: int
+    tail_high_bits: int
+    level_label: np.ndarray
+    low_bits: int
+    const_from: int
 
 
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -87,18 +105,63 @@ def has_children(t, v):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def head_label(t, h):
+    """Label entry h of label_low / label_high."""
+    return np.int64(t.label_low[h]) | (get_field(t.label_high, h, t.high_bits) << t.low_bits)
+
+
+@njit(cache=True, nogil=True)
+def tail_label(t, j):
+    """Label of tail node j+1 (label_tail bit j set): its code's dictionary token."""
+    i = rank1(t.label_tail, t.label_tail_rank, j)
+    c = get_field(t.tail_low, i, t.tail_low_bits)
+    if t.tail_high_bits and get_bit(t.tail_wide, i):
+        c |= get_field(t.tail_high, rank1(t.tail_wide, t.tail_wide_rank, i), t.tail_high_bits) << t.tail_low_bits
+    return np.int64(t.tail_dict[c])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def head_index(t, j):
+    """Entry of label j in label_low / label_high (label j a head label)."""
+    if t.tail_nodes == 0:
+        return j
+    return j - rank1(t.label_tail, t.label_tail_rank, j)
+
+
+@njit(cache=True, nogil=True)
+def const_label(t, node):
+    """Label of a node of the constant deepest levels (node >= const_from): its level's token."""
+    k = t.level_label.shape[0] - 1
+    d = t.level_offsets.shape[0] - 2  # the deepest level
+    while node < t.level_offsets[d]:
+        d -= 1
+        k -= 1
+    return np.int64(t.level_label[k])
+
+
+@njit(cache=True, nogil=True)
 def label(t, node):
     """Token on the edge into node (node >= 1)."""
     j = node - 1
-    return np.int64(t.label_low[j]) | (get_field(t.label_high, j, t.high_bits) << 16)
+    if node >= t.const_from:
+        return const_label(t, node)
+    if t.tail_nodes and get_bit(t.label_tail, j):
+        return tail_label(t, j)
+    return head_label(t, head_index(t, j))
 
 
 @njit(cache=True, nogil=True)
 def lower_bound(t, lo, hi, token):
-    """First node in [lo, hi) (siblings, sorted by label) whose label is >= token."""
+    """First node in [lo, hi) (siblings, sorted by label) whose label is >= token. Siblings of two or more are
+    head nodes with consecutive label entries: one rank for the range, none per probe."""
+    if hi - lo == 1:
+        return lo if label(t, lo) >= token else hi
+    if lo >= hi:
+        return lo
+    base = head_index(t, lo - 1) - lo
     while lo < hi:
         mid = (lo + hi) >> 1
-        if label(t, mid) < token:
+        if head_label(t, base + mid) < token:
             lo = mid + 1
         else:
             hi = mid
@@ -206,10 +269,15 @@ def subtree_keys(t, v, limit):
 
 @njit(cache=True, nogil=True)
 def labels_between(t, first, end):
-    """int64 [end-first]: labels of nodes first .. end-1."""
+    """int64 [end-first]: labels of nodes first .. end-1 (siblings: heads with consecutive entries when two or more)."""
     out = np.empty(end - first, np.int64)
-    for c in range(first, end):
-        out[c - first] = label(t, c)
+    if end - first == 1:
+        out[0] = label(t, first)
+        return out
+    if end > first:
+        base = head_index(t, first - 1)
+        for c in range(first, end):
+            out[c - first] = head_label(t, base + c - first)
     return out
 
 
@@ -220,3 +288,14 @@ def labels_of(t, nodes):
     for i in range(nodes.shape[0]):
         out[i] = label(t, nodes[i])
     return out
+
+
+@njit(cache=True, nogil=True)
+def link_nodes(t):
+    """Chains in the tail store: tail nodes whose parent is not one."""
+    n = t.level_offsets[-1]
+    count = 0
+    for c in range(1, n):
+        if get_bit(t.label_tail, c - 1) and not (get_bit(t.label_tail, parent(t, c) - 1)):
+            count += 1
+    return count

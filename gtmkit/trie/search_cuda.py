@@ -35,6 +35,8 @@ NT, SORT_CAP, PREP_CAP, BEAM_CAP, TOK_CAP, SEL_CAP, CL = 1024, 2048, 4096, 1024,
 FAC_CAP = 64  # kernels/trie_search.cu: length factors a launch keeps in shared memory
 TRIE_FIELDS = ("louds", "louds_rank", "louds_select0", "label_low", "label_high", "high_bits", "terminal",
                "terminal_rank")  # the kernel's TP_* table, then the lookup tables of gpu_tables
+TAIL_ARRAY_NAMES = ("label_tail", "label_tail_rank", "tail_dict", "tail_low", "tail_wide", "tail_wide_rank",
+                    "tail_high")  # TP_LABEL_TAIL .. TP_TAIL_HIGH, then tail_nodes, the two code widths, TP_LOW_BITS ..
 KEPT_SHAPES = 4  # NAR buffer sets kept per device (least recently used dropped)
 MAX_CLUSTER = 8  # the portable thread block cluster size
 
@@ -165,6 +167,11 @@ def cuda_device(cluster: int = CL) -> CupyDevice:
     return _devices[key]
 
 
+def _addressable(x: np.ndarray) -> np.ndarray:
+    """x, or one zero of its dtype where x is empty: an empty array still needs an address."""
+    return x if x.size else np.zeros(1, x.dtype)
+
+
 def _trie_params(dev, trie, what: str):
     """The trie's arrays on the device and their pointer table, uploaded once per trie and device."""
     cache = trie.__dict__.setdefault("_cuda_trie", {})
@@ -172,7 +179,7 @@ def _trie_params(dev, trie, what: str):
         a = _trie_arrays(trie, what)
         if trie.num_nodes >= 2**32 - 1:  # node and key ids sit in 32 bits of the kernel's composites
             raise GtmkitError(f"{what}: {trie.num_nodes} nodes are too many for the GPU search (< 2^32 - 1)")
-        arrays = {name: dev.asarray(np.ascontiguousarray(getattr(a, name))) for name in TRIE_FIELDS
+        arrays = {name: dev.asarray(np.ascontiguousarray(_addressable(getattr(a, name)))) for name in TRIE_FIELDS
                   if name not in ("high_bits", "louds")}
         arrays["louds"] = dev.asarray(aux.louds_padded(a.louds))
         nbits = 2 * trie.num_nodes + 1
@@ -185,6 +192,15 @@ def _trie_params(dev, trie, what: str):
         table = [int(a.high_bits) if name == "high_bits" else dev.ptr(arrays[name]) for name in TRIE_FIELDS]
         table += [dev.ptr(arrays["zpos"]), aux.ZERO_SHIFT, dev.ptr(arrays["root_bits"]), dev.ptr(arrays["root_rank"]),
                   root_nbits, root_first, root_end - root_first, dev.ptr(arrays["zwide"])]
+        for name in TAIL_ARRAY_NAMES:
+            arrays[name] = dev.asarray(np.ascontiguousarray(_addressable(getattr(a, name))))
+            table.append(dev.ptr(arrays[name]))
+        table += [int(a.tail_nodes), int(a.tail_low_bits), int(a.tail_high_bits), int(a.low_bits)]
+        k = len(a.level_label)
+        level_first = np.asarray(a.level_offsets[len(a.level_offsets) - 1 - k:-1], np.int64)
+        arrays["level_label"] = dev.asarray(np.ascontiguousarray(_addressable(a.level_label)))
+        arrays["level_first"] = dev.asarray(np.ascontiguousarray(_addressable(level_first)))
+        table += [dev.ptr(arrays["level_label"]), dev.ptr(arrays["level_first"]), k, int(a.const_from)]
         cache[dev.key] = (arrays, dev.asarray(np.array(table, np.int64)))
     return cache[dev.key][1]
 

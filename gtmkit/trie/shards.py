@@ -231,10 +231,8 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
             for i in range(len(files)):  # the split keys are in the shards now: free their disk
                 shutil.rmtree(stage / f"file-{i:05d}", ignore_errors=True)
             labels, terminal, degree = join_levels(landed, metas)
-            low = w.stream_array("label_low", np.uint16, sum(len(x) for pieces in labels for x in pieces))
-            built = levels_arrays(labels, terminal, degree, progress, label_low=low,
-                                  max_label=max(m["max_label"] for m in metas))
-            low.close()
+            built = levels_arrays(labels, terminal, degree, progress,  # label_low's width and length: its label pass
+                                  label_low=lambda dtype, count: w.stream_array("label_low", dtype, count))
             del labels, terminal, degree
             shutil.rmtree(stage)
             run.clear_pieces()

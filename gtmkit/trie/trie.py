@@ -18,7 +18,9 @@ from ..artifact.trie_checks import trie_problems
 from ..progress import Progress
 from . import nav as nav
 from .build import build_arrays
-from ..artifact.trie_format import ARRAY_NAMES, FORMAT_NAME, FORMAT_VERSION, SUPPORTED_VERSIONS, write_trie
+from ..artifact.trie_format import (ARRAY_NAMES, BASE_ARRAY_NAMES, FORMAT_NAME, FORMAT_VERSION, LABEL_DEFAULTS,
+                                    SUPPORTED_VERSIONS, TAIL_ARRAY_NAMES, TAIL_FIELDS, write_trie)
+from .tails import no_tails
 from ..inputs.keys import MAX_TOKEN, clip_tokens, key_arrays
 
 
@@ -57,18 +59,19 @@ class SuccinctTrie:
     # ----------------------------------------------------------------------------------- build / io
 
     @classmethod
-    def build(cls, keys, progress: Progress = None) -> "SuccinctTrie":
+    def build(cls, keys, progress: Progress = None, tails: bool = True) -> "SuccinctTrie":
         """Build from a list of integer sequences, a pyarrow list array of integers (chunked or not), a
         2-D integer numpy array or a ``(tokens, offsets)`` tuple of numpy arrays. Keys are sorted and
         deduplicated here. GtmkitError for no keys, an empty key, a null, a non-integer or negative
-        token, or a token above 2^31-1 (the message names the key)."""
+        token, or a token above 2^31-1 (the message names the key). tails: move the labels of single-child chains
+        to the tail store where that takes fewer bytes (trie/tails.py); False keeps them all in label_low."""
         tokens, offsets = key_arrays(keys)
-        return cls.from_built(build_arrays(tokens, offsets, progress))
+        return cls.from_built(build_arrays(tokens, offsets, progress, tails=bool(tails)))
 
     @classmethod
     def from_built(cls, built: dict) -> "SuccinctTrie":
         """A trie of build_arrays' (or levels_arrays') output."""
-        return cls(nav.LoudsArrays(high_bits=built["high_bits"], **built["arrays"]), built["num_keys"])
+        return cls(_louds(built["arrays"], built), built["num_keys"])
 
     @classmethod
     def build_dataset(cls, keys, out_dir, column: str = "key", shards: int = None, client=None,
@@ -103,8 +106,9 @@ class SuccinctTrie:
 
     def write(self, w: ArtifactWriter) -> None:
         """The arrays and manifest into an open writer, committed."""
-        write_trie(w, {"arrays": self.arrays._asdict(), "num_nodes": self.num_nodes, "num_keys": self.num_keys,
-                       "high_bits": self.arrays.high_bits})
+        a = self.arrays._asdict()
+        write_trie(w, {"arrays": a, "num_nodes": self.num_nodes, "num_keys": self.num_keys,
+                       "high_bits": self.arrays.high_bits, "low_bits": a["low_bits"], **{f: a[f] for f in TAIL_FIELDS}})
         self.path = w.out_dir
 
     @classmethod
@@ -115,16 +119,14 @@ class SuccinctTrie:
         produced: the manifest digest and the arrays' dtypes and shapes against the manifest only. An object-store
         URL is read through the local folder `cache` as load_index reads one (docs/format.md)."""
         art = open_artifact(path, FORMAT_NAME, SUPPORTED_VERSIONS, verify=verify, mmap=mmap, cache=cache)
-        missing = [name for name in ARRAY_NAMES if name not in art.names]
-        if missing:
+        try:
+            arrays, man = _member_arrays(path, art, mmap)
+            for problem in trie_problems(path, man, arrays, full=verify):
+                raise ArtifactError(problem)
+        except BaseException:
             art.close()
-            raise ArtifactError(f"{path}: missing arrays {missing}")
-        arrays = {name: _array(art, name, mmap) for name in ARRAY_NAMES}
-        for problem in trie_problems(path, art.manifest, arrays, full=verify):
-            art.close()
-            raise ArtifactError(problem)
-        trie = cls(nav.LoudsArrays(high_bits=int(art.manifest["high_bits"]), **arrays),
-                   art.manifest["num_keys"], path=path)
+            raise
+        trie = cls(_louds(arrays, man), man["num_keys"], path=path)
         trie._artifact = art
         return trie
 
@@ -222,12 +224,27 @@ class SuccinctTrie:
         return np.diff(self.arrays.level_offsets)
 
     def stats(self) -> dict:
-        """Counts and bytes per array (JSON-ready)."""
+        """Counts and bytes per array and per structure (JSON-ready)."""
         arr = {name: int(getattr(self.arrays, name).nbytes) for name in ARRAY_NAMES}
+        groups = {"louds": ("louds", "louds_rank", "louds_select0", "louds_select1"),
+                  "terminal": ("terminal", "terminal_rank", "terminal_select1"),
+                  "head_labels": ("label_low", "label_high"), "tails": TAIL_ARRAY_NAMES,
+                  "levels": ("level_offsets", "level_label")}
+        a = self.arrays
         return {"keys": self.num_keys, "nodes": self.num_nodes, "max_depth": self.max_depth,
-                "high_bits": int(self.arrays.high_bits), "nodes_per_depth": self.nodes_per_depth().tolist(),
+                "high_bits": int(a.high_bits), "low_bits": int(a.low_bits), "tail_nodes": int(a.tail_nodes),
+                "const_levels": int(len(a.level_label)), "const_nodes": int(self.num_nodes - a.const_from),
+                "link_nodes": self._link_nodes(), "tail_dict": int(len(a.tail_dict)),
+                "tail_code_bits": [int(a.tail_low_bits), int(a.tail_high_bits)],
+                "tail_bytes": sum(arr[x] for x in TAIL_ARRAY_NAMES),
+                "structure_bytes": {g: sum(arr[x] for x in names) for g, names in groups.items()},
+                "nodes_per_depth": self.nodes_per_depth().tolist(),
                 "bytes": self.nbytes, "bits_per_node": round(8 * self.nbytes / self.num_nodes, 3),
                 "bytes_per_key": round(self.nbytes / max(self.num_keys, 1), 3), "array_bytes": arr}
+
+    def _link_nodes(self) -> int:
+        """Nodes whose only child is a tail node: the heads of the chains whose labels sit in the tail store."""
+        return int(nav.link_nodes(self.arrays)) if self.arrays.tail_nodes else 0
 
     def __repr__(self) -> str:
         return f"SuccinctTrie(keys={self.num_keys}, nodes={self.num_nodes}, bytes={self.nbytes})"
@@ -245,6 +262,36 @@ def _array(art, name: str, mmap: bool) -> np.ndarray:
         raise ArtifactError(f"{fpath}: cannot load array ({type(exc).__name__})") from None
 
 
+def _louds(arrays: dict, fields: dict) -> nav.LoudsArrays:
+    """LoudsArrays of the arrays and the build's (or manifest's) counts."""
+    lo = arrays["level_offsets"]
+    return nav.LoudsArrays(high_bits=int(fields["high_bits"]), low_bits=int(fields.get("low_bits", 16)),
+                           const_from=int(lo[len(lo) - 1 - len(arrays["level_label"])]),
+                           **{f: int(fields.get(f, 0)) for f in TAIL_FIELDS}, **arrays)
+
+
+def _member_arrays(path, art, mmap: bool) -> tuple:
+    """(arrays by name, manifest): a version 1 or 2 trie (no tail arrays) reads as one with tails off, a trie
+    without level_label (versions 1, 2 and early 3) as one with 16-bit labels and no constant levels."""
+    man = dict(art.manifest)
+    version = int(man.get("format_version", 0))
+    names = tuple(x for x in ARRAY_NAMES if x != "level_label") if version >= 3 else BASE_ARRAY_NAMES
+    missing = [name for name in names if name not in art.names]
+    if missing:
+        raise ArtifactError(f"{path}: missing arrays {missing}")
+    arrays = {name: _array(art, name, mmap) for name in names}
+    if version < 3:
+        n = int(man.get("num_nodes", 2)) if isinstance(man.get("num_nodes"), int) else 2
+        arrays.update(no_tails(max(n, 2))["arrays"])
+        man.update({f: 0 for f in TAIL_FIELDS}, tail_dict_size=0)
+    if "level_label" in art.names:
+        arrays["level_label"] = _array(art, "level_label", mmap)
+    else:
+        man.update(LABEL_DEFAULTS)
+        arrays["level_label"] = np.zeros(0, np.int32)
+    return arrays, man
+
+
 def verify_trie(path, cache=None) -> list:
     """Every problem SuccinctTrie.load(verify=True) would refuse the trie at path for, one line each (the manifest
     digest and checksums first: a trie whose files fail them is not checked further); [] for a sound trie."""
@@ -253,9 +300,9 @@ def verify_trie(path, cache=None) -> list:
     except ArtifactError as exc:
         return [str(exc)]
     try:
-        missing = [name for name in ARRAY_NAMES if name not in art.names]
-        if missing:
-            return [f"{path}: missing arrays {missing}"]
-        return list(trie_problems(path, art.manifest, {n: _array(art, n, True) for n in ARRAY_NAMES}, full=True))
+        arrays, man = _member_arrays(path, art, True)
+        return list(trie_problems(path, man, arrays, full=True))
+    except ArtifactError as exc:
+        return [str(exc)]
     finally:
         art.close()

@@ -15,6 +15,7 @@ from gtmkit.trie.search import TrieBeamStepper, trie_beam_search
 from gtmkit.trie.search_cuda import KERNEL_FILE, TrieBeamStepperCuda, trie_beam_search_cuda
 from gtmkit.errors import GtmkitError
 from gtmkit.trie.trie import SuccinctTrie
+from gtmkit.testing.trie import RefTrie
 
 from support.cuda_emu import build_emulator, garbage, kernel_signatures, launch
 from support.trie_cases import check_reference, hostile_case
@@ -554,3 +555,45 @@ def test_host_sizes_match_the_kernels_defaults():
 
     for name in ("NT", "SORT_CAP", "PREP_CAP", "BEAM_CAP", "TOK_CAP", "SEL_CAP", "CL"):
         assert int(default(name)) == getattr(tsc, name), name
+
+
+def _layout_trie(rng, kind: str):
+    """Keys whose build picks a label layout of format 3: a tail store (long single-child chains with shared
+    suffixes), 8-bit labels with a constant deepest level (SID-like), or both."""
+    n = int(rng.integers(20, 300))
+    if kind == "tails":
+        keys = [[int(x) for x in rng.integers(0, 4, size=2)] + [int(x) for x in rng.integers(69990, 70030, size=4)]
+                + [[0], [7, 0], [70000, 3, 0]][int(rng.integers(0, 3))] for _ in range(n)]
+    elif kind == "sid":
+        keys = [[int(x) for x in rng.integers(0, 200, size=3)] + [0] for _ in range(n)]
+    else:  # 8-bit heads, chains below them, a constant last level
+        keys = [[int(x) for x in rng.integers(0, 6, size=2)] + [int(x) for x in rng.integers(0, 20, size=4)]
+                + [0] for _ in range(n)]
+    return SuccinctTrie.build(keys), RefTrie(keys)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("kind", ["tails", "sid", "mixed"])
+def test_label_layouts_equal_cpu_and_reference(emu, kind, seed):
+    """Tries whose labels sit in the tail store, at 8 bits, or in a constant level: the kernels' labels at every
+    node equal numba's, and NAR and AR search equal the plain-Python reference."""
+    from gtmkit.trie import nav as nav
+    from gtmkit.trie.search_cuda import _trie_params
+    rng = np.random.default_rng(900 + seed)
+    trie, ref = _layout_trie(rng, kind)
+    s = trie.stats()
+    assert s["const_levels"] == 1 and (s["tail_nodes"] > 0) == (kind != "sid") and (s["low_bits"] == 8) == (kind != "tails")
+    n = trie.num_nodes
+    tp = _trie_params(emu, trie, "test")
+    z, label, key, nz, pz, pnz = (np.empty(n, np.int64) for _ in range(6))
+    p = [ctypes.c_void_p(x.ctypes.data) for x in (tp, z, label, key, nz, pz, pnz)]
+    emu.lib.emu_nav(p[0], ctypes.c_longlong(n), *p[1:])
+    assert np.array_equal(label[1:], nav.labels_of(trie.arrays, np.arange(1, n)))
+    b, T, K, bw = 2, 6, 6, int(rng.integers(1, 8))
+    vocab = sorted({t for k in ref.key_list for t in k}) + [-1, 11]
+    settings = random_settings(rng, seed)
+    nar = rng.choice(vocab, size=(b, T, K)), random_logp(rng, (b, T, K), seed % 2 == 0)
+    ar = rng.choice(vocab, size=(T, b, bw, K)), random_logp(rng, (T, b, bw, K), seed % 2 == 1)
+    check_reference(emu, trie, ref, nar, ar, bw, settings)
+    want = trie_beam_search(trie, nar[0], nar[1], bw, *settings)
+    assert_equal(trie_beam_search_cuda(trie, nar[0], nar[1], bw, *settings, device=emu), want)

@@ -34,6 +34,7 @@ JAGGED = DATA / "index_v2_jagged"  # its catalog.parquet is every jagged golden 
 JAGGED_INDEXES = {2: JAGGED / "index", 3: DATA / "index_v3_jagged" / "index"}  # by format version
 NEWEST = max(JAGGED_INDEXES)
 TRIE = DATA / "trie_v2"
+TRIE3 = DATA / "trie_v3"  # format 3 with a tail store: SID-like and Zipf keys with long single-child chains
 
 
 def _members(artifact: Path) -> dict:
@@ -140,8 +141,8 @@ def trie(tmp_path_factory):
     return gtmkit.SuccinctTrie.load(path)
 
 
-def _keys() -> list:
-    return [tuple(k) for k in pq.read_table(TRIE / "keys.parquet").column("key").to_pylist()]
+def _keys(root: Path = TRIE) -> list:
+    return [tuple(k) for k in pq.read_table(root / "keys.parquet").column("key").to_pylist()]
 
 
 def test_trie_reads_and_equals_reference(trie):
@@ -157,5 +158,24 @@ def test_trie_reads_and_equals_reference(trie):
 
 
 def test_trie_rebuild_writes_the_same_arrays(tmp_path):
-    gtmkit.SuccinctTrie.build(_keys()).save(tmp_path / "trie")
-    _assert_same_members(_members(tmp_path / "trie"), _members(TRIE / "trie"))
+    """Format 2's arrays are format 3's in the format-2 layout (tails=False); format 3's golden holds a tail store."""
+    from gtmkit.artifact.trie_format import BASE_ARRAY_NAMES
+    gtmkit.SuccinctTrie.build(_keys(), tails=False).save(tmp_path / "trie")
+    base = {f"{name}.npy" for name in BASE_ARRAY_NAMES}
+    new = {k: v for k, v in _members(tmp_path / "trie").items() if k in base}
+    _assert_same_members(new, _members(TRIE / "trie"))
+    gtmkit.SuccinctTrie.build(_keys(TRIE3)).save(tmp_path / "trie3")
+    _assert_same_members(_members(tmp_path / "trie3"), _members(TRIE3 / "trie"))
+
+
+def test_trie_v3_reads_and_equals_reference(tmp_path):
+    shutil.copytree(TRIE3 / "trie", tmp_path / "trie")
+    trie = gtmkit.SuccinctTrie.load(tmp_path / "trie")
+    assert trie.arrays.tail_nodes > 0
+    keys = _keys(TRIE3)
+    ref = RefTrie(keys)
+    assert [trie.lookup(k) for k in keys] == [ref.lookup(k) for k in keys]
+    assert [trie.key(i) for i in range(len(trie))] == [tuple(k) for k in ref.key_list]
+    for node in random.Random(3).sample(range(len(ref.nodes)), 300):
+        labels, kids = trie.children(node)
+        assert (list(labels), list(kids)) == tuple(ref.children(node))

@@ -162,7 +162,7 @@ def test_save_load_round_trip(tmp_path):
             assert np.array_equal(getattr(back.arrays, name), getattr(trie.arrays, name)), name
         assert [back.lookup(k) for k in keys] == [trie.lookup(k) for k in keys]
     manifest = json.loads(manifest_path(tmp_path / "t").read_text())
-    assert manifest["format"] == "gtmkit-trie" and manifest["format_version"] == 2
+    assert manifest["format"] == "gtmkit-trie" and manifest["format_version"] == 3
     with pytest.raises(ArtifactError, match="already exists"):
         trie.save(tmp_path / "t")
     trie.save(tmp_path / "t", overwrite=True)

@@ -29,8 +29,8 @@ def _arrays(keys, edit, rng):
         if bp != bq:
             for x in (p, q):
                 a["louds"][x >> 6] ^= np.uint64(1) << np.uint64(x & 63)
-    elif edit == "labels_swap" and n > 3:
-        i = int(rng.integers(0, n - 2))
+    elif edit == "labels_swap" and len(a["label_low"]) > 2:  # head labels: a tail store holds the others
+        i = int(rng.integers(0, len(a["label_low"]) - 1))
         a["label_low"][i], a["label_low"][i + 1] = a["label_low"][i + 1], a["label_low"][i]
     elif edit == "label_high" and len(a["label_high"]):
         a["label_high"][-1] |= np.uint64(1) << np.uint64(63)

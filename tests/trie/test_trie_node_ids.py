@@ -69,7 +69,7 @@ def test_levels_from_lazy_pieces_equal_levels_from_arrays():
     degree = [[deg[lo[d]:lo[d + 1]]] for d in range(len(lo) - 1)]
     whole = levels_arrays(labels, terminal, degree)
     lazy = [[[_Lazy(x) for x in pieces] for pieces in part] for part in (labels, terminal, degree)]
-    split = levels_arrays(*lazy, max_label=int(lab.max()))
+    split = levels_arrays(*lazy)
     for name, arr in whole["arrays"].items():
         assert np.array_equal(arr, split["arrays"][name]), name
         assert np.array_equal(arr, getattr(a, name)), name

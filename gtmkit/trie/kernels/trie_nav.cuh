@@ -127,16 +127,46 @@ __device__ __forceinline__ i64 zero_pair(const Trie& t, i64 k, i64* z1) {
 
 __device__ __forceinline__ bool get_bit(const u64* words, i64 i) { return (words[i >> 6] >> (i & 63)) & 1ull; }
 
+__device__ __forceinline__ i64 packed_field(const u64* words, i64 i, int width) {  // pack_fields' value i
+    if (width == 0) return 0;
+    i64 p = i * width;
+    i64 w = p >> 6;
+    int off = (int)(p & 63);
+    u64 x = words[w] >> off;
+    if (off + width > 64) x |= words[w + 1] << (64 - off);
+    return (i64)(x & ((1ull << width) - 1ull));
+}
+
+// Label of a tail node j+1 (trie/tails.py): its code's dictionary token.
+__device__ __forceinline__ i64 tail_label_of(const Trie& t, i64 j) {
+    i64 i = rank1(t.ltail, t.ltail_rank, j);
+    i64 c = packed_field(t.tlow, i, t.tlbits);
+    if (t.thbits && get_bit(t.twide, i)) c |= packed_field(t.thigh, rank1(t.twide, t.twide_rank, i), t.thbits) << t.tlbits;
+    return (i64)t.tdict[c];
+}
+
+// Label of a node of the constant deepest levels (node >= cfrom): its level's token.
+__device__ __forceinline__ i64 const_label_of(const Trie& t, i64 node) {
+    int k = t.nconst - 1;
+    while (k > 0 && node < t.lfirst[k]) --k;
+    return (i64)t.lconst[k];
+}
+
 __device__ __forceinline__ i64 label_of(const Trie& t, i64 node) {  // token on the edge into node >= 1
+    if (node >= t.cfrom) return const_label_of(t, node);
     i64 j = node - 1;
-    i64 v = t.low[j];
+    if (t.ntail) {
+        if (get_bit(t.ltail, j)) return tail_label_of(t, j);
+        j -= rank1(t.ltail, t.ltail_rank, j);
+    }
+    i64 v = t.lbits == 8 ? (i64)t.low8[j] : (i64)t.low[j];
     if (t.hbits) {
         i64 p = j * t.hbits;
         i64 w = p >> 6;
         int off = (int)(p & 63);
         u64 x = t.high[w] >> off;
         if (off + t.hbits > 64) x |= t.high[w + 1] << (64 - off);
-        v |= (i64)(x & ((1ull << t.hbits) - 1ull)) << 16;
+        v |= (i64)(x & ((1ull << t.hbits) - 1ull)) << t.lbits;
     }
     return v;
 }

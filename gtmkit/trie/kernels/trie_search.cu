@@ -163,6 +163,21 @@ __device__ __forceinline__ u64 gtimer() {
 #define TP_ROOT_FIRST 13    // the root's first child
 #define TP_ROOT_DEG 14      // and its number of children
 #define TP_ZWIDE 15         // i64 [wide groups, 2^zshift + 1] the zeros of a wide group and the one after it
+#define TP_LABEL_TAIL 16    // u64: bit j set where node j+1's label is in the tail store (trie/tails.py)
+#define TP_LABEL_TAIL_RANK 17
+#define TP_TAIL_DICT 18     // i32: tail tokens by code
+#define TP_TAIL_LOW 19      // u64: codes' low tail_low_bits bits, one field per tail node
+#define TP_TAIL_WIDE 20     // u64: bit i set where tail node i's code has high bits
+#define TP_TAIL_WIDE_RANK 21
+#define TP_TAIL_HIGH 22     // u64: the wide codes' high tail_high_bits bits
+#define TP_TAIL_NODES 23    // 0: every label is in label_low / label_high
+#define TP_TAIL_LOW_BITS 24
+#define TP_TAIL_HIGH_BITS 25
+#define TP_LOW_BITS 26      // 8 or 16: label_low's width (trie/labels.py)
+#define TP_LEVEL_LABEL 27   // i32 [K]: the token of every node of each constant deepest level
+#define TP_LEVEL_FIRST 28   // i64 [K]: the first node of each of those levels
+#define TP_CONST_LEVELS 29  // K (0: none)
+#define TP_CONST_FROM 30    // the first node of the constant levels (num_nodes when K = 0)
 
 // Search state table: per-query buffers [b, ...] allocated once per shape, kept between launches.
 #define SP_LIVE_NODE 0      // i64 [b, BW]   live beams, best first: node
@@ -208,6 +223,21 @@ struct Trie {
     const u32* rrank;
     i64 rnbits;
     i64 rfirst, rdeg;
+    const u64* ltail;     // tail store (trie/tails.py); ntail == 0: none
+    const u64* ltail_rank;
+    const int* tdict;
+    const u64* tlow;
+    const u64* twide;
+    const u64* twide_rank;
+    const u64* thigh;
+    i64 ntail;
+    int tlbits, thbits;
+    int lbits;            // label_low's width: 8 (read through low8) or 16
+    const unsigned char* low8;
+    const int* lconst;    // constant deepest levels: nodes >= cfrom (trie/labels.py)
+    const i64* lfirst;
+    int nconst;
+    i64 cfrom;
 };
 
 struct Smem {
@@ -269,6 +299,22 @@ __device__ __forceinline__ Trie load_trie(const i64* TP) {
     t.rnbits = TP[TP_ROOT_NBITS];
     t.rfirst = TP[TP_ROOT_FIRST];
     t.rdeg = TP[TP_ROOT_DEG];
+    t.ltail = (const u64*)TP[TP_LABEL_TAIL];
+    t.ltail_rank = (const u64*)TP[TP_LABEL_TAIL_RANK];
+    t.tdict = (const int*)TP[TP_TAIL_DICT];
+    t.tlow = (const u64*)TP[TP_TAIL_LOW];
+    t.twide = (const u64*)TP[TP_TAIL_WIDE];
+    t.twide_rank = (const u64*)TP[TP_TAIL_WIDE_RANK];
+    t.thigh = (const u64*)TP[TP_TAIL_HIGH];
+    t.ntail = TP[TP_TAIL_NODES];
+    t.tlbits = (int)TP[TP_TAIL_LOW_BITS];
+    t.thbits = (int)TP[TP_TAIL_HIGH_BITS];
+    t.lbits = (int)TP[TP_LOW_BITS];
+    t.low8 = (const unsigned char*)TP[TP_LABEL_LOW];
+    t.lconst = (const int*)TP[TP_LEVEL_LABEL];
+    t.lfirst = (const i64*)TP[TP_LEVEL_FIRST];
+    t.nconst = (int)TP[TP_CONST_LEVELS];
+    t.cfrom = TP[TP_CONST_FROM];
     return t;
 }
 
@@ -714,8 +760,10 @@ __device__ __forceinline__ void search_body(
             warp_append2(is_live, is_fin, counters, &pl, &pf);
             if (is_live) {
                 // the labels the next step reads first if this candidate is kept, on their way to L2
-                PREFETCH_L2(tr.low + child_first - 1);
-                if (tr.hbits) PREFETCH_L2(tr.high + ((child_first - 1) * tr.hbits >> 6));
+                if (!tr.ntail) {  // with tails a label's entry needs a rank: no address to prefetch yet
+                    PREFETCH_L2(tr.low8 + (child_first - 1) * (tr.lbits >> 3));
+                    if (tr.hbits) PREFETCH_L2(tr.high + ((child_first - 1) * tr.hbits >> 6));
+                }
                 cand[pl] = live_key;
                 cand_first[pl] = child_first;
                 cand_deg[pl] = child_deg;
