@@ -104,7 +104,7 @@ def trie_ab(a) -> int:
         dev = tsc.CupyDevice()
         dev.cl = v.value("CL", dev.cl)
         mod = build(tsc.KERNEL_FILE, v, () if any(d.startswith("CL=") for d in v.defines) else (f"CL={dev.cl}",))
-        dev._kernels = {n: mod.get_function(n) for n in ("prep_kernel", "search_kernel")}
+        dev._kernels = {(n, ()): mod.get_function(n) for n in ("prep_kernel", "search_kernel")}
         devs.append(dev)
     stream = cp.cuda.get_current_stream()
 

@@ -83,7 +83,7 @@ def profile(a) -> None:
     mod = build(tsc.KERNEL_FILE, v, ("PROFILE",) + (() if any(d.startswith("CL=") for d in v.defines)
                                                     else (f"CL={dev.cl}",)))
     print(f"build: {v.label()} -DPROFILE")
-    dev._kernels = {n: mod.get_function(n) for n in ("prep_kernel", "search_kernel")}
+    dev._kernels = {(n, ()): mod.get_function(n) for n in ("prep_kernel", "search_kernel")}
     prof = cp.ndarray((116,), cp.uint64, memptr=mod.get_global("trie_prof"))
     stream = cp.cuda.get_current_stream()
     for bw in (int(x) for x in a.bw.split(",")):

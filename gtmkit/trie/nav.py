@@ -1,5 +1,9 @@
 """Navigation over the succinct trie's flat arrays (numba): child ranges, labels, find-child, lookup,
-parents, key ids. `t` is a LoudsArrays; node ids are BFS ids, root 0; label entry j is node j+1."""
+parents, key ids. `t` is a LoudsArrays or a PlainLoudsArrays; node ids are BFS ids, root 0; label entry j is node j+1.
+
+The label functions are specialised by the tuple's type (numba compiles one version per type): a trie with
+format 2's label layout is a PlainLoudsArrays and its search runs format 2's code on format 2's 11 fields. A
+call that numba does not inline passes a tuple field by field, so every field it carries costs every call."""
 
 from __future__ import annotations
 
@@ -8,8 +12,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import overload
 
 from .._rank_select import get_bit, get_field, rank1, select0, select1
+from .tails import no_tails
 
 
 class LoudsArrays(NamedTuple):
@@ -59,6 +65,60 @@ class LoudsArrays(NamedTuple):
     const_from: int
 
 
+_NO_TAILS = no_tails()["arrays"]
+
+
+class PlainLoudsArrays(NamedTuple):
+    """A LoudsArrays whose labels all sit in 16-bit label_low / label_high (no tail store, no constant levels):
+    format 2's fields only. The other LoudsArrays fields read as their empty values, in Python only."""
+
+    louds: np.ndarray
+    louds_rank: np.ndarray
+    louds_select0: np.ndarray
+    louds_select1: np.ndarray
+    label_low: np.ndarray
+    label_high: np.ndarray
+    high_bits: int
+    terminal: np.ndarray
+    terminal_rank: np.ndarray
+    terminal_select1: np.ndarray
+    level_offsets: np.ndarray
+
+    tail_nodes = tail_low_bits = tail_high_bits = 0
+    low_bits = 16
+
+    @property
+    def const_from(self) -> int:
+        return int(self.level_offsets[-1])
+
+    @property
+    def level_label(self) -> np.ndarray:
+        return np.zeros(0, np.int32)
+
+    def __getattr__(self, name):  # the tail store's arrays: empty
+        if name in _NO_TAILS:
+            return _NO_TAILS[name].copy()
+        raise AttributeError(name)
+
+
+def louds_arrays(**fields) -> "LoudsArrays | PlainLoudsArrays":
+    """The kernels' tuple of a trie's arrays and counts (LoudsArrays' fields): a PlainLoudsArrays where the label
+    layout is format 2's."""
+    if not fields["tail_nodes"] and fields["low_bits"] == 16 and not len(fields["level_label"]):
+        return PlainLoudsArrays(**{f: fields[f] for f in PlainLoudsArrays._fields})
+    return LoudsArrays(**fields)
+
+
+def _plain(t) -> bool:
+    """Whether t (a value or a numba type) is a PlainLoudsArrays."""
+    return "label_tail" not in (getattr(t, "fields", None) or getattr(t, "_fields", ()))
+
+
+def all_fields(t) -> dict:
+    """Every LoudsArrays field of t (either tuple) by name."""
+    return {f: getattr(t, f) for f in LoudsArrays._fields}
+
+
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -104,12 +164,6 @@ def has_children(t, v):
     return get_bit(t.louds, select0(t.louds, t.louds_rank, t.louds_select0, v) + 1) != 0
 
 
-@njit(cache=True, nogil=True, inline="always")
-def head_label(t, h):
-    """Label entry h of label_low / label_high."""
-    return np.int64(t.label_low[h]) | (get_field(t.label_high, h, t.high_bits) << t.low_bits)
-
-
 @njit(cache=True, nogil=True)
 def tail_label(t, j):
     """Label of tail node j+1 (label_tail bit j set): its code's dictionary token."""
@@ -120,12 +174,33 @@ def tail_label(t, j):
     return np.int64(t.tail_dict[c])
 
 
-@njit(cache=True, nogil=True, inline="always")
+def head_label(t, h):
+    """Label entry h of label_low / label_high."""
+    return np.int64(t.label_low[h]) | (int(get_field(t.label_high, h, t.high_bits)) << t.low_bits)
+
+
+@overload(head_label, inline="always", jit_options={"cache": True, "nogil": True})
+def _head_label(t, h):
+    if _plain(t):
+        return lambda t, h: np.int64(t.label_low[h]) | (get_field(t.label_high, h, t.high_bits) << 16)
+    return lambda t, h: np.int64(t.label_low[h]) | (get_field(t.label_high, h, t.high_bits) << t.low_bits)
+
+
 def head_index(t, j):
     """Entry of label j in label_low / label_high (label j a head label)."""
-    if t.tail_nodes == 0:
-        return j
-    return j - rank1(t.label_tail, t.label_tail_rank, j)
+    return j if not t.tail_nodes else j - int(rank1(t.label_tail, t.label_tail_rank, j))
+
+
+@overload(head_index, inline="always", jit_options={"cache": True, "nogil": True})
+def _head_index(t, j):
+    if _plain(t):
+        return lambda t, j: j
+
+    def impl(t, j):
+        if t.tail_nodes == 0:
+            return j
+        return j - rank1(t.label_tail, t.label_tail_rank, j)
+    return impl
 
 
 @njit(cache=True, nogil=True)
@@ -140,8 +215,8 @@ def const_label(t, node):
 
 
 @njit(cache=True, nogil=True)
-def label(t, node):
-    """Token on the edge into node (node >= 1)."""
+def tails_label(t, node):
+    """label() of a LoudsArrays."""
     j = node - 1
     if node >= t.const_from:
         return const_label(t, node)
@@ -150,12 +225,31 @@ def label(t, node):
     return head_label(t, head_index(t, j))
 
 
+@njit(cache=True, nogil=True, inline="always")
+def plain_label(t, node):
+    """label() of a PlainLoudsArrays."""
+    j = node - 1
+    return np.int64(t.label_low[j]) | (get_field(t.label_high, j, t.high_bits) << 16)
+
+
+def label(t, node):
+    """Token on the edge into node (node >= 1)."""
+    return (plain_label if _plain(t) else tails_label)(t, node)
+
+
+@overload(label, inline="always", jit_options={"cache": True, "nogil": True})
+def _label(t, node):
+    if _plain(t):
+        return lambda t, node: plain_label(t, node)
+    return lambda t, node: tails_label(t, node)
+
+
 @njit(cache=True, nogil=True)
-def lower_bound(t, lo, hi, token):
-    """First node in [lo, hi) (siblings, sorted by label) whose label is >= token. Siblings of two or more are
-    head nodes with consecutive label entries: one rank for the range, none per probe."""
+def tails_lower_bound(t, lo, hi, token):
+    """lower_bound() of a LoudsArrays: siblings of two or more are head nodes with consecutive label entries,
+    one rank for the range, none per probe."""
     if hi - lo == 1:
-        return lo if label(t, lo) >= token else hi
+        return lo if tails_label(t, lo) >= token else hi
     if lo >= hi:
         return lo
     base = head_index(t, lo - 1) - lo
@@ -166,6 +260,30 @@ def lower_bound(t, lo, hi, token):
         else:
             hi = mid
     return lo
+
+
+@njit(cache=True, nogil=True)
+def plain_lower_bound(t, lo, hi, token):
+    """lower_bound() of a PlainLoudsArrays."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if plain_label(t, mid) < token:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def lower_bound(t, lo, hi, token):
+    """First node in [lo, hi) (siblings, sorted by label) whose label is >= token."""
+    return (plain_lower_bound if _plain(t) else tails_lower_bound)(t, lo, hi, token)
+
+
+@overload(lower_bound, jit_options={"cache": True, "nogil": True})
+def _lower_bound(t, lo, hi, token):
+    if _plain(t):
+        return lambda t, lo, hi, token: plain_lower_bound(t, lo, hi, token)
+    return lambda t, lo, hi, token: tails_lower_bound(t, lo, hi, token)
 
 
 @njit(cache=True, nogil=True)

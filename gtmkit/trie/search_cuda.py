@@ -19,6 +19,7 @@ than the default compile a kernel of their own. A given device object has its ow
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 from pathlib import Path
 
 import numpy as np
@@ -62,8 +63,9 @@ class CupyDevice:
         self.cl = cluster if int(cupy.cuda.Device().compute_capability[:-1]) >= 9 else 1
         # (the trie's uploaded tables are per device, whatever the cluster size)
         self.key = ("cuda", cupy.cuda.Device().id)
-        mod = load_module(KERNEL_FILE, () if self.cl == CL else (f"CL={self.cl}",))
-        self._kernels = {name: mod.get_function(name) for name in ("prep_kernel", "search_kernel", "serve_kernel")}
+        self._load, self._defines = load_module, () if self.cl == CL else (f"CL={self.cl}",)
+        self._kernels = {}  # (name, layout) -> kernel: one module a label layout
+        self.kernel("search_kernel")
         self.buffers = {}
         self._smem_opt_in = {}  # kernel name -> the kernel object whose dynamic shared memory limit was raised
         self.graph_error = None  # why replay() could not capture a graph, if it could not
@@ -144,13 +146,21 @@ class CupyDevice:
             stream.wait_event(done)
         buf.stream = stream
 
-    def launch(self, name: str, grid: int, args: tuple, smem: int = 0) -> None:
+    def kernel(self, name: str, layout: tuple = ()):
+        """The kernel `name` compiled for a trie label layout (trie_layout)."""
+        key = (name, layout)
+        if key not in self._kernels:
+            self._kernels[key] = self._load(KERNEL_FILE, self._defines + layout).get_function(name)
+        return self._kernels[key]
+
+    def launch(self, name: str, grid: int, args: tuple, smem: int = 0, layout: tuple = ()) -> None:
         """grid blocks of nt threads (search_kernel: in clusters of cl, compiled in) with smem bytes of
-        dynamic shared memory (above 48 KiB a kernel must opt in, once per kernel object)."""
-        kernel = self._kernels[name]
-        if smem > 48 * 1024 and self._smem_opt_in.get(name) is not kernel:
+        dynamic shared memory (above 48 KiB a kernel must opt in, once per kernel object); layout: the trie's
+        label layout (trie_layout), compiled in."""
+        kernel = self.kernel(name, layout)
+        if smem > 48 * 1024 and self._smem_opt_in.get((name, layout)) is not kernel:
             kernel.max_dynamic_shared_size_bytes = smem
-            self._smem_opt_in[name] = kernel
+            self._smem_opt_in[(name, layout)] = kernel
         kernel((grid,), (self.nt,), args, shared_mem=smem)
 
 
@@ -172,7 +182,21 @@ def _addressable(x: np.ndarray) -> np.ndarray:
     return x if x.size else np.zeros(1, x.dtype)
 
 
-def _trie_params(dev, trie, what: str):
+class TrieParams(NamedTuple):
+    """A trie as the kernels take it on one device."""
+
+    table: object   # int64 device array: the kernels' TP_* pointer table
+    layout: tuple   # the label layout's defines the kernels are compiled with (trie_layout)
+
+
+def trie_layout(a) -> tuple:
+    """The defines of a trie's label layout (kernels/trie_nav.cuh): none for format 2's, so its kernels are
+    format 2's."""
+    return tuple(d for d, on in (("TRIE_TAILS=1", a.tail_nodes), ("TRIE_LOW8=1", a.low_bits == 8),
+                                 ("TRIE_CONST=1", len(a.level_label))) if on)
+
+
+def _trie_params(dev, trie, what: str) -> TrieParams:
     """The trie's arrays on the device and their pointer table, uploaded once per trie and device."""
     cache = trie.__dict__.setdefault("_cuda_trie", {})
     if dev.key not in cache:
@@ -201,7 +225,7 @@ def _trie_params(dev, trie, what: str):
         arrays["level_label"] = dev.asarray(np.ascontiguousarray(_addressable(a.level_label)))
         arrays["level_first"] = dev.asarray(np.ascontiguousarray(_addressable(level_first)))
         table += [dev.ptr(arrays["level_label"]), dev.ptr(arrays["level_first"]), k, int(a.const_from)]
-        cache[dev.key] = (arrays, dev.asarray(np.array(table, np.int64)))
+        cache[dev.key] = (arrays, TrieParams(dev.asarray(np.array(table, np.int64)), trie_layout(a)))
     return cache[dev.key][1]
 
 
@@ -418,10 +442,10 @@ def _search(dev, buf: _Buffers, tp, prepared: tuple, rows: int, nar: bool, t0: i
     rows_in (NAR) the kernel prepares the proposal rows itself (prep_kernel's work) into `prepared`."""
     ids, scores = out if out is not None else (buf.dummy_ids, buf.dummy_scores)
     dev.launch("search_kernel", buf.b * dev.cl, (
-        tp, buf.sp, *prepared, np.int32(rows), np.int32(buf.k), np.int32(nar), np.int32(t0), np.int32(t1),
+        tp.table, buf.sp, *prepared, np.int32(rows), np.int32(buf.k), np.int32(nar), np.int32(t0), np.int32(t1),
         np.int32(last), np.int32(init), np.int32(out is not None), np.float32(theta_sent),
         factors if factors is not None else buf.factors, np.int32(fbase), ids, scores,
-        rows_in if rows_in is not None else dev.null, np.float32(theta_tok)), smem=search_smem(dev))
+        rows_in if rows_in is not None else dev.null, np.float32(theta_tok)), smem=search_smem(dev), layout=tp.layout)
 
 
 def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, theta_sent=-math.inf,
@@ -469,7 +493,7 @@ def trie_beam_search_cuda(trie, tokens, logp, beam_width, theta_tok=-math.inf, t
             _prep(dev, buf, steps, tt, False, rows_in, (fac, nf))
             _search(dev, buf, tp, prepared, steps, True, 0, steps, steps - 1, True, 0, ts, out)
 
-    dev.replay(buf.graphs, (dev.ptr(tp), float(tt), float(ts)), submit)
+    dev.replay(buf.graphs, (dev.ptr(tp.table), float(tt), float(ts)), submit)
     buf.spare = dev.mark(buf.spare)
     buf.spare.synchronize()  # the graph has read the staging too: free for the next call without a wait
     return buf.host_ids.copy(), buf.host_scores.copy()

@@ -59,16 +59,16 @@ class TrieSearchServer:
     def _launch(self, max_req: int) -> None:
         dev, buf = self._dev, self._buf
         n = self.steps * self.k
-        args = (self._tp, buf.sp, buf.ptok, buf.plp, buf.pcnt, np.int32(self.steps), np.int32(self.k), self._ts,
+        args = (self._tp.table, buf.sp, buf.ptok, buf.plp, buf.pcnt, np.int32(self.steps), np.int32(self.k), self._ts,
                 dev.host_ptr(buf.host[:8 * buf.nf].view(np.float64)), dev.host_ptr(buf.host_ids),
                 dev.host_ptr(buf.host_scores), dev.host_ptr(buf.host[8 * buf.nf:8 * buf.nf + 8 * n].view(np.int32)),
                 self._tt, dev.host_ptr(self._ctl), np.int32(max_req))
         if getattr(dev, "synchronous", False):  # the CPU emulation: a launch runs to its end, one request
-            dev.launch("serve_kernel", dev.cl, args, smem=search_smem(dev))
+            dev.launch("serve_kernel", dev.cl, args, smem=search_smem(dev), layout=self._tp.layout)
             return
         self._stream = dev.cp.cuda.Stream(non_blocking=True)
         with self._stream:
-            dev.launch("serve_kernel", dev.cl, args, smem=search_smem(dev))
+            dev.launch("serve_kernel", dev.cl, args, smem=search_smem(dev), layout=self._tp.layout)
 
     def search(self, tokens, logp) -> tuple:
         if not self._open:

@@ -106,7 +106,7 @@ class SuccinctTrie:
 
     def write(self, w: ArtifactWriter) -> None:
         """The arrays and manifest into an open writer, committed."""
-        a = self.arrays._asdict()
+        a = nav.all_fields(self.arrays)
         write_trie(w, {"arrays": a, "num_nodes": self.num_nodes, "num_keys": self.num_keys,
                        "high_bits": self.arrays.high_bits, "low_bits": a["low_bits"], **{f: a[f] for f in TAIL_FIELDS}})
         self.path = w.out_dir
@@ -262,10 +262,10 @@ def _array(art, name: str, mmap: bool) -> np.ndarray:
         raise ArtifactError(f"{fpath}: cannot load array ({type(exc).__name__})") from None
 
 
-def _louds(arrays: dict, fields: dict) -> nav.LoudsArrays:
+def _louds(arrays: dict, fields: dict):
     """LoudsArrays of the arrays and the build's (or manifest's) counts."""
     lo = arrays["level_offsets"]
-    return nav.LoudsArrays(high_bits=int(fields["high_bits"]), low_bits=int(fields.get("low_bits", 16)),
+    return nav.louds_arrays(high_bits=int(fields["high_bits"]), low_bits=int(fields.get("low_bits", 16)),
                            const_from=int(lo[len(lo) - 1 - len(arrays["level_label"])]),
                            **{f: int(fields.get(f, 0)) for f in TAIL_FIELDS}, **arrays)
 

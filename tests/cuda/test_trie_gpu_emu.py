@@ -64,8 +64,9 @@ class EmuDevice:
 
     synchronous = True  # a launch runs to its end (TrieSearchServer launches once a request)
 
-    def __init__(self, lib, sigs, cfg):
+    def __init__(self, lib, sigs, cfg, work=None):
         self.lib, self.sigs = lib, sigs
+        self._libs, self._work = {(): (lib, sigs)}, work  # label layout (trie_layout) -> the kernels built for it
         self.nt, self.sort_cap = cfg["NT"], cfg["SORT_CAP"]
         self.prep_cap, self.beam_cap, self.cl = cfg["PREP_CAP"], cfg["BEAM_CAP"], cfg["CL"]
         self.tok_cap, self.sel_cap = cfg["TOK_CAP"], cfg["SEL_CAP"]
@@ -115,10 +116,20 @@ class EmuDevice:
 
     null = None
 
-    def launch(self, name, grid, args, smem=0):
+    def built(self, layout=()):
+        """(library, signatures) of the kernels compiled for a trie label layout, as CupyDevice.kernel does."""
+        if layout not in self._libs:
+            defines = dict(self.cfg, **dict(d.split("=") for d in layout))
+            work = self._work / "_".join(layout)
+            work.mkdir()
+            self._libs[layout] = build_emulator(work, KERNEL_FILE, defines, NAV)
+        return self._libs[layout]
+
+    def launch(self, name, grid, args, smem=0, layout=()):
         self.launches.append(name)
         cl = self.cl if name in ("search_kernel", "serve_kernel") else 1
-        launch(self.lib, self.sigs, name, grid, self.nt, args, cluster=cl, smem=smem)
+        lib, sigs = self.built(layout)
+        launch(lib, sigs, name, grid, self.nt, args, cluster=cl, smem=smem)
 
 
 CONFIGS = {
@@ -133,8 +144,9 @@ CONFIGS = {
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def emu(request, tmp_path_factory):
     cfg = CONFIGS[request.param]
-    lib, sigs = build_emulator(tmp_path_factory.mktemp("emu_" + request.param), KERNEL_FILE, cfg, NAV)
-    return EmuDevice(lib, sigs, cfg)
+    work = tmp_path_factory.mktemp("emu_" + request.param)
+    lib, sigs = build_emulator(work, KERNEL_FILE, cfg, NAV)
+    return EmuDevice(lib, sigs, cfg, work)
 
 
 def assert_equal(got, want):
@@ -161,8 +173,8 @@ def test_navigation_equals_numba(emu, share, monkeypatch):
     listed = int((trie._cuda_trie[emu.key][0]["zpos"] < 0).sum())
     assert listed == (len(wide) if share == 8 else 0) and len(wide) >= 3
     z, label, key, nz, pz, pnz = (np.empty(n, np.int64) for _ in range(6))
-    p = [ctypes.c_void_p(x.ctypes.data) for x in (tp, z, label, key, nz, pz, pnz)]
-    emu.lib.emu_nav(p[0], ctypes.c_longlong(n), *p[1:])
+    p = [ctypes.c_void_p(x.ctypes.data) for x in (tp.table, z, label, key, nz, pz, pnz)]
+    emu.built(tp.layout)[0].emu_nav(p[0], ctypes.c_longlong(n), *p[1:])
     want_z = np.array([bits.select0(a.louds, a.louds_rank, a.louds_select0, v) for v in range(n)])
     assert np.array_equal(z, want_z)
     deg = np.array([nav.child_range(a, v)[1] - nav.child_range(a, v)[0] for v in range(n)])
@@ -586,8 +598,8 @@ def test_label_layouts_equal_cpu_and_reference(emu, kind, seed):
     n = trie.num_nodes
     tp = _trie_params(emu, trie, "test")
     z, label, key, nz, pz, pnz = (np.empty(n, np.int64) for _ in range(6))
-    p = [ctypes.c_void_p(x.ctypes.data) for x in (tp, z, label, key, nz, pz, pnz)]
-    emu.lib.emu_nav(p[0], ctypes.c_longlong(n), *p[1:])
+    p = [ctypes.c_void_p(x.ctypes.data) for x in (tp.table, z, label, key, nz, pz, pnz)]
+    emu.built(tp.layout)[0].emu_nav(p[0], ctypes.c_longlong(n), *p[1:])
     assert np.array_equal(label[1:], nav.labels_of(trie.arrays, np.arange(1, n)))
     b, T, K, bw = 2, 6, 6, int(rng.integers(1, 8))
     vocab = sorted({t for k in ref.key_list for t in k}) + [-1, 11]

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import gtmkit.artifact.trie_checks as C
+from gtmkit.trie import nav
 from gtmkit.trie.trie import SuccinctTrie
 
 EDITS = ["none", "louds_bit", "labels_swap", "label_high", "terminal_bit", "level", "louds_swap"]
@@ -17,7 +18,7 @@ EDITS = ["none", "louds_bit", "labels_swap", "label_high", "terminal_bit", "leve
 
 def _arrays(keys, edit, rng):
     trie = SuccinctTrie.build(keys)
-    a = {k: np.array(v) for k, v in trie.arrays._asdict().items()}
+    a = {k: np.array(v) for k, v in nav.all_fields(trie.arrays).items()}
     n = trie.num_nodes
     if edit == "louds_bit":
         p = int(rng.integers(0, 2 * n + 1))

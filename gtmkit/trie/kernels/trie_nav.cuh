@@ -152,21 +152,40 @@ __device__ __forceinline__ i64 const_label_of(const Trie& t, i64 node) {
     return (i64)t.lconst[k];
 }
 
+// The trie's label layout is compiled in (trie/search_cuda.py trie_layout), so a trie without tails, 8-bit labels
+// or constant levels runs format 2's label read and nothing else.
+#ifndef TRIE_TAILS
+#define TRIE_TAILS 0
+#endif
+#ifndef TRIE_LOW8
+#define TRIE_LOW8 0
+#endif
+#ifndef TRIE_CONST
+#define TRIE_CONST 0
+#endif
+#define TRIE_LOW_BITS (TRIE_LOW8 ? 8 : 16)
+
 __device__ __forceinline__ i64 label_of(const Trie& t, i64 node) {  // token on the edge into node >= 1
+#if TRIE_CONST
     if (node >= t.cfrom) return const_label_of(t, node);
+#endif
     i64 j = node - 1;
-    if (t.ntail) {
-        if (get_bit(t.ltail, j)) return tail_label_of(t, j);
-        j -= rank1(t.ltail, t.ltail_rank, j);
-    }
-    i64 v = t.lbits == 8 ? (i64)t.low8[j] : (i64)t.low[j];
+#if TRIE_TAILS
+    if (get_bit(t.ltail, j)) return tail_label_of(t, j);
+    j -= rank1(t.ltail, t.ltail_rank, j);
+#endif
+#if TRIE_LOW8
+    i64 v = (i64)t.low8[j];
+#else
+    i64 v = (i64)t.low[j];
+#endif
     if (t.hbits) {
         i64 p = j * t.hbits;
         i64 w = p >> 6;
         int off = (int)(p & 63);
         u64 x = t.high[w] >> off;
         if (off + t.hbits > 64) x |= t.high[w + 1] << (64 - off);
-        v |= (i64)(x & ((1ull << t.hbits) - 1ull)) << t.lbits;
+        v |= (i64)(x & ((1ull << t.hbits) - 1ull)) << TRIE_LOW_BITS;
     }
     return v;
 }

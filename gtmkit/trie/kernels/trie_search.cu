@@ -760,10 +760,14 @@ __device__ __forceinline__ void search_body(
             warp_append2(is_live, is_fin, counters, &pl, &pf);
             if (is_live) {
                 // the labels the next step reads first if this candidate is kept, on their way to L2
-                if (!tr.ntail) {  // with tails a label's entry needs a rank: no address to prefetch yet
-                    PREFETCH_L2(tr.low8 + (child_first - 1) * (tr.lbits >> 3));
-                    if (tr.hbits) PREFETCH_L2(tr.high + ((child_first - 1) * tr.hbits >> 6));
-                }
+#if !TRIE_TAILS  // with tails a label's entry needs a rank: no address to prefetch yet
+#if TRIE_LOW8
+                PREFETCH_L2(tr.low8 + child_first - 1);
+#else
+                PREFETCH_L2(tr.low + child_first - 1);
+#endif
+                if (tr.hbits) PREFETCH_L2(tr.high + ((child_first - 1) * tr.hbits >> 6));
+#endif
                 cand[pl] = live_key;
                 cand_first[pl] = child_first;
                 cand_deg[pl] = child_deg;
