@@ -174,16 +174,28 @@ def tail_label(t, j):
     return np.int64(t.tail_dict[c])
 
 
+@njit(cache=True, nogil=True, inline="always")
+def plain_head_label(t, h):
+    """head_label() of a PlainLoudsArrays."""
+    return np.int64(t.label_low[h]) | (get_field(t.label_high, h, t.high_bits) << 16)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def tails_head_label(t, h):
+    """head_label() of a LoudsArrays."""
+    return np.int64(t.label_low[h]) | (get_field(t.label_high, h, t.high_bits) << t.low_bits)
+
+
 def head_label(t, h):
     """Label entry h of label_low / label_high."""
-    return np.int64(t.label_low[h]) | (int(get_field(t.label_high, h, t.high_bits)) << t.low_bits)
+    return (plain_head_label if _plain(t) else tails_head_label)(t, h)
 
 
 @overload(head_label, inline="always", jit_options={"cache": True, "nogil": True})
 def _head_label(t, h):
     if _plain(t):
-        return lambda t, h: np.int64(t.label_low[h]) | (get_field(t.label_high, h, t.high_bits) << 16)
-    return lambda t, h: np.int64(t.label_low[h]) | (get_field(t.label_high, h, t.high_bits) << t.low_bits)
+        return lambda t, h: plain_head_label(t, h)
+    return lambda t, h: tails_head_label(t, h)
 
 
 def head_index(t, j):
@@ -284,6 +296,45 @@ def _lower_bound(t, lo, hi, token):
     if _plain(t):
         return lambda t, lo, hi, token: plain_lower_bound(t, lo, hi, token)
     return lambda t, lo, hi, token: tails_lower_bound(t, lo, hi, token)
+
+
+@njit(cache=True, nogil=True)
+def tails_sibling_base(t, first, end):
+    """sibling_base() of a LoudsArrays."""
+    return head_index(t, first - 1) - first if end - first >= 2 else 0
+
+
+def sibling_base(t, first, end):
+    """b with label(node) == head_label(t, b + node) for the siblings first..end-1 when there are two or more (they
+    are head nodes with consecutive entries: one rank for the range, none a label); 0 otherwise."""
+    return 0 if _plain(t) else tails_sibling_base(t, first, end)
+
+
+@overload(sibling_base, inline="always", jit_options={"cache": True, "nogil": True})
+def _sibling_base(t, first, end):
+    if _plain(t):
+        return lambda t, first, end: 0
+    return lambda t, first, end: tails_sibling_base(t, first, end)
+
+
+@njit(cache=True, nogil=True)
+def tails_sibling_label(t, base, first, end, node):
+    """sibling_label() of a LoudsArrays."""
+    if end - first >= 2:
+        return tails_head_label(t, base + node)
+    return tails_label(t, node)
+
+
+def sibling_label(t, base, first, end, node):
+    """label(t, node) of node in first..end-1, base = sibling_base(t, first, end)."""
+    return plain_label(t, node) if _plain(t) else tails_sibling_label(t, base, first, end, node)
+
+
+@overload(sibling_label, inline="always", jit_options={"cache": True, "nogil": True})
+def _sibling_label(t, base, first, end, node):
+    if _plain(t):
+        return lambda t, base, first, end, node: plain_label(t, node)
+    return lambda t, base, first, end, node: tails_sibling_label(t, base, first, end, node)
 
 
 @njit(cache=True, nogil=True)

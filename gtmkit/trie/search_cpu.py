@@ -28,7 +28,7 @@ from ..threads import parallel_njit
 from ..errors import GtmkitError
 from ..inputs.keys import MAX_TOKEN, clip_tokens
 from .._args import check_memory
-from .nav import child_range, has_children, is_terminal, key_id, label
+from .nav import child_range, has_children, is_terminal, key_id, sibling_base, sibling_label
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -203,19 +203,21 @@ def _gallop_tokens(row, lo, hi, x):
 
 
 @njit(cache=True, nogil=True)
-def _gallop_children(t, lo, hi, x):
-    """First node in [lo, hi) whose label is >= x, else hi (labels of siblings ascend)."""
-    if lo >= hi or label(t, lo) >= x:
+def _gallop_children(t, base, first, end, lo, x):
+    """First node in [lo, end) whose label is >= x, else end (labels of the siblings first..end-1 ascend; base =
+    sibling_base(t, first, end))."""
+    hi = end
+    if lo >= hi or sibling_label(t, base, first, end, lo) >= x:
         return lo
     step = 1
-    while lo + step < hi and label(t, lo + step) < x:
+    while lo + step < hi and sibling_label(t, base, first, end, lo + step) < x:
         lo += step
         step <<= 1
     r = min(lo + step, hi)
     lo += 1
     while lo < r:
         mid = (lo + r) >> 1
-        if label(t, mid) < x:
+        if sibling_label(t, base, first, end, mid) < x:
             lo = mid + 1
         else:
             r = mid
@@ -240,7 +242,8 @@ def _expand_chunk(t, ptok, plp, pcnt, row, q, c, n_chunks, live_node, live_score
         s = live_score[q, i]
         k = 0
         node = first
-        lab = label(t, node)
+        base = sibling_base(t, first, end)
+        lab = sibling_label(t, base, first, end, node)
         while True:
             tok = toks[k]
             if tok < lab:
@@ -248,10 +251,10 @@ def _expand_chunk(t, ptok, plp, pcnt, row, q, c, n_chunks, live_node, live_score
                 if k >= cnt:
                     break
             elif tok > lab:
-                node = _gallop_children(t, node + 1, end, tok)
+                node = _gallop_children(t, base, first, end, node + 1, tok)
                 if node >= end:
                     break
-                lab = label(t, node)
+                lab = sibling_label(t, base, first, end, node)
             else:
                 ns = s + plp[q, r, k]
                 if ns > theta_sent:
@@ -267,7 +270,7 @@ def _expand_chunk(t, ptok, plp, pcnt, row, q, c, n_chunks, live_node, live_score
                 node += 1
                 if k >= cnt or node >= end:
                     break
-                lab = label(t, node)
+                lab = sibling_label(t, base, first, end, node)
     return nl, nf
 
 

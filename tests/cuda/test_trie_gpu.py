@@ -23,7 +23,7 @@ from gtmkit.trie.search import TrieBeamStepper, trie_beam_search, trie_beam_step
 from gtmkit.synth.keys import synth_keys  # noqa: E402
 from gtmkit.synth.proposals import synth_proposals  # noqa: E402
 
-from support.tries import random_logp, random_settings, random_tokens, random_trie  # noqa: E402
+from support.tries import layout_trie, random_logp, random_settings, random_tokens, random_trie  # noqa: E402
 
 
 def assert_same(got, want):
@@ -230,3 +230,30 @@ def test_gpu_other_cluster_sizes_equal_cpu(cluster):
             for q in range(b):
                 want_q = trie_beam_search(trie, tokens[q:q + 1], logp[q:q + 1], bw, theta_tok, theta_sent, alpha)
                 assert_same(srv.search(tokens[q], logp[q]), want_q)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("kind", ["tails", "sid", "mixed"])
+def test_gpu_label_layouts_equal_cpu(kind, seed):
+    """Tries whose labels sit in the tail store, at 8 bits or in a constant level (each layout its own kernel
+    build): NAR search, the AR stepper and the resident server equal the CPU search."""
+    from gtmkit.trie.server_cuda import TrieSearchServer
+    rng = np.random.default_rng(300 + seed)
+    trie, _ = layout_trie(rng, kind, n=int(rng.integers(200, 20_000)))
+    assert tsc.trie_layout(trie.arrays)  # not format 2's layout
+    b, T, K, bw = 3, 10, 24, int(rng.integers(1, 64))
+    tokens, logp = synth_proposals(trie, b, T, K, seed=seed)
+    settings = random_settings(rng, seed) if seed % 2 else (-np.inf, -np.inf, 0.5)
+    want = trie_beam_search(trie, tokens, logp, bw, *settings)
+    assert_same(trie_beam_search(trie, tokens, logp, bw, *settings, device="cuda"), want)
+    assert seed % 2 or (want[0] >= 0).sum() >= b  # without thresholds the proposals find keys
+    cpu = TrieBeamStepper(trie, b, bw, *settings)
+    gpu = trie_beam_stepper(trie, b, bw, *settings, device="cuda")
+    for t in range(T):
+        rows = (np.repeat(tokens[:, t:t + 1], bw, axis=1), np.repeat(logp[:, t:t + 1], bw, axis=1))
+        cpu.step(*rows)
+        gpu.step(*rows)
+    assert_same(gpu.result(), cpu.result())
+    with TrieSearchServer(trie, bw, T, K, *settings) as srv:
+        for q in range(b):
+            assert_same(srv.search(tokens[q], logp[q]), trie_beam_search(trie, tokens[q:q + 1], logp[q:q + 1], bw, *settings))

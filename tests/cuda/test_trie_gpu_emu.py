@@ -19,7 +19,7 @@ from gtmkit.testing.trie import RefTrie
 
 from support.cuda_emu import build_emulator, garbage, kernel_signatures, launch
 from support.trie_cases import check_reference, hostile_case
-from support.tries import random_logp, random_settings, random_tokens, random_trie
+from support.tries import layout_trie, random_logp, random_settings, random_tokens, random_trie
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
@@ -569,21 +569,6 @@ def test_host_sizes_match_the_kernels_defaults():
         assert int(default(name)) == getattr(tsc, name), name
 
 
-def _layout_trie(rng, kind: str):
-    """Keys whose build picks a label layout of format 3: a tail store (long single-child chains with shared
-    suffixes), 8-bit labels with a constant deepest level (SID-like), or both."""
-    n = int(rng.integers(20, 300))
-    if kind == "tails":
-        keys = [[int(x) for x in rng.integers(0, 4, size=2)] + [int(x) for x in rng.integers(69990, 70030, size=4)]
-                + [[0], [7, 0], [70000, 3, 0]][int(rng.integers(0, 3))] for _ in range(n)]
-    elif kind == "sid":
-        keys = [[int(x) for x in rng.integers(0, 200, size=3)] + [0] for _ in range(n)]
-    else:  # 8-bit heads, chains below them, a constant last level
-        keys = [[int(x) for x in rng.integers(0, 6, size=2)] + [int(x) for x in rng.integers(0, 20, size=4)]
-                + [0] for _ in range(n)]
-    return SuccinctTrie.build(keys), RefTrie(keys)
-
-
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("kind", ["tails", "sid", "mixed"])
 def test_label_layouts_equal_cpu_and_reference(emu, kind, seed):
@@ -592,7 +577,7 @@ def test_label_layouts_equal_cpu_and_reference(emu, kind, seed):
     from gtmkit.trie import nav as nav
     from gtmkit.trie.search_cuda import _trie_params
     rng = np.random.default_rng(900 + seed)
-    trie, ref = _layout_trie(rng, kind)
+    trie, ref = layout_trie(rng, kind)
     s = trie.stats()
     assert s["const_levels"] == 1 and (s["tail_nodes"] > 0) == (kind != "sid") and (s["low_bits"] == 8) == (kind != "tails")
     n = trie.num_nodes

@@ -41,3 +41,20 @@ def assert_same(got_ids, got_scores, want_ids, want_scores, bw):
     assert got_ids.tolist() == want_ids + [-1] * (bw - len(want_ids))
     np.testing.assert_allclose(got_scores[:len(want_ids)], want_scores, rtol=0, atol=1e-5)
     assert np.all(np.isneginf(got_scores[len(want_ids):]))
+
+
+def layout_trie(rng, kind: str, n: int = None):
+    """(trie, RefTrie) of keys whose build picks a label layout of format 3: "tails" (long single-child chains with
+    shared suffixes), "sid" (SID-like: 8-bit labels, a constant last level) or "mixed" (8-bit heads, chains below
+    them, a constant last level)."""
+    n = int(rng.integers(20, 300)) if n is None else n
+    if kind == "tails":
+        keys = [[int(x) for x in rng.integers(0, 4, size=2)] + [int(x) for x in rng.integers(69990, 70030, size=4)]
+                + [[0], [7, 0], [70000, 3, 0]][int(rng.integers(0, 3))] for _ in range(n)]
+    elif kind == "sid":
+        keys = [[int(x) for x in rng.integers(0, 200, size=3)] + [0] for _ in range(n)]
+    else:
+        keys = [[int(x) for x in rng.integers(0, 6, size=2)] + [int(x) for x in rng.integers(0, 20, size=4)]
+                + [0] for _ in range(n)]
+    return SuccinctTrie.build(keys), RefTrie(keys)
+
