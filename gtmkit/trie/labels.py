@@ -18,6 +18,9 @@ from .tails import (NO_TAIL_BYTES, code_layout, mark_chains, no_tails, rank_byte
                     take_tails)
 
 LABEL_WIDTHS = (16, 8)  # label_low's bits; 16 first: a tie keeps the format-2 layout
+# A layout other than format 2's is kept only where it saves this share of the trie's bytes: its labels cost the
+# search a rank or a level lookup each (benchmarks/results/trie_layouts_h100.md)
+MIN_SAVING = 0.125
 
 
 def whole(piece) -> np.ndarray:
@@ -131,7 +134,15 @@ def encode_labels(labels: list, terminal: list, degree: list, level_offsets: np.
     if store is None:
         use_tails, n_tail, max_head = False, 0, max(max_head, max_tail)
         store = no_tails()
-    _, low_bits, high_bits = head_bytes(n_labels - n_tail, max_head, LABEL_WIDTHS if tails else (16,))
+    widths = LABEL_WIDTHS if tails else (16,)
+    size = head_bytes(n_labels - n_tail, max_head, widths)[0] + 4 * const + sum(a.nbytes for a in store["arrays"].values())
+    format2 = head_bytes(n - 1, max(a[4] for a in per_depth) if per_depth else 0, (16,))[0] + NO_TAIL_BYTES
+    if format2 - size < MIN_SAVING * (format2 + rank_bytes(2 * n + 1) + rank_bytes(n)):
+        # format 2's layout: the search reads its labels with no rank (trie/nav.py PlainLoudsArrays)
+        use_tails, n_tail, const, const_from, widths, store = False, 0, 0, n, (16,), no_tails()
+        n_labels = n - 1
+        max_head = max(a[4] for a in per_depth) if per_depth else 0
+    _, low_bits, high_bits = head_bytes(n_labels - n_tail, max_head, widths)
     dtype = np.uint8 if low_bits == 8 else np.uint16
     h = n_labels - n_tail
     high = np.zeros(words_for(h * high_bits), np.uint64)
