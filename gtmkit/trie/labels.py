@@ -116,8 +116,11 @@ def encode_labels(labels: list, terminal: list, degree: list, level_offsets: np.
     n_tail = int(sum(a[2] for a in kept))
     n_labels = const_from - 1
     plain = head_bytes(n_labels, max(max_head, max_tail))[0] + NO_TAIL_BYTES
+    format2 = head_bytes(n - 1, max(a[4] for a in per_depth) if per_depth else 0, (16,))[0] + NO_TAIL_BYTES
+    need = MIN_SAVING * (format2 + rank_bytes(2 * n + 1) + rank_bytes(n))  # what a layout must save to be kept
     store = None
-    if n_tail and head_bytes(n_labels - n_tail, max_head)[0] + rank_bytes(n_labels) < plain:  # it could pay: count
+    least = head_bytes(n_labels - n_tail, max_head)[0] + rank_bytes(n_labels)  # with tails, before their codes
+    if n_tail and least < plain and format2 - least - 4 * const >= need:  # it could pay: count
         tail = np.empty(n_tail, np.int32)
         at = 0
         for d in range(1, depths + 1 - const):
@@ -136,8 +139,7 @@ def encode_labels(labels: list, terminal: list, degree: list, level_offsets: np.
         store = no_tails()
     widths = LABEL_WIDTHS if tails else (16,)
     size = head_bytes(n_labels - n_tail, max_head, widths)[0] + 4 * const + sum(a.nbytes for a in store["arrays"].values())
-    format2 = head_bytes(n - 1, max(a[4] for a in per_depth) if per_depth else 0, (16,))[0] + NO_TAIL_BYTES
-    if format2 - size < MIN_SAVING * (format2 + rank_bytes(2 * n + 1) + rank_bytes(n)):
+    if format2 - size < need:
         # format 2's layout: the search reads its labels with no rank (trie/nav.py PlainLoudsArrays)
         use_tails, n_tail, const, const_from, widths, store = False, 0, 0, n, (16,), no_tails()
         n_labels = n - 1
