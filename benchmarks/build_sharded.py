@@ -343,7 +343,8 @@ def markdown(r: dict) -> str:
               "moves the pieces through Dask; \"before\": the shared-disk build of the code before pieces moved "
               "through Dask. driver: the CLI process's peak. load before: the 1-minute load average as the build "
               "started; other CPU s: the CPU seconds the machine spent during the build outside it, the S3 server and "
-              "the benchmark: another workload's share of the cores. run: the date of the run that made the row. verify: `gtmkit trie verify` of "
+              "the benchmark: another workload's share of the cores (the kernel's writeback of files the build "
+              "wrote counts here too). run: the date of the run that made the row. verify: `gtmkit trie verify` of "
               "the sharded build (checksums and every invariant, in one process). synth: `gtmkit synth keys --parts "
               "--workers 2` when the run made the keys."]
     return "\n".join(lines) + "\n"
