@@ -8,9 +8,9 @@ this machine, in one run.
 
 --cluster: instead of --workers (a LocalCluster), a scheduler and N `dask worker` processes started here, each in a
 folder of its own, and two builds on it: "shared disk" (the catalog on this machine's disk, the pieces between
-phases in files there: --staging) and "no shared disk" (the catalog in a local S3-API server, moto's, the pieces
-moving through Dask). --before DIR: also the shared-disk build of the code in DIR (a `git archive` of an earlier
-commit's gtmkit/), on a cluster of that code, as it built before pieces moved through Dask.
+phases in files there: --staging) and "no shared disk" (the catalog in a local S3-API server, moto's, in a process
+of its own, the pieces moving through Dask). --before DIR: also the shared-disk build of the code in DIR (a `git
+archive` of an earlier commit's gtmkit/), on a cluster of that code, as it built before pieces moved through Dask.
 
 Each build runs as the CLI in a fresh process; a sampler reads the resident memory of that process and of every
 process below it (the Dask workers) every 0.2 s and keeps each one's peak: "summed peak" adds those peaks (an
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -35,13 +36,25 @@ sys.path.insert(0, str(HERE.parent))
 from _common import HOST_HELP, machine, result_paths  # noqa: E402
 
 
-def run_sampled(cmd: list, env: dict = None, also: list = (), cwd=None) -> dict:
-    """Runs cmd; (wall s, per-process peak RSS GiB summed, the largest one, the CLI's own, processes seen, stdout).
-    also: more process ids sampled with it (an external cluster's, and their children)."""
+def run_sampled(cmd: list, env: dict = None, also: list = (), cwd=None, server: int = None) -> dict:
+    """Runs cmd; (wall s, per-process peak RSS GiB summed, the largest one, the CLI's own, processes seen, the
+    1-minute load average before it, the CPU seconds the machine spent meanwhile outside the build, stdout). also:
+    more process ids sampled with it (an external cluster's, and their children); server: the S3 server's process,
+    whose CPU seconds during the run are reported (not its memory: it is no part of the build)."""
     import psutil
 
+    load = round(os.getloadavg()[0], 2)
+    busy = (lambda: sum(psutil.Process(server).cpu_times()[:2])) if server else (lambda: 0.0)
+    machine = lambda: sum(psutil.cpu_times()[:3])  # noqa: E731  user, nice, system of every core
+    me = lambda: sum(psutil.Process().cpu_times()[:2])  # noqa: E731  this process: the sampling
+    used = lambda p: sum(p.cpu_times()[:4])  # noqa: E731  a process's own and its waited-for children's
+    before = {}  # the CPU seconds of the processes there before the build (an external cluster's): not the build's
+    for root in also:
+        for p in [psutil.Process(root), *psutil.Process(root).children(recursive=True)]:
+            before[p.pid] = used(p)
+    cpu0, all0, me0 = busy(), machine(), me()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
-    peaks, done = {}, threading.Event()
+    peaks, cpu, done = {}, {}, threading.Event()
 
     def sample():
         roots = [psutil.Process(proc.pid)] + [psutil.Process(p) for p in also]
@@ -51,6 +64,7 @@ def run_sampled(cmd: list, env: dict = None, also: list = (), cwd=None) -> dict:
                     for p in [root, *root.children(recursive=True)]:
                         try:
                             peaks[p.pid] = max(peaks.get(p.pid, 0), p.memory_info().rss)
+                            cpu[p.pid] = used(p) - before.get(p.pid, 0.0)
                         except psutil.Error:
                             pass
                 except psutil.Error:
@@ -64,11 +78,17 @@ def run_sampled(cmd: list, env: dict = None, also: list = (), cwd=None) -> dict:
     wall = time.perf_counter() - t
     done.set()
     th.join()
+    # the machine's CPU seconds meanwhile less the build's (its processes' as last sampled), the S3
+    # server's and this process's: another workload's share of the cores during the build
+    server_s = busy() - cpu0
+    other = machine() - all0 - sum(cpu.values()) - server_s - (me() - me0)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{err[-2000:]}")
     return {"wall_s": round(wall, 1), "summed_peak_gib": round(sum(peaks.values()) / 2**30, 2),
             "largest_peak_gib": round(max(peaks.values()) / 2**30, 2),
-            "driver_peak_gib": round(peaks.get(proc.pid, 0) / 2**30, 2), "processes": len(peaks), "stdout": out}
+            "driver_peak_gib": round(peaks.get(proc.pid, 0) / 2**30, 2), "processes": len(peaks),
+            "load_before": load, "other_cpu_s": round(max(0.0, other), 1),
+            **({"s3_server_cpu_s": round(server_s, 1)} if server else {}), "stdout": out}
 
 
 class Cluster:
@@ -107,6 +127,51 @@ class Cluster:
             p.wait()
 
 
+S3_SERVER = """
+import sys
+from moto.server import ThreadedMotoServer
+import logging
+logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print("%s:%d" % server.get_host_and_port(), flush=True)
+sys.stdin.read()  # until the benchmark closes its end (or exits)
+server.stop()
+"""
+
+
+class S3Server:
+    """moto's S3-API server in a process of its own (not this one: the builds' processes reach it over HTTP while
+    this process only samples them); env: the AWS_* variables its clients read."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", S3_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        where = self.proc.stdout.readline().strip()
+        if not where:
+            raise SystemExit("the S3 server did not start")
+        self.env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                    "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{where}",
+                    "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def upload(cat: Path, env: dict, bucket: str) -> str:
     """The catalog folder's files put into the bucket (with its schema beside it); its URL."""
     import pyarrow.fs as pafs
@@ -123,15 +188,10 @@ def upload(cat: Path, env: dict, bucket: str) -> str:
 
 def cluster_rows(args, work: Path, cat: Path, base: list, gtmkit: list) -> list:
     """The shared-disk and no-shared-disk builds of cat on a cluster started here (and --before's)."""
-    import os
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from support.s3 import s3_server
-    import logging
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the S3 server's line per request
     rows = []
     env0 = dict(os.environ)
-    with s3_server("gtmkit-bench") as (_, s3env):
-        env = {**env0, **s3env}
+    with S3Server() as s3:
+        env = {**env0, **s3.env}
         runs = []
         if args.before:
             runs.append(("shared disk, before", {**env, "PYTHONPATH": args.before}, str(cat), []))
@@ -145,7 +205,8 @@ def cluster_rows(args, work: Path, cat: Path, base: list, gtmkit: list) -> list:
             try:
                 cmd = gtmkit + ["build", source] + base[2:] + ["-o", str(work / "index_cluster"), "--scheduler",
                                                                c.address] + extra
-                r = run_sampled(cmd, e, c.pids(), cwd=work)  # not this folder: -m would import its gtmkit first
+                # not this folder: -m would import its gtmkit first
+                r = run_sampled(cmd, e, c.pids(), cwd=work, server=s3.pid() if source == url else None)
             finally:
                 c.close()
             s = json.loads(r.pop("stdout"))
@@ -251,15 +312,17 @@ def markdown(r: dict) -> str:
              f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; Python {m['python']}.  ",
              f"Command: `{r['command']}`.", "",
              "| SIDs | ads | build | shards | wall s | summed peak GiB | largest process GiB | driver GiB | processes "
-             "| build bytes / SID | phases s | artifact MB | run |",
-             "|" + "---|" * 13]
+             "| build bytes / SID | phases s | artifact MB | load before | other CPU s | S3 server CPU s | run |",
+             "|" + "---|" * 16]
     opt = lambda x, k, f: format(x[k], f) if x.get(k) is not None else "-"  # noqa: E731
     for x in sorted((x for x in r["rows"] if "ads" in x), key=lambda x: x["ads"]):
         phases = ", ".join(f"{k} {v:.0f}" for k, v in x["phases_s"].items() if k != "total")
         lines.append(f"| {x['sids']:,} | {x['ads']:,} | {x['how']} | {x['shards']} | {x['wall_s']:.0f} | "
                      f"{x['summed_peak_gib']:.2f} | {x['largest_peak_gib']:.2f} | {opt(x, 'driver_peak_gib', '.2f')} | "
                      f"{x['processes']} | {x['build_bytes_per_sid']:.0f} | {phases} | {x['artifact_bytes'] / 1e6:,.0f} "
-                     f"| {x.get('date', r['date'])} |")
+                     f"| {opt(x, 'load_before', '.2f')} | {opt(x, 'other_cpu_s', '.0f')} | "
+                     f"{opt(x, 's3_server_cpu_s', '.0f')} | "
+                     f"{x.get('date', r['date'])} |")
     tries = [x for x in r["rows"] if "keys" in x]
     if tries:
         lines += ["", "| keys | nodes | build | wall s | summed peak GiB | largest process GiB | processes "
@@ -275,10 +338,13 @@ def markdown(r: dict) -> str:
               f"{r['workers']} (a LocalCluster), shards chosen from the memory limit. shared disk / no shared disk: "
               "--scheduler of a scheduler and that many `dask worker` processes started by the benchmark, each in a "
               "folder of its own; shared disk reads the local catalog and keeps the pieces between phases in files "
-              "(--staging on this disk), no shared disk reads the catalog from a local S3-API server (moto, in the "
-              "benchmark's process) and moves the pieces through Dask; \"before\": the shared-disk build of the "
-              "code before pieces moved through Dask. driver: the CLI process's peak. run: the date of the run that "
-              "made the row. verify: `gtmkit trie verify` of "
+              "(--staging on this disk), no shared disk reads the catalog from a local S3-API server (moto, in a "
+              "process of its own on the same cores; its CPU seconds during the build are the S3 server column) and "
+              "moves the pieces through Dask; \"before\": the shared-disk build of the code before pieces moved "
+              "through Dask. driver: the CLI process's peak. load before: the 1-minute load average as the build "
+              "started; other CPU s: the CPU seconds the machine spent during the build outside it, the S3 server and "
+              "the benchmark: another workload's share of the cores (the kernel's writeback of files the build "
+              "wrote counts here too). run: the date of the run that made the row. verify: `gtmkit trie verify` of "
               "the sharded build (checksums and every invariant, in one process). synth: `gtmkit synth keys --parts "
               "--workers 2` when the run made the keys."]
     return "\n".join(lines) + "\n"

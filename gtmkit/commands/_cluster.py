@@ -46,6 +46,27 @@ def dask_client(address):
 
 
 @contextlib.contextmanager
+def warnings_shown(silent: bool):
+    """The library's warnings (logging, "gtmkit.sharding"), such as a shard count that cannot leave room for the
+    pieces, as `gtmkit: warning: ...` lines on stderr meanwhile; none with silent."""
+    if silent:
+        yield
+        return
+    handler = _Echo(logging.WARNING)
+    logger = logging.getLogger("gtmkit.sharding")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+class _Echo(logging.Handler):
+    def emit(self, record) -> None:
+        click.echo(f"gtmkit: warning: {record.getMessage()}", err=True)
+
+
+@contextlib.contextmanager
 def _quiet(root: str):
     """The loggers root and root.* silenced meanwhile (distributed sets levels on its children too)."""
     names = [root] + [n for n in logging.root.manager.loggerDict if n.startswith(root + ".")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._cluster import check_cluster, dask_client, inputs, sharding_options
+from ._cluster import check_cluster, dask_client, inputs, sharding_options, warnings_shown
 from ._common import StderrProgress, echo_json, handle_errors, output_options
 from ._stops import watched
 from .stats import print_summary
@@ -58,7 +58,8 @@ def command(catalog, out_dir, schema, partition, k, target_fill, k_max, shards, 
 
     check_cluster(workers, scheduler, no_worker_timeout, staging, shards)
     catalog, schema = inputs(catalog, schema)
-    with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, watched(out_dir) as sw:
+    with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, watched(out_dir) as sw, \
+            warnings_shown(silent):
         index = build_index(catalog, out_dir, schema=schema, partition=partition, k=k,
                             target_fill=target_fill, k_max=k_max, progress=bar, overwrite=force, shards=shards,
                             client=client, workers=workers, memory_limit=memory_limit, slack=slack,

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import GtmkitError
 from ..inputs.files import regular_file
-from ._cluster import check_cluster, dask_client, inputs, sharding_options
+from ._cluster import check_cluster, dask_client, inputs, sharding_options, warnings_shown
 from ._common import StderrProgress, cache_option, echo_json, handle_errors, output_options, report_problems
 from ._stops import watched
 
@@ -74,7 +74,8 @@ def build(keys, out_dir, column, shards, workers, scheduler, memory_limit, force
     keys, = inputs(keys)
     if shards or workers or scheduler:
         t0 = time.perf_counter()
-        with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, watched(out_dir) as sw:
+        with StderrProgress(silent or as_json) as bar, dask_client(scheduler) as client, watched(out_dir) as sw, \
+                warnings_shown(silent):
             trie = SuccinctTrie.build_dataset(keys, out_dir, column, shards=shards, client=client, workers=workers,
                                               memory_limit=memory_limit, progress=bar, overwrite=force,
                                               no_worker_timeout=no_worker_timeout, staging=staging)

@@ -43,8 +43,11 @@ def _blocks(arrays: list) -> list:
 
 
 def land_remote(run, future, folder, phase: str) -> tuple:
-    """(meta, the piece of the task `future` as local files in folder); run: the OnDask runner holding it."""
-    meta, arrays, staged = run.value(run.later(outline, future, phase=f"{phase}-meta"), phase)
+    """(meta, the piece of the task `future` as local files in folder); run: the OnDask runner holding it. The small
+    tasks run on the worker holding the result (Dask would place many small tasks of one large input anywhere, as
+    it places a graph's first tasks, and move the whole result to them)."""
+    where = run.holder(future)
+    meta, arrays, staged = run.value(run.later(outline, future, phase=f"{phase}-meta", where=where), phase)
     if staged is not None:
         return meta, land(staged, folder)
     make_dir(folder)
@@ -54,7 +57,7 @@ def land_remote(run, future, folder, phase: str) -> tuple:
     try:
         for k, (name, a, b) in enumerate(todo):
             while len(asked) <= min(k + AHEAD, len(todo) - 1):
-                asked.append(run.later(rows_of, future, *todo[len(asked)], phase=f"{phase}-rows"))
+                asked.append(run.later(rows_of, future, *todo[len(asked)], phase=f"{phase}-rows", where=where))
             if a == 0:  # an array's first block: its file begins
                 if f is not None:
                     with writing(f.name):  # the close flushes the last bytes: a full disk may show here

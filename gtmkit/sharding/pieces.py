@@ -26,6 +26,11 @@ class InMemory:
     def __init__(self, arrays: dict):
         self.arrays = arrays
 
+    def __sizeof__(self) -> int:
+        # what Dask counts for the result (sys.getsizeof): its arrays' bytes, so that the scheduler runs a task where
+        # its piece lies rather than moving the piece, and a worker spills what it really holds
+        return object.__sizeof__(self) + sum(int(np.asarray(a).nbytes) for a in self.arrays.values())
+
     def get(self, name: str) -> np.ndarray:
         return self.arrays[name]
 
@@ -85,12 +90,14 @@ class Writer:
     def __init__(self, staging: str | None, name: str):
         self.final = None if staging is None else f"{staging}/{name}"
         self.arrays, self.names = {}, []
+        self.nbytes = 0  # the piece's bytes
         self.tmp = None
         if self.final is not None and not is_url(self.final):
             self.tmp = task_dir(Path(self.final))
 
     def save(self, name: str, array) -> None:
         array = np.asarray(array)
+        self.nbytes += array.nbytes
         if self.final is None:
             # a contiguous copy only where it is a view: a view would keep its whole base alive in the result
             self.arrays[name] = array if array.base is None else np.ascontiguousarray(array).copy()

@@ -3,6 +3,7 @@ failures (a lost scheduler, dead workers, Ctrl-C) turned into one line (docs/des
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import uuid
@@ -93,9 +94,10 @@ class InProcess(Pieces):
     def share(self, obj):
         return obj
 
-    def collect(self, handles: list, progress, phase: str, land=None, fetch: bool = True):
+    def collect(self, handles: list, progress, phase: str, land=None, fetch: bool = True, after=None):
         """The tasks' values in order (fetch False: the handles, run). land(i): a folder of this machine where
-        task i's {"meta", "piece"} lands, its value then (meta, the piece as files there)."""
+        task i's {"meta", "piece"} lands, its value then (meta, the piece as files there). after(i): called once
+        task i's value is in hand."""
         out = []
         for i, h in enumerate(handles):
             v = h.get()
@@ -104,17 +106,22 @@ class InProcess(Pieces):
                 v = (v["meta"], land_piece(v["piece"], land(i)))
                 h.value = None  # landed: the piece's arrays are freed
             out.append(v if fetch else h)
+            if after is not None:
+                after(i)
             report(progress, i + 1, len(handles), phase)
         return out
 
-    def map(self, fn, args: list, progress, phase: str, land=None) -> list:
-        return self.collect([self.later(fn, *a) for a in args], progress, phase, land)
+    def map(self, fn, args: list, progress, phase: str, land=None, after=None) -> list:
+        return self.collect([self.later(fn, *a) for a in args], progress, phase, land, after=after)
 
     def keep(self, fn, args: list, progress, phase: str) -> list:
         """Tasks run, their values kept where they are for later tasks to take (here: in this process)."""
         return self.collect([self.later(fn, *a) for a in args], progress, phase, fetch=False)
 
     def release(self, handles) -> None:
+        pass
+
+    def drop(self, handles) -> None:
         pass
 
     def close(self) -> None:
@@ -164,44 +171,84 @@ class OnDask(Pieces):
             return r
         return resolve(source), [resolve(f) for f in files]
 
-    def later(self, fn, *args, phase: str = "task"):
+    def later(self, fn, *args, phase: str = "task", where: str | None = None):
         """A task submitted now, its result left on the worker that computes it (a future; futures in args are its
-        inputs, moved to it by Dask)."""
-        return self.client.submit(fn, *args, key=f"gtmkit-{phase}-{uuid.uuid4().hex[:12]}", pure=False)
+        inputs, moved to it by Dask). where: a worker's address to run it on while that worker lives (else any)."""
+        key = f"gtmkit-{phase}-{uuid.uuid4().hex[:12]}"
+        if where is None:
+            return self.client.submit(fn, *args, key=key, pure=False)
+        return self.client.submit(fn, *args, key=key, pure=False, workers=[where], allow_other_workers=True)
+
+    def holder(self, f) -> str | None:
+        """The address of a worker holding f's result; None where the scheduler names none (or does not answer)."""
+        try:
+            who = in_thread(lambda: self.client.who_has([f]), ASK_S)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception:  # unreachable or closed: the caller's wait reports the cluster
+            return None
+        return next(iter(who.get(f.key) or ()), None)
 
     def share(self, obj):
         """obj as a task's input for many tasks: held in the scheduler's graph, so a worker that dies loses
         nothing that cannot be computed again (scattered data could not be)."""
         return self.later(_same, obj, phase="shared")
 
-    def map(self, fn, args: list, progress, phase: str, land=None) -> list:
-        return self.collect([self.later(fn, *a, phase=phase) for a in args], progress, phase, land)
+    def map(self, fn, args: list, progress, phase: str, land=None, after=None) -> list:
+        """The tasks' values in order. With land (collect's), a task is submitted once one of the `workers` before
+        it has landed its piece: a worker's only thread would otherwise be running its next task while the piece it
+        holds waits for the small tasks that hand it over, and the worker would hold that piece and the next
+        task's memory at once."""
+        if land is None:
+            return self.collect([self.later(fn, *a, phase=phase) for a in args], progress, phase, after=after)
+        tasks = [functools.partial(self.later, fn, *a, phase=phase) for a in args]
+        return self.collect(tasks, progress, phase, land, after=after, window=self.workers)
 
     def keep(self, fn, args: list, progress, phase: str) -> list:
         """Tasks run, their results left on the workers for later tasks to take (futures)."""
         return self.collect([self.later(fn, *a, phase=phase) for a in args], progress, phase, fetch=False)
 
     def release(self, futures) -> None:
+        """The futures cancelled, and the tasks that take them."""
         if self._connected():
             try:
                 self.client.cancel(list(futures))
             except Exception:  # a scheduler lost meanwhile keeps no task of ours
                 pass
 
-    def collect(self, futures: list, progress, phase: str, land=None, fetch: bool = True) -> list:
+    def drop(self, futures) -> None:
+        """This client's hold on the futures let go, the tasks that take them left to run: the scheduler frees each
+        result once those have run (and can still compute it again for them where a worker dies)."""
+        for f in futures:
+            f.release()
+
+    def collect(self, futures: list, progress, phase: str, land=None, fetch: bool = True, after=None,
+                window: int | None = None) -> list:
         """The futures' results in order, each fetched as its task ends; fetch False: the futures, once every task
         has ended (results left where they are). land(i): a folder of this machine where task i's {"meta", "piece"}
         lands a block of rows at a time (fetch.py), its value then (meta, the piece as files there), the result then
-        released. A task's error raises: the first in order among the failing ones, as InProcess would."""
+        released. after(i): called once task i's value is in hand. futures may also be callables that submit a task
+        (its future): these are submitted in order, at most `window` tasks out at once (submitted and not yet in
+        hand). A task's error raises: the first in order among the failing ones, as InProcess would."""
         from distributed import KilledWorker
         from .fetch import land_remote
-        place = {f.key: i for i, f in enumerate(futures)}
+        todo, futures = list(futures), []  # futures: those submitted, in order
+        place = {}
         out = {}
         self._none_since = None  # the driver's own work between maps is not the workers' absence
         ok = False
         try:
-            pending = futures
-            while pending:
+            while len(out) < len(todo):
+                pending = [f for f in futures if f.key not in out]
+                # with a window, tasks that have ended are taken before another is submitted, which Dask might give
+                # to a worker holding one of them: the small tasks landing it would wait for that task
+                while len(futures) < len(todo) and (window is None or (
+                        len(pending) < window and not any(f.done() for f in pending))):
+                    f = todo[len(futures)]
+                    f = f() if callable(f) else f
+                    place[f.key] = len(futures)
+                    futures.append(f)
+                    pending.append(f)
                 for f in self._wait_any(pending, phase):
                     if f.status == "error":
                         if not isinstance(f.exception(), GtmkitError):  # a dead worker's error: no file's order
@@ -215,7 +262,7 @@ class OnDask(Pieces):
                                 raise self._as_given(g.exception())
                     if not fetch:
                         out[f.key] = f
-                        report(progress, len(out), len(futures), phase)
+                        report(progress, len(out), len(todo), phase)
                         continue
                     # fetched as each ends: a result held by a worker that dies later would be computed again
                     i = place[f.key]
@@ -224,8 +271,9 @@ class OnDask(Pieces):
                         out[f.key] = got[0]
                         if land is not None:
                             f.release()
-                        report(progress, len(out), len(futures), phase)
-                pending = [f for f in futures if f.key not in out]
+                        if after is not None:
+                            after(i)
+                        report(progress, len(out), len(todo), phase)
             ok = True
             return [out[f.key] for f in futures]
         except KilledWorker as exc:
@@ -367,6 +415,24 @@ class OnDask(Pieces):
                     close()
                 except Exception:  # distributed's close fails on a worker mid-restart: the build's error is the line
                     pass
+
+
+class Held:
+    """The task results a build holds, in named groups: released (cancelled, with the tasks that take them) when the
+    build ends or fails, or a group dropped earlier (let go, the tasks that take them left to run: OnDask.drop)."""
+
+    def __init__(self, run):
+        self.run, self.groups = run, {}
+
+    def add(self, name, futures: list) -> None:
+        self.groups[name] = list(futures)
+
+    def drop(self, name) -> None:
+        self.run.drop(self.groups.pop(name, []))
+
+    def release(self) -> None:
+        groups, self.groups = self.groups, {}
+        self.run.release([f for fs in groups.values() for f in fs])
 
 
 def _same(obj):

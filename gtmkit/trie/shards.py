@@ -38,8 +38,8 @@ def _prefix_codes(tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def split_keys(source: str, files: list, i: int, column: str, staging: str | None) -> dict:
     """File i's keys, checked (errors name the file and row), ordered by prefix code (stable): tokens, lengths (the
     narrowest unsigned type: a key set's pieces are mostly its tokens), codes. -> {"meta": its key count, its
-    distinct first tokens and their key counts; "piece": those arrays, returned (staging None) or kept in
-    staging/file-i}."""
+    distinct first tokens and their key counts, its piece's bytes; "piece": those arrays, returned (staging None) or
+    kept in staging/file-i}."""
     col, src = read_key_column(source, column, files=[files[i]])
     if len(col) == 0:  # an empty part adds nothing
         tokens, offsets = np.zeros(0, np.int32), np.zeros(1, np.int64)
@@ -58,7 +58,8 @@ def split_keys(source: str, files: list, i: int, column: str, staging: str | Non
     out.save("lengths", lengths.astype(np.min_scalar_type(max(int(lengths.max(initial=0)), 1))))
     out.save("codes", codes[order])
     firsts, counts = np.unique(codes >> np.uint64(KEY_SHIFT), return_counts=True)
-    return {"meta": {"keys": len(order), "firsts": firsts, "counts": counts}, "piece": out.done()}
+    meta = {"keys": len(order), "firsts": firsts, "counts": counts, "bytes": out.nbytes}
+    return {"meta": meta, "piece": out.done()}
 
 
 def meta_of(result: dict) -> dict:
@@ -105,11 +106,12 @@ class Range:
 
 
 def cut_keys(result: dict, lo: int, hi: int):
-    """Task: the piece's keys of prefix codes lo..hi-1, for one shard: (tokens, lengths) of a piece in memory (run
-    where it lies, so only these keys move to the shard's worker), or a Range of a staged one."""
+    """Task: the piece's keys of prefix codes lo..hi-1, for one shard: (tokens, lengths) of a piece in memory, copied
+    (run where it lies, so only these keys move to the shard's worker; copies, so that the piece is freed once its
+    cuts are made and each cut once its shard is built), or a Range of a staged one."""
     piece = result["piece"]
     if isinstance(piece, InMemory):
-        return _keys(piece, lo, hi)
+        return tuple(np.array(x) for x in _keys(piece, lo, hi))
     return Range(piece, lo, hi)
 
 
@@ -118,9 +120,8 @@ def _keys(piece, lo: int, hi: int) -> tuple:
     a, b = (int(x) for x in np.searchsorted(codes, np.array([lo, min(hi, (1 << 64) - 1)], np.uint64)))
     if hi >= 1 << 64:
         b = len(codes)
-    lengths = np.asarray(piece.rows("lengths", 0, b), np.int64)
-    start = int(lengths[:a].sum(dtype=np.int64))
-    lengths = lengths[a:b]
+    start = int(np.asarray(piece.rows("lengths", 0, a)).sum(dtype=np.int64))
+    lengths = np.asarray(piece.rows("lengths", a, b), np.int64)
     return piece.rows("tokens", start, start + int(lengths.sum())), lengths
 
 
@@ -198,6 +199,7 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
     """SuccinctTrie artifact of the keys at `source`, built in shards by `run` (shards.run's runners)."""
     from ..inputs.dataset import ParquetInput
     from ..sharding.plan import shard_count
+    from ..sharding.runner import Held
 
     src = ParquetInput(source, GtmkitError, "Parquet file")
     if column not in src.schema.names:
@@ -206,28 +208,38 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
     with ArtifactWriter(out_dir, FORMAT_NAME, FORMAT_VERSION, overwrite=overwrite) as w:
         stage = w.staging / "shards"
         stage.mkdir()
-        held = []
+        held = Held(run)
         try:
             keep = run.pieces_at(stage)  # where tasks keep pieces: None, returned as results
             where, paths = run.paths(source, files)  # resolved here: a worker may run in another folder
             split = run.keep(split_keys, [(where, paths, i, column, keep) for i in range(len(files))],
                              progress, "split")
-            held += split
+            held.add("split", split)
             metas = run.map(meta_of, [(r,) for r in split], None, "split")
             total = sum(r["keys"] for r in metas)
             if total == 0:
                 raise GtmkitError(f"{source}: column {column!r}: no keys")  # as the single-process build says it
-            n = shards or shard_count(total, run.workers, memory_limit or run.worker_memory(), SHARD_BYTES_PER_KEY)
+            # pieces returned as task results stay in the workers' memory while the shards run: room for them
+            in_memory = sum(r["bytes"] for r in metas) if keep is None else 0
+            n = shards or shard_count(total, run.workers, memory_limit or run.worker_memory(), SHARD_BYTES_PER_KEY,
+                                      in_memory)
             bounds = plan_bounds(run, split, metas, n)
-            cuts = [[run.later(cut_keys, r, bounds[s], bounds[s + 1], phase="cut") for r in split]
-                    for s in range(len(bounds) - 1)]
-            held += [c for row in cuts for c in row]
-            # each shard's piece lands on this machine's disk as its task ends, a block of rows at a time
+            # a file's cuts one after another, then its piece is let go: freed once they are made
+            cuts = [[None] * len(split) for _ in range(len(bounds) - 1)]
+            for i, r in enumerate(split):
+                for s in range(len(cuts)):
+                    cuts[s][i] = run.later(cut_keys, r, bounds[s], bounds[s + 1], phase="cut")
+            for s, row in enumerate(cuts):
+                held.add(s, row)
+            held.drop("split")
+            split = None
+            # each shard's piece lands on this machine's disk as its task ends, a block of rows at a time; its cuts
+            # are let go then
             built = run.map(build_key_shard, [(cuts[s], s, keep) for s in range(len(cuts))], progress, "shards",
-                            land=lambda s: stage / f"shard-{s:05d}")
+                            land=lambda s: stage / f"shard-{s:05d}", after=lambda s: held.drop(s))
             metas, landed = [m for m, _ in built], [p for _, p in built]
-            run.release(held)
-            held, split, cuts = [], None, None
+            held.release()
+            cuts = None
             for i in range(len(files)):  # the split keys are in the shards now: free their disk
                 shutil.rmtree(stage / f"file-{i:05d}", ignore_errors=True)
             labels, terminal, degree = join_levels(landed, metas)
@@ -239,7 +251,7 @@ def build_sharded_trie(source, out_dir, column: str, shards, run, memory_limit, 
             write_trie(w, built, {"mode": "sharded", "shards": len(metas), "workers": run.workers,
                                   "scheduler": run.address, "files": len(files)})
         except BaseException:
-            run.release(held)
+            held.release()
             run.close()
             run.clear_pieces()
             shutil.rmtree(stage, ignore_errors=True)

@@ -180,6 +180,28 @@ def test_builds_from_s3_equal_the_local_build(cluster, store, tmp_path):
             np.testing.assert_array_equal(np.asarray(getattr(trie.arrays, name)), a, err_msg=name)
 
 
+def test_pieces_larger_than_the_workers_memory_warn_on_the_command_line(cluster, store, tmp_path):
+    """A memory limit the split pieces alone exceed: one warning line suggesting --staging, and the same index."""
+    kind, client, _ = cluster
+    env, _ = store
+    table = random_catalog(5, n_ads=30_000, V=20, n_sids=5_000)  # split pieces of ~3 MB
+    pq.write_table(table, tmp_path / "big.parquet")
+    (tmp_path / "big.schema.json").write_text(json.dumps(schema_dict(V=20)))
+    want = gtmkit.build_index(tmp_path / "big.parquet", tmp_path / "local")
+    fs = s3_filesystem(env["AWS_ENDPOINT_URL"])
+    _put(fs, f"{BUCKET}/big-{kind}/part-0.parquet", table)
+    with fs.open_output_stream(f"{BUCKET}/big-{kind}.schema.json") as f:
+        f.write(json.dumps(schema_dict(V=20)).encode())
+    r = subprocess.run([sys.executable, "-m", "gtmkit", "build", f"s3://{BUCKET}/big-{kind}/", "-o", tmp_path / "cli",
+                        "--scheduler", client.scheduler.address, "--memory-limit", "1MiB", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    [line] = [x for x in r.stderr.splitlines() if "warning" in x]
+    assert line.startswith("gtmkit: warning: the pieces held between phases") and "--staging" in line
+    with load_index(tmp_path / "cli") as got:
+        assert _members(got) == _members(want)
+
+
 def test_output_to_s3_then_load_answers_as_the_local_index(cluster, store, tmp_path):
     kind, client, _ = cluster
     _, local = store

@@ -14,6 +14,7 @@ from ...artifact.container import ArtifactWriter
 from ...inputs.catalog import Catalog, StringLists, open_catalog
 from ...progress import Progress
 from ...sharding.plan import shard_count
+from ...sharding.runner import Held
 from ..rows import resolve_layout
 from ..write import write_index
 from .assemble import ShardFiles, assemble
@@ -36,36 +37,46 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
     with ArtifactWriter(out_dir, fmt.FORMAT_NAME, fmt.FORMAT_VERSION, overwrite=overwrite) as w:
         stage = w.staging / "shards"
         stage.mkdir()
-        held = []
+        held = Held(run)
         try:
             keep = run.pieces_at(stage)  # where tasks keep pieces: None, returned as results
             folders = source.partition_types
             where, paths = run.paths(catalog, files)
             split = run.keep(split_file, [(where, paths, i, schema, keep, folders) for i in range(len(files))],
                              progress, "split")
-            held += split
+            held.add("split", split)
             infos = run.map(meta_of, [(r,) for r in split], None, "split")
             timer.lap("split")
             n_attrs = len(schema.bitmask) + len(schema.bloom)
             dictionaries, remaps = merge_dictionaries(infos, n_attrs)
             tokens = np.sum([r["tokens"] for r in infos], axis=0)
+            # pieces returned as task results stay in the workers' memory while the shards run: room for them
+            in_memory = sum(r["bytes"] for r in infos) if keep is None else 0
             del infos
-            n = shards or shard_count(total, run.workers, memory_limit or run.worker_memory(), SHARD_BYTES_PER_AD)
+            n = shards or shard_count(total, run.workers, memory_limit or run.worker_memory(), SHARD_BYTES_PER_AD,
+                                      in_memory)
             hot = hot_tokens(tokens, n, schema.sid_length)
             bounds = shard_keys(tokens, _second_rows(run, split, hot, schema.vocab), n)
             starts = source.starts
             shared = [run.share(dictionaries), run.share(remaps)]
-            held += shared
-            cuts = [[run.later(cut, r, bounds[s], bounds[s + 1], schema.vocab, n_attrs, phase="cut") for r in split]
-                    for s in range(len(bounds) - 1)]
-            held += [c for row in cuts for c in row]
-            # each shard's piece lands on this machine's disk as its task ends, a block of rows at a time
+            held.add("shared", shared)
+            # a file's cuts one after another, then its piece is let go: freed once they are made
+            cuts = [[None] * len(split) for _ in range(len(bounds) - 1)]
+            for i, r in enumerate(split):
+                for s in range(len(cuts)):
+                    cuts[s][i] = run.later(cut, r, bounds[s], bounds[s + 1], schema.vocab, n_attrs, phase="cut")
+            for s, row in enumerate(cuts):
+                held.add(s, row)
+            held.drop("split")
+            split = None
+            # each shard's piece lands on this machine's disk as its task ends, a block of rows at a time; its cuts
+            # are let go then
             built = run.map(build_shard, [(cuts[s], s, bounds[s], bounds[s + 1], starts, schema, *shared, keep)
                                           for s in range(len(cuts))], progress, "shards",
-                            land=lambda s: stage / f"shard-{s:05d}")
+                            land=lambda s: stage / f"shard-{s:05d}", after=lambda s: held.drop(s))
             metas, landed = [m for m, _ in built], [p for _, p in built]
-            run.release(held)
-            held, split, cuts = [], None, None
+            held.release()
+            cuts = None
             timer.lap("shards")
             probe = Catalog(str(catalog), np.zeros(0, np.int64), np.zeros((0, schema.sid_length), np.int32),
                             [StringLists(np.zeros(1, np.int64), np.zeros(0, np.int32), d) for d in dictionaries], [])
@@ -82,7 +93,7 @@ def build_sharded(catalog, out_dir, schema, spec, shards: int | None, run, memor
                         parts["level_stats"], parts["ad_level"], parts["ads"], parts["ad_lists"], timer, progress,
                         build, slack)
         except BaseException:
-            run.release(held)
+            held.release()
             run.close()  # this build's own workers stop before the files they write are removed
             run.clear_pieces()
             shutil.rmtree(stage, ignore_errors=True)

@@ -34,14 +34,15 @@ def gather_lists(off: np.ndarray, codes: np.ndarray, order: np.ndarray) -> tuple
 def split_file(source: str, files: list, i: int, schema, staging: str | None, partition_types=None) -> dict:
     """Reads file i of the input (errors name it and its row; its folders' columns typed as the whole input's,
     partition_types; repeated ids are checked over all files by the assembler) and orders its rows by first, then
-    second token (stable). -> {"meta": its rows, the rows a first token [V], and per attribute the file's dictionary
-    (its strings sorted: what the global dictionaries are merged from); "piece": its arrays, returned (staging None)
-    or kept in staging/file-i}."""
+    second token (stable). -> {"meta": its rows, the rows a first token [V], per attribute the file's dictionary
+    (its strings sorted: what the global dictionaries are merged from) and its piece's bytes; "piece": its arrays,
+    returned (staging None) or kept in staging/file-i}."""
     out = Writer(staging, f"file-{i:05d}")
     n_attrs = len(schema.bitmask) + len(schema.bloom)
     if not open_catalog(source, schema, [files[i]], partition_types).num_rows:  # an empty part adds nothing
         _empty_piece(out, schema)
-        meta = {"rows": 0, "tokens": np.zeros(schema.vocab, np.int64), "dictionaries": [[] for _ in range(n_attrs)]}
+        meta = {"rows": 0, "tokens": np.zeros(schema.vocab, np.int64), "dictionaries": [[] for _ in range(n_attrs)],
+                "bytes": out.nbytes}
         return {"meta": meta, "piece": out.done()}
     cat = read_catalog(source, schema, files=[files[i]], unique=False, partition_types=partition_types)
     first = cat.sids[:, 0]
@@ -56,7 +57,8 @@ def split_file(source: str, files: list, i: int, schema, staging: str | None, pa
             off, codes = gather_lists(lists.offsets, lists.codes, order)
             out.save(f"{kind}{j}_offsets", off)
             out.save(f"{kind}{j}_codes", codes)
-    meta = {"rows": len(order), "tokens": counts, "dictionaries": [a.dictionary for a in cat.allowed]}
+    meta = {"rows": len(order), "tokens": counts, "dictionaries": [a.dictionary for a in cat.allowed],
+            "bytes": out.nbytes}
     return {"meta": meta, "piece": out.done()}
 
 
@@ -93,11 +95,12 @@ class Range:
 
 
 def cut(result: dict, lo: int, hi: int, vocab: int, n_attrs: int):
-    """Task: the piece's rows of keys lo..hi-1, for one shard: views of a piece in memory (run where it lies, so
-    only these rows move to the shard's worker), or a Range of a staged one (read by the shard's task)."""
+    """Task: the piece's rows of keys lo..hi-1, for one shard: a copy of them from a piece in memory (run where it
+    lies, so only these rows move to the shard's worker; a copy, not views, so that the piece is freed once its cuts
+    are made and each cut once its shard is built), or a Range of a staged one (read by the shard's task)."""
     piece = result["piece"]
     if isinstance(piece, InMemory):
-        return InMemory(_slice(piece, lo, hi, vocab, n_attrs))
+        return InMemory({name: np.array(x) for name, x in _slice(piece, lo, hi, vocab, n_attrs).items()})
     return Range(piece, lo, hi)
 
 
