@@ -7,6 +7,7 @@ call that numba does not inline passes a tuple field by field, so every field it
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -15,7 +16,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import overload
 
 from .._rank_select import get_bit, get_field, rank1, select0, select1
-from .tails import no_tails
+from .tails import TAIL_ARRAYS, no_tails
 
 
 class LoudsArrays(NamedTuple):
@@ -65,7 +66,10 @@ class LoudsArrays(NamedTuple):
     const_from: int
 
 
-_NO_TAILS = no_tails()["arrays"]
+@functools.lru_cache(maxsize=1)
+def _no_tails() -> dict:
+    """The tail store's arrays of a trie without tails (built on first use: no kernel runs at import)."""
+    return no_tails()["arrays"]
 
 
 class PlainLoudsArrays(NamedTuple):
@@ -96,8 +100,8 @@ class PlainLoudsArrays(NamedTuple):
         return np.zeros(0, np.int32)
 
     def __getattr__(self, name):  # the tail store's arrays: empty
-        if name in _NO_TAILS:
-            return _NO_TAILS[name].copy()
+        if name in TAIL_ARRAYS:
+            return _no_tails()[name].copy()
         raise AttributeError(name)
 
 
