@@ -109,7 +109,7 @@ def test_a_hot_subtree_cut_between_second_tokens_equals_a_fresh_build(tmp_path_f
     idx = gtmkit.build_index(write(tmp, table, sd, "c0.parquet"), tmp / "idx", partition=mode[0], **mode[1])
     changes, after = _to_new_sids(table, seed, moved, new, V, L)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(rebuild_mod, "_task_ads", lambda workers: task_ads)
+        mp.setattr(rebuild_mod, "_task_ads", lambda workers, worker_memory=None: task_ads)
         new_idx, rep = gtmkit.rebuild_shards(idx, changes)
     fresh = gtmkit.build_index(write(tmp, after, sd, "c1.parquet"), tmp / "fresh", partition=mode[0], **mode[1])
     a, b = _checksums(new_idx), _checksums(fresh)
@@ -133,7 +133,7 @@ def test_one_hot_first_token_is_rebuilt_by_several_tasks(tmp_path, monkeypatch):
     changes = changes.set_column(changes.schema.get_field_index("sid"), "sid",
                                  pa.array(fresh_sids, changes.schema.field("sid").type))
     after = pa.concat_tables([table, changes])
-    monkeypatch.setattr(rebuild_mod, "_task_ads", lambda workers: 40)
+    monkeypatch.setattr(rebuild_mod, "_task_ads", lambda workers, worker_memory=None: 40)
     new, rep = gtmkit.rebuild_shards(idx, changes)
     fresh = gtmkit.build_index(write(tmp_path, after, sd, "c1.parquet"), tmp_path / "fresh", partition="static",
                                k=[2, 3, 2])
@@ -282,8 +282,17 @@ def test_rebuilt_subtrees_cut_into_tasks_give_the_same_arrays(tmp_path, monkeypa
     for name, task_ads in (("one", None), ("many", 1)):
         gtmkit.build_index(write(tmp_path, table, sd), tmp_path / name, partition="static", k=[2, 3, 2])
         if task_ads:
-            monkeypatch.setattr(rebuild_mod, "_task_ads", lambda workers: task_ads)
+            monkeypatch.setattr(rebuild_mod, "_task_ads", lambda workers, worker_memory=None: task_ads)
         new, rep = gtmkit.rebuild_shards(tmp_path / name, changes)
         out.append((_checksums(new), rep.rebuilt["tasks"]))
     assert out[0][0] == out[1][0] and out[1][1] > out[0][1]
     assert out[1][1] > rep.rebuilt["subtrees"] and rep.rebuilt["dropped"] == 0  # subtrees cut into several tasks
+
+
+def test_rebuild_tasks_fit_the_workers_reported_memory():
+    """A rebuild task holds what fits a worker's memory limit as the scheduler reports it; without a report, a
+    worker's share of this machine's memory."""
+    from gtmkit.indexer.shards.plan import SHARD_BYTES_PER_AD
+    assert rebuild_mod._task_ads(2, 8 << 30) == (8 << 30) // SHARD_BYTES_PER_AD
+    assert rebuild_mod._task_ads(2, 1 << 20) < rebuild_mod._task_ads(2, 1 << 30)
+    assert rebuild_mod._task_ads(2, None) == rebuild_mod._task_ads(2)

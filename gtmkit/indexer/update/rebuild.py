@@ -103,7 +103,7 @@ def _rebuild(index, ch: Changes, run, progress, paused):
         futures = []
         try:
             at = run.pieces_at(stage)  # None: the inputs and pieces travel with the tasks
-            plan = _plan(base, ch, entries, run.workers)
+            plan = _plan(base, ch, entries, run.workers, run.worker_memory())
             todo = [s for s, x in enumerate(plan["shards"]) if x is None]
             for k, s in enumerate(todo):
                 # each input goes out with its task as it is made: this process holds one at a time
@@ -154,7 +154,7 @@ def _rebuild(index, ch: Changes, run, progress, paused):
     return new, rep
 
 
-def _plan(index, ch: Changes, entries: np.ndarray, workers: int = 1) -> dict:
+def _plan(index, ch: Changes, entries: np.ndarray, workers: int = 1, worker_memory: int = None) -> dict:
     """Which depth-1 subtrees are rebuilt, the shards (runs of subtrees kept or rebuilt, in token order: a kept
     run as its Run, a rebuilt one as None with its first tokens and the index rows it keeps), and how many of
     the entries are edits moving an ad of the index. A run of rebuilt subtrees is cut into tasks of about equal
@@ -178,7 +178,7 @@ def _plan(index, ch: Changes, entries: np.ndarray, workers: int = 1) -> dict:
     ads = np.zeros(len(present), np.int64)
     ads[held] = np.diff(leaf_rows)[where[held]] - np.bincount(left, minlength=len(first))[where[held]]
     ads += np.bincount(np.searchsorted(present, ch.sids[entries, 0]), minlength=len(present))
-    cap = max(1, min(int(ads[rebuilt].sum()) // max(1, workers) + 1, _task_ads(workers)))
+    cap = max(1, min(int(ads[rebuilt].sum()) // max(1, workers) + 1, _task_ads(workers, worker_memory)))
     shards, inputs, splits = [], [], []
     cuts = np.flatnonzero(np.diff(rebuilt.astype(np.int8))) + 1
     for seg in np.split(np.arange(len(present)), cuts):
@@ -220,10 +220,13 @@ def _split_hot(index, run, rows: np.ndarray, sids: np.ndarray, mine: np.ndarray,
             for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
 
 
-def _task_ads(workers: int) -> int:
-    """The ads one rebuild task may hold: a worker's share of this machine's memory (that of a sharded build)."""
+def _task_ads(workers: int, worker_memory: int = None) -> int:
+    """The ads one rebuild task may hold: what fits a worker's memory limit as the scheduler reports it, else a
+    worker's share of this machine's memory (as a sharded build sizes its shards)."""
     from ..._machine import physical_memory
     from ..shards.plan import SHARD_BYTES_PER_AD
+    if worker_memory:
+        return max(1, worker_memory // SHARD_BYTES_PER_AD)
     mem = physical_memory()
     return mem // (workers + 1) // SHARD_BYTES_PER_AD if mem else 1 << 62
 
