@@ -7,6 +7,7 @@ call that numba does not inline passes a tuple field by field, so every field it
 
 from __future__ import annotations
 
+import collections
 import functools
 from typing import NamedTuple
 
@@ -72,22 +73,14 @@ def _no_tails() -> dict:
     return no_tails()["arrays"]
 
 
-class PlainLoudsArrays(NamedTuple):
+FORMAT2_FIELDS = LoudsArrays._fields[:LoudsArrays._fields.index("level_offsets") + 1]  # format 2's, in its order
+
+
+class PlainLoudsArrays(collections.namedtuple("PlainLoudsArrays", FORMAT2_FIELDS)):
     """A LoudsArrays whose labels all sit in 16-bit label_low / label_high (no tail store, no constant levels):
     format 2's fields only. The other LoudsArrays fields read as their empty values, in Python only."""
 
-    louds: np.ndarray
-    louds_rank: np.ndarray
-    louds_select0: np.ndarray
-    louds_select1: np.ndarray
-    label_low: np.ndarray
-    label_high: np.ndarray
-    high_bits: int
-    terminal: np.ndarray
-    terminal_rank: np.ndarray
-    terminal_select1: np.ndarray
-    level_offsets: np.ndarray
-
+    __slots__ = ()
     tail_nodes = tail_low_bits = tail_high_bits = 0
     low_bits = 16
 
